@@ -25,7 +25,7 @@ func Open() (*System, error) {
 	fd, err := unix.Open(DevicePath, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return nil, fmt.Errorf("%w: this host has no hardware virtualization exposed (run `cellvm doctor`)", ErrNoKVM)
+			return nil, fmt.Errorf("%w: this host has no hardware virtualization exposed", ErrNoKVM)
 		}
 		return nil, fmt.Errorf("open %s: %w", DevicePath, err)
 	}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cellvm/cellvm/kvm"
+)
+
+// Errors that must come before any VM exists, on any host.
+func TestBootBadArguments(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"boot", "--vcpus", "0", "--kernel", "x"}, 2, "--vcpus must be at least 1"},
+		{[]string{"boot", "--memory", "0", "--kernel", "x"}, 2, "--memory must be positive"},
+		{[]string{"boot", "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"boot", "extra"}, 2, "unexpected argument"},
+		{[]string{"nonsense"}, 2, "unknown command"},
+		{[]string{"boot", "--kernel", "x", "--log-level", "loud"}, 2, "bad --log-level"},
+	} {
+		var out, errb strings.Builder
+		code := run(c.args, strings.NewReader(""), &out, &errb)
+		if code != c.code || !strings.Contains(errb.String(), c.msg) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", c.args, code, errb.String(), c.code, c.msg)
+		}
+	}
+}
+
+func TestBootWithoutKVMSaysSo(t *testing.T) {
+	if kvm.Available() {
+		t.Skip("this host has /dev/kvm")
+	}
+	k := filepath.Join(t.TempDir(), "k")
+	os.WriteFile(k, []byte("x"), 0o644)
+	var out, errb strings.Builder
+	code := run([]string{"boot", "--kernel", k}, strings.NewReader(""), &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "/dev/kvm is not available") {
+		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+}

@@ -1,0 +1,17 @@
+package main
+
+import (
+	"os"
+	"testing"
+)
+
+// TestMain lets the test binary stand in for the cellvm binary: with
+// CELLVM_TEST_MAIN=1 it runs cellvm's main on its arguments instead of the
+// tests, so the tests exercise the real command, exit status included,
+// without building a second binary (which matters in the slow nested rig).
+func TestMain(m *testing.M) {
+	if os.Getenv("CELLVM_TEST_MAIN") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}

@@ -1,0 +1,71 @@
+package vmm
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/cellvm/cellvm/vmm/uart"
+)
+
+// Legacy port assignments.
+const (
+	PortCOM1       = 0x3f8
+	PortI8042Data  = 0x60
+	PortI8042Cmd   = 0x64
+	PortBootMarker = 0x3f0
+	IRQCOM1        = 4
+
+	// BootMarkerValue is what the guest writes to PortBootMarker once its
+	// init is up (Firecracker's convention).
+	BootMarkerValue = 123
+	i8042Reset      = 0xfe
+)
+
+// uartPort adapts a UART to the port bus.
+type uartPort struct{ u *uart.UART }
+
+func (p uartPort) Read(off uint64, data []byte) {
+	for i := range data {
+		data[i] = p.u.Read(uint8(off) + uint8(i))
+	}
+}
+
+func (p uartPort) Write(off uint64, data []byte) {
+	for i, v := range data {
+		p.u.Write(uint8(off)+uint8(i), v)
+	}
+}
+
+// i8042 is just enough of the keyboard controller for the guest to reset
+// the machine with reboot=k: the status register reads as idle, and the
+// pulse-reset command (0xfe) ends the VM.
+type i8042 struct {
+	onReset func()
+}
+
+func (d i8042) Read(off uint64, data []byte) { clear(data) }
+
+func (d i8042) Write(off uint64, data []byte) {
+	if off == PortI8042Cmd-PortI8042Data && len(data) == 1 && data[0] == i8042Reset {
+		d.onReset()
+	}
+}
+
+// bootMarker records when the guest first writes BootMarkerValue.
+type bootMarker struct {
+	start   time.Time
+	elapsed atomic.Int64 // nanoseconds; 0 until the marker is written
+	onMark  func(time.Duration)
+}
+
+func (b *bootMarker) Read(off uint64, data []byte) { clear(data) }
+
+func (b *bootMarker) Write(off uint64, data []byte) {
+	if len(data) == 0 || data[0] != BootMarkerValue {
+		return
+	}
+	d := time.Since(b.start)
+	if b.elapsed.CompareAndSwap(0, int64(d)) && b.onMark != nil {
+		b.onMark(d)
+	}
+}

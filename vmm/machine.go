@@ -1,0 +1,388 @@
+package vmm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cellvm/cellvm/kvm"
+	"github.com/cellvm/cellvm/vmm/boot"
+	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/vmm/loader"
+	"github.com/cellvm/cellvm/vmm/uart"
+)
+
+// DefaultCmdline is the kernel command line used when Config.Cmdline is
+// empty: console on the 8250, reset through the i8042 on reboot, reboot one
+// second after a panic.
+const DefaultCmdline = "console=ttyS0 reboot=k panic=1 8250.nr_uarts=1 nomodule"
+
+// Config describes one machine.
+type Config struct {
+	Kernel    string // ELF vmlinux or bzImage
+	Initrd    string // optional
+	Cmdline   string // DefaultCmdline when empty
+	VCPUs     int
+	MemoryMiB uint64
+	// Console receives the serial output; ConsoleInput, when set, feeds the
+	// serial input.
+	Console      io.Writer
+	ConsoleInput io.Reader
+	Log          *slog.Logger
+}
+
+// Errors that end a VM badly.
+var (
+	ErrTripleFault = errors.New("guest triple-faulted (KVM_EXIT_SHUTDOWN)")
+	ErrKernelPanic = errors.New("guest kernel panicked")
+)
+
+// Machine is one VM.
+type Machine struct {
+	cfg    Config
+	log    *slog.Logger
+	sys    *kvm.System
+	vm     *kvm.VM
+	mem    *guestmem.Regions
+	unmap  func()
+	vcpus  []*kvm.VCPU
+	pio    Bus
+	mmio   Bus
+	uart   *uart.UART
+	marker *bootMarker
+	kernel loader.Kernel
+
+	cmdline   string
+	closers   []io.Closer
+	nextMMIO  uint64
+	nextIRQ   uint32
+	endOnce   sync.Once
+	endErr    error
+	endReason string
+	ended     chan struct{}
+	panicked  atomic.Bool
+	started   time.Time
+}
+
+// New creates the VM, its memory and devices, and loads the kernel. Nothing
+// runs until Run.
+func New(cfg Config) (_ *Machine, err error) {
+	if cfg.VCPUs == 0 {
+		cfg.VCPUs = 1
+	}
+	if cfg.VCPUs < 1 || cfg.VCPUs > boot.MaxVCPUs {
+		return nil, fmt.Errorf("%d vCPUs: cellvm supports 1 to %d", cfg.VCPUs, boot.MaxVCPUs)
+	}
+	if cfg.MemoryMiB == 0 {
+		cfg.MemoryMiB = 256
+	}
+	if cfg.MemoryMiB < 32 {
+		return nil, fmt.Errorf("%d MiB of memory: at least 32 MiB is needed", cfg.MemoryMiB)
+	}
+	if cfg.MemoryMiB > 1<<20 {
+		return nil, fmt.Errorf("%d MiB of memory: at most 1 TiB", cfg.MemoryMiB)
+	}
+	if cfg.Kernel == "" {
+		return nil, fmt.Errorf("no kernel given")
+	}
+	if cfg.Cmdline == "" {
+		cfg.Cmdline = DefaultCmdline
+	}
+	if cfg.Console == nil {
+		cfg.Console = io.Discard
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	m := &Machine{
+		cfg:      cfg,
+		log:      cfg.Log,
+		ended:    make(chan struct{}),
+		nextMMIO: boot.VirtioMMIO,
+		nextIRQ:  5,
+		cmdline:  cfg.Cmdline,
+	}
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+	if m.sys, err = kvm.Open(); err != nil {
+		return nil, err
+	}
+	for _, c := range []struct {
+		cap  int
+		name string
+	}{{kvm.CapIRQChip, "KVM_CAP_IRQCHIP"}, {kvm.CapUserMemory, "KVM_CAP_USER_MEMORY"}, {kvm.CapPIT2, "KVM_CAP_PIT2"},
+		{kvm.CapIRQFD, "KVM_CAP_IRQFD"}, {kvm.CapIOEventFD, "KVM_CAP_IOEVENTFD"}, {kvm.CapImmediateExit, "KVM_CAP_IMMEDIATE_EXIT"}} {
+		if m.sys.CheckExtension(c.cap) == 0 {
+			return nil, fmt.Errorf("this KVM lacks %s, which cellvm needs", c.name)
+		}
+	}
+	if m.vm, err = m.sys.CreateVM(); err != nil {
+		return nil, err
+	}
+	if err = m.vm.SetTSSAddr(0xfffbd000); err != nil {
+		return nil, err
+	}
+	if err = m.vm.SetIdentityMapAddr(0xfffbc000); err != nil {
+		return nil, err
+	}
+	if err = m.vm.CreateIRQChip(); err != nil {
+		return nil, err
+	}
+	if err = m.vm.CreatePIT2(); err != nil {
+		return nil, err
+	}
+	if m.mem, m.unmap, err = allocGuestMemory(m.vm, cfg.MemoryMiB<<20); err != nil {
+		return nil, err
+	}
+	if m.kernel, err = loader.LoadKernelFile(m.mem, cfg.Kernel); err != nil {
+		return nil, err
+	}
+	m.log.Debug("kernel loaded", "format", m.kernel.Format, "entry", fmt.Sprintf("%#x", m.kernel.Entry))
+
+	watch := &consoleWatch{out: cfg.Console, onLine: m.consoleLine}
+	m.uart = uart.New(watch, lineIRQ{m.vm, IRQCOM1})
+	m.marker = &bootMarker{onMark: func(d time.Duration) {
+		m.log.Info("guest boot marker", "since_start_ms", float64(d.Microseconds())/1000)
+	}}
+	if err = m.pio.Add(PortCOM1, 8, uartPort{m.uart}); err != nil {
+		return nil, err
+	}
+	if err = m.pio.Add(PortI8042Data, 5, i8042{onReset: func() { m.end(nil, "i8042 reset") }}); err != nil {
+		return nil, err
+	}
+	if err = m.pio.Add(PortBootMarker, 1, m.marker); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Memory returns guest memory.
+func (m *Machine) Memory() guestmem.Memory { return m.mem }
+
+// BootTime is the time from Run to the guest's boot marker (0 if none yet).
+func (m *Machine) BootTime() time.Duration { return time.Duration(m.marker.elapsed.Load()) }
+
+// consoleLine watches the guest's console for a panic or a power-off.
+func (m *Machine) consoleLine(line []byte) {
+	switch {
+	case bytes.Contains(line, panicMsg):
+		m.panicked.Store(true)
+		m.log.Error("guest kernel panic", "line", string(line))
+	case bytes.Contains(line, powerOffMsg):
+		m.end(nil, "guest powered off")
+	}
+}
+
+// end stops the VM with err (nil for a clean end); the first call wins.
+func (m *Machine) end(err error, reason string) {
+	m.endOnce.Do(func() {
+		if err == nil && m.panicked.Load() {
+			err = ErrKernelPanic
+		}
+		m.endErr, m.endReason = err, reason
+		close(m.ended)
+		for _, c := range m.vcpus {
+			c.Kick()
+		}
+	})
+}
+
+// Stop ends the VM from the host side.
+func (m *Machine) Stop() { m.end(nil, "stopped by host") }
+
+// boot writes the boot structures.
+func (m *Machine) boot() (uint16, error) {
+	memSize := m.cfg.MemoryMiB << 20
+	var initrdAddr, initrdSize uint64
+	if m.cfg.Initrd != "" {
+		var maxAddr uint64 = 0x7fffffff
+		if h := m.kernel.SetupHeader; h != nil && len(h) >= 0x230-boot.SetupHeaderOffset {
+			maxAddr = uint64(leUint32(h[0x22c-boot.SetupHeaderOffset:]))
+		}
+		var err error
+		initrdAddr, initrdSize, err = loader.LoadInitrd(m.mem, memSize, m.cfg.Initrd, m.kernel, maxAddr)
+		if err != nil {
+			return 0, err
+		}
+	}
+	if err := boot.WriteZeroPage(m.mem, boot.Params{
+		SetupHeader: m.kernel.SetupHeader,
+		Cmdline:     m.cmdline,
+		InitrdAddr:  initrdAddr,
+		InitrdSize:  initrdSize,
+		MemSize:     memSize,
+	}); err != nil {
+		return 0, err
+	}
+	if err := boot.WritePageTables(m.mem); err != nil {
+		return 0, err
+	}
+	if err := boot.WriteMPTable(m.mem, m.cfg.VCPUs); err != nil {
+		return 0, err
+	}
+	return boot.WriteGDT(m.mem)
+}
+
+func leUint32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+// Cmdline is the kernel command line the guest gets.
+func (m *Machine) Cmdline() string { return m.cmdline }
+
+// Run boots the guest and blocks until it ends. It returns nil when the
+// guest reset or powered off, and an error when it failed.
+func (m *Machine) Run() error {
+	gdtLimit, err := m.boot()
+	if err != nil {
+		return err
+	}
+	supported, err := m.sys.SupportedCPUID()
+	if err != nil {
+		return err
+	}
+	for i := 0; i < m.cfg.VCPUs; i++ {
+		c, err := m.vm.CreateVCPU(i)
+		if err != nil {
+			return err
+		}
+		m.vcpus = append(m.vcpus, c)
+		if err := setupVCPU(c, supported, m.cfg.VCPUs, m.kernel.Entry, gdtLimit); err != nil {
+			return fmt.Errorf("set up vcpu %d: %w", i, err)
+		}
+	}
+	if m.cfg.ConsoleInput != nil {
+		go m.uart.FeedFrom(m.cfg.ConsoleInput)
+	}
+	m.started = time.Now()
+	m.marker.start = m.started
+	m.log.Info("vm starting", "vcpus", m.cfg.VCPUs, "memory_mib", m.cfg.MemoryMiB, "kernel", m.cfg.Kernel, "format", m.kernel.Format, "cmdline", m.cmdline)
+	var wg sync.WaitGroup
+	for _, c := range m.vcpus {
+		wg.Add(1)
+		go func(c *kvm.VCPU) {
+			defer wg.Done()
+			m.runVCPU(c)
+		}(c)
+	}
+	wg.Wait()
+	m.log.Info("vm ended", "reason", m.endReason, "error", m.endErr, "uptime_ms", time.Since(m.started).Milliseconds())
+	return m.endErr
+}
+
+// runVCPU is one vCPU's thread.
+func (m *Machine) runVCPU(c *kvm.VCPU) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for {
+		select {
+		case <-m.ended:
+			return
+		default:
+		}
+		reason, err := c.Run()
+		if errors.Is(err, kvm.ErrInterrupted) {
+			c.SetImmediateExit(false)
+			continue
+		}
+		if err != nil {
+			m.end(err, "KVM_RUN failed")
+			return
+		}
+		if err := m.handleExit(c, reason); err != nil {
+			m.end(err, reason.String())
+			return
+		}
+	}
+}
+
+// handleExit serves one exit; a non-nil error ends the VM.
+func (m *Machine) handleExit(c *kvm.VCPU, reason kvm.ExitReason) error {
+	switch reason {
+	case kvm.ExitIO:
+		io, err := c.IO()
+		if err != nil {
+			return err
+		}
+		for d := io.Data; len(d) >= io.Size; d = d[io.Size:] {
+			if io.Out {
+				m.pio.Write(uint64(io.Port), d[:io.Size])
+			} else {
+				m.pio.Read(uint64(io.Port), d[:io.Size])
+			}
+		}
+	case kvm.ExitMMIO:
+		mm, err := c.MMIO()
+		if err != nil {
+			return err
+		}
+		if mm.Write {
+			m.mmio.Write(mm.Addr, mm.Data)
+		} else {
+			m.mmio.Read(mm.Addr, mm.Data)
+		}
+	case kvm.ExitShutdown:
+		return ErrTripleFault
+	case kvm.ExitSystemEvent:
+		switch t := c.SystemEventType(); t {
+		case kvm.SystemEventShutdown, kvm.SystemEventReset:
+			m.end(nil, fmt.Sprintf("system event %d", t))
+		default:
+			return fmt.Errorf("guest crashed (system event %d)", t)
+		}
+	case kvm.ExitHLT:
+		return errors.New("guest halted with interrupts off (KVM_EXIT_HLT)")
+	case kvm.ExitIntr:
+	case kvm.ExitFailEntry:
+		return fmt.Errorf("vcpu %d: KVM_EXIT_FAIL_ENTRY, hardware reason %#x", c.ID, c.FailEntryReason())
+	case kvm.ExitInternalError:
+		return fmt.Errorf("vcpu %d: KVM_EXIT_INTERNAL_ERROR, suberror %d", c.ID, c.InternalError())
+	default:
+		return fmt.Errorf("vcpu %d: unexpected exit %s", c.ID, reason)
+	}
+	return nil
+}
+
+// Close releases everything the machine holds. It is safe after a failed
+// New and after Run returns.
+func (m *Machine) Close() error {
+	var errs []error
+	if m.uart != nil {
+		m.uart.Close()
+	}
+	for i := len(m.closers) - 1; i >= 0; i-- {
+		errs = append(errs, m.closers[i].Close())
+	}
+	for _, c := range m.vcpus {
+		errs = append(errs, c.Close())
+	}
+	m.vcpus = nil
+	if m.vm != nil {
+		errs = append(errs, m.vm.Close())
+		m.vm = nil
+	}
+	if m.unmap != nil {
+		m.unmap()
+		m.unmap = nil
+	}
+	if m.sys != nil {
+		errs = append(errs, m.sys.Close())
+		m.sys = nil
+	}
+	return errors.Join(errs...)
+}
+
+// appendCmdline adds args to the kernel command line.
+func (m *Machine) appendCmdline(args ...string) {
+	m.cmdline = strings.TrimSpace(m.cmdline + " " + strings.Join(args, " "))
+}

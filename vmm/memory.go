@@ -1,0 +1,71 @@
+package vmm
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cellvm/cellvm/kvm"
+	"github.com/cellvm/cellvm/vmm/boot"
+	"github.com/cellvm/cellvm/vmm/guestmem"
+)
+
+// hostMemTotal returns the host's MemTotal in bytes.
+func hostMemTotal() (uint64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, err := strconv.ParseUint(fields[1], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no MemTotal in /proc/meminfo")
+}
+
+// allocGuestMemory mmaps guest RAM (around the MMIO gap) and registers each
+// region as a KVM memory slot.
+func allocGuestMemory(vm *kvm.VM, size uint64) (*guestmem.Regions, func(), error) {
+	if total, err := hostMemTotal(); err == nil && size > total {
+		return nil, nil, fmt.Errorf("guest memory of %d MiB is more than this host has (%d MiB)", size>>20, total>>20)
+	}
+	var regs []guestmem.Region
+	unmap := func() {
+		for _, r := range regs {
+			unix.Munmap(r.Data)
+		}
+	}
+	for i, r := range boot.RAMRegions(size) {
+		data, err := unix.Mmap(-1, 0, int(r.Size), unix.PROT_READ|unix.PROT_WRITE,
+			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+		if err != nil {
+			unmap()
+			return nil, nil, fmt.Errorf("mmap %d MiB of guest memory: %w", r.Size>>20, err)
+		}
+		regs = append(regs, guestmem.Region{GuestAddr: r.Addr, Data: data})
+		if err := vm.SetUserMemoryRegion(kvm.UserspaceMemoryRegion{
+			Slot:          uint32(i),
+			GuestPhysAddr: r.Addr,
+			MemorySize:    r.Size,
+			UserspaceAddr: uint64(uintptrOf(data)),
+		}); err != nil {
+			unmap()
+			return nil, nil, fmt.Errorf("memory slot %d: %w", i, err)
+		}
+	}
+	mem, err := guestmem.FromRegions(regs...)
+	if err != nil {
+		unmap()
+		return nil, nil, err
+	}
+	return mem, unmap, nil
+}
