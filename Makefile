@@ -1,0 +1,62 @@
+# cellvm — see README.md. `make setup` once on a fresh Debian 12 machine,
+# then `make test`.
+
+GO      ?= go
+BUILD   := build
+BIN     := $(BUILD)/bin
+RIG     := test/nested/run.sh
+RIG_TIMEOUT ?= 2400
+
+.PHONY: all setup deps kernel image cellvm test test-unit test-rig bench fuzz vet clean
+
+all: cellvm
+
+## setup: install Debian packages, build the guest kernel, the guest image and cellvm
+setup: deps kernel image cellvm
+
+deps:
+	scripts/install-deps.sh
+
+kernel:
+	kernel/build.sh
+
+image:
+	image/build.sh
+
+cellvm:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/cellvm ./cmd/cellvm
+
+## test: unit tests on the host, then the KVM tests inside the nested rig
+test: test-unit test-rig
+
+test-unit: vet
+	$(GO) test ./...
+
+vet:
+	$(GO) vet ./...
+
+test-rig: cellvm
+	test/nested/build-kvm-tests.sh
+	@start=$$(date +%s); \
+	$(RIG) --timeout $(RIG_TIMEOUT) -- test/nested/run-kvm-tests.sh; rc=$$?; \
+	echo "make test-rig: nested rig took $$(( $$(date +%s) - start ))s (exit $$rc)"; \
+	exit $$rc
+
+## bench: cellvm vs QEMU microvm in the same rig run (ratios, not promises)
+bench: cellvm
+	@mkdir -p $(BUILD)/bench
+	$(GO) build -o $(BUILD)/bench/cellvm-bench ./test/bench
+	$(RIG) --timeout $(RIG_TIMEOUT) -- $(BUILD)/bench/cellvm-bench -cellvm $(BIN)/cellvm -build $(BUILD)
+
+## fuzz: run every fuzz target for FUZZTIME (default 60s) each
+FUZZTIME ?= 60s
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -parallel 1 $$pkg || exit 1; \
+	  done; \
+	done
+
+clean:
+	rm -rf $(BUILD)
