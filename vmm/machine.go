@@ -36,6 +36,12 @@ type Config struct {
 	Console      io.Writer
 	ConsoleInput io.Reader
 	Log          *slog.Logger
+
+	// Devices.
+	Disks []Disk
+	Vsock *Vsock
+	TAP   string  // host TAP device for virtio-net; none when empty
+	MAC   [6]byte // the guest NIC's MAC address
 }
 
 // Errors that end a VM badly.
@@ -161,6 +167,9 @@ func New(cfg Config) (_ *Machine, err error) {
 		return nil, err
 	}
 	if err = m.pio.Add(PortBootMarker, 1, m.marker); err != nil {
+		return nil, err
+	}
+	if err = m.addDevices(); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/cellvm/cellvm/vmm"
 )
@@ -18,6 +20,10 @@ func cmdBoot(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	vcpus := fs.Int("vcpus", 1, "number of vCPUs")
 	memory := fs.Uint64("memory", 256, "guest memory in MiB")
 	logLevel := fs.String("log-level", "info", "log level for the VMM's log on stderr")
+	var disks diskFlags
+	fs.Var(&disks, "disk", "`PATH[,ro]` file-backed virtio-blk disk (repeatable; /dev/vda, /dev/vdb, ...)")
+	vsockSpec := fs.String("vsock", "", "`CID,UDS` virtio-vsock with guest context ID CID and host Unix socket UDS")
+	tap := fs.String("net", "", "`TAP` host TAP device for a virtio-net NIC")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
@@ -29,6 +35,14 @@ func cmdBoot(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	if *memory == 0 {
 		return usageError{fmt.Errorf("--memory must be positive")}
+	}
+	var vs *vmm.Vsock
+	if *vsockSpec != "" {
+		v, err := parseVsock(*vsockSpec)
+		if err != nil {
+			return usageError{err}
+		}
+		vs = v
 	}
 	log, err := newLogger(stderr, *logLevel)
 	if err != nil {
@@ -52,10 +66,49 @@ func cmdBoot(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		Console:      stdout,
 		ConsoleInput: stdin,
 		Log:          log,
+		Disks:        disks,
+		Vsock:        vs,
+		TAP:          *tap,
+		MAC:          [6]byte{0x06, 0xce, 0x11, 0x00, 0x00, 0x01},
 	})
 	if err != nil {
 		return err
 	}
 	defer m.Close()
 	return m.Run()
+}
+
+// diskFlags collects --disk PATH[,ro].
+type diskFlags []vmm.Disk
+
+func (d *diskFlags) String() string { return fmt.Sprint(*d) }
+
+func (d *diskFlags) Set(v string) error {
+	path, opt, _ := strings.Cut(v, ",")
+	if path == "" {
+		return fmt.Errorf("--disk wants PATH[,ro], got %q", v)
+	}
+	disk := vmm.Disk{Path: path}
+	switch opt {
+	case "":
+	case "ro":
+		disk.ReadOnly = true
+	case "rw":
+	default:
+		return fmt.Errorf("--disk %q: unknown option %q (ro or rw)", v, opt)
+	}
+	*d = append(*d, disk)
+	return nil
+}
+
+func parseVsock(s string) (*vmm.Vsock, error) {
+	c, uds, ok := strings.Cut(s, ",")
+	if !ok || uds == "" {
+		return nil, fmt.Errorf("--vsock wants CID,UDS, got %q", s)
+	}
+	cid, err := strconv.ParseUint(c, 10, 32)
+	if err != nil || cid < 3 {
+		return nil, fmt.Errorf("--vsock: guest CID %q must be a number >= 3", c)
+	}
+	return &vmm.Vsock{CID: cid, UDS: uds}, nil
 }

@@ -22,6 +22,10 @@ func TestBootBadArguments(t *testing.T) {
 		{[]string{"boot", "extra"}, 2, "unexpected argument"},
 		{[]string{"nonsense"}, 2, "unknown command"},
 		{[]string{"boot", "--kernel", "x", "--log-level", "loud"}, 2, "bad --log-level"},
+		{[]string{"boot", "--kernel", "x", "--disk", ",ro"}, 2, "--disk wants PATH[,ro]"},
+		{[]string{"boot", "--kernel", "x", "--disk", "a,rx"}, 2, "unknown option"},
+		{[]string{"boot", "--kernel", "x", "--vsock", "2,/tmp/v"}, 2, "must be a number >= 3"},
+		{[]string{"boot", "--kernel", "x", "--vsock", "7"}, 2, "--vsock wants CID,UDS"},
 	} {
 		var out, errb strings.Builder
 		code := run(c.args, strings.NewReader(""), &out, &errb)

@@ -1,0 +1,93 @@
+package interp
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/cellvm/cellvm/cell"
+)
+
+// DefaultPython is the interpreter in the guest image (Debian's python3 with
+// numpy, pandas, matplotlib and IPython).
+const DefaultPython = "/usr/bin/python3"
+
+// Config says how to run the interpreter. The zero value of every field
+// means its default.
+type Config struct {
+	// Python is the interpreter binary. Default DefaultPython.
+	Python string
+	// Dir is the working directory of cells and commands (/workspace in
+	// the guest). Default: the supervisor's working directory.
+	Dir string
+	// Env is the environment of the interpreter and of commands. Default:
+	// the supervisor's environment. The supervisor adds MPLBACKEND=Agg,
+	// PYTHONUNBUFFERED=1, PYTHONIOENCODING=utf-8 and no-colour settings.
+	Env []string
+	// RunDir is where driver.py is written. Default: a new temporary
+	// directory, removed by Close.
+	RunDir string
+
+	// HeadBytes and TailBytes bound what is kept of each output stream
+	// (stdout, stderr) of a cell or command. Default cell.DefaultHeadBytes
+	// and cell.DefaultTailBytes.
+	HeadBytes, TailBytes int
+	// Grace is how long a cell has to stop after SIGINT before it is killed
+	// with its process group. Default 2s.
+	Grace time.Duration
+	// StartTimeout bounds the interpreter's start-up. Default 30s.
+	StartTimeout time.Duration
+
+	// CgroupParent is a cgroup v2 directory in which the supervisor may
+	// create a child cgroup for the interpreter. Empty: no cgroup.
+	CgroupParent string
+	// MemoryMax is written to the child cgroup's memory.max (bytes; 0
+	// leaves it at "max"). Needs CgroupParent.
+	MemoryMax int64
+	// AddressSpaceLimit sets RLIMIT_AS of the interpreter (bytes; 0 none),
+	// the fallback where no cgroup is available: large allocations then
+	// fail with MemoryError inside Python instead of waking the OOM killer.
+	AddressSpaceLimit int64
+
+	// MaxCodeBytes bounds the source of one cell. Default 4 MiB.
+	MaxCodeBytes int
+	// MaxFrameBytes bounds one protocol frame from the driver (one rich
+	// result). Default 32 MiB.
+	MaxFrameBytes int
+	// MaxResultsBytes bounds the rich results of one cell together;
+	// results past it are dropped with a note on stderr. Default 64 MiB.
+	MaxResultsBytes int
+
+	// Logger receives the supervisor's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Python == "" {
+		c.Python = DefaultPython
+	}
+	if c.HeadBytes <= 0 {
+		c.HeadBytes = cell.DefaultHeadBytes
+	}
+	if c.TailBytes <= 0 {
+		c.TailBytes = cell.DefaultTailBytes
+	}
+	if c.Grace <= 0 {
+		c.Grace = 2 * time.Second
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = 30 * time.Second
+	}
+	if c.MaxCodeBytes <= 0 {
+		c.MaxCodeBytes = 4 << 20
+	}
+	if c.MaxFrameBytes <= 0 {
+		c.MaxFrameBytes = 32 << 20
+	}
+	if c.MaxResultsBytes <= 0 {
+		c.MaxResultsBytes = 64 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}

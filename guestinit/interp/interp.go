@@ -1,0 +1,289 @@
+package interp
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cellvm/cellvm/cell"
+)
+
+// ErrClosed is returned by calls on a closed Interp.
+var ErrClosed = errors.New("interpreter closed")
+
+// Interp is a persistent Python interpreter and its supervisor. Run,
+// Restart and Close may be called from any goroutine; cells run one at a
+// time. Interrupt may be called at any time.
+type Interp struct {
+	cfg        Config
+	log        *slog.Logger
+	runDir     string
+	ownRunDir  bool
+	driverPath string
+	cg         *cgroup
+
+	// wakeFD is an eventfd that wakes a running cell's poll loop (on an
+	// interrupt, a cancelled context, or the interpreter's exit).
+	wakeMu sync.RWMutex
+	wakeFD int
+
+	// runMu serializes cells, restarts and Close; it guards the fields
+	// below it.
+	runMu     sync.Mutex
+	p         *proc
+	count     int
+	lostQuiet bool // the last interpreter died between cells, unreported
+
+	cur          atomic.Pointer[proc] // p, for Interrupt and Restart
+	running      atomic.Bool
+	interruptReq atomic.Bool
+	killReq      atomic.Bool // Restart or Close killed the running cell
+	closed       atomic.Bool
+}
+
+// New prepares an interpreter; the python process starts with the first
+// cell (or Restart).
+func New(cfg Config) (*Interp, error) {
+	cfg = cfg.withDefaults()
+	in := &Interp{cfg: cfg, log: cfg.Logger, runDir: cfg.RunDir}
+	if in.runDir == "" {
+		d, err := os.MkdirTemp("", "cellvm-interp-")
+		if err != nil {
+			return nil, fmt.Errorf("create run dir: %w", err)
+		}
+		in.runDir, in.ownRunDir = d, true
+	}
+	in.driverPath = filepath.Join(in.runDir, "cellvm_driver.py")
+	if err := os.WriteFile(in.driverPath, driverSource, 0o644); err != nil {
+		in.cleanupDirs()
+		return nil, fmt.Errorf("write driver: %w", err)
+	}
+	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		in.cleanupDirs()
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	in.wakeFD = fd
+	if cfg.CgroupParent != "" {
+		cg, err := newCgroup(cfg.CgroupParent, cfg.MemoryMax)
+		if err != nil {
+			unix.Close(fd)
+			in.cleanupDirs()
+			return nil, err
+		}
+		in.cg = cg
+	}
+	return in, nil
+}
+
+func (in *Interp) cleanupDirs() {
+	if in.ownRunDir {
+		os.RemoveAll(in.runDir)
+	}
+}
+
+// wakeUp wakes a running cell's poll loop.
+func (in *Interp) wakeUp() {
+	in.wakeMu.RLock()
+	defer in.wakeMu.RUnlock()
+	if in.wakeFD >= 0 {
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		_, _ = unix.Write(in.wakeFD, one[:])
+	}
+}
+
+func (in *Interp) clearWake() {
+	var b [8]byte
+	_, _ = unix.Read(in.wakeFD, b[:])
+}
+
+// Interrupt sends SIGINT to the running cell, which then ends with a
+// KeyboardInterrupt error and its state kept; a cell that ignores it is
+// killed after the grace period. It reports whether a cell was running.
+func (in *Interp) Interrupt() bool {
+	if !in.running.Load() {
+		return false
+	}
+	in.interruptReq.Store(true)
+	in.wakeUp()
+	return true
+}
+
+// Restart kills the interpreter (and a running cell, which ends "lost")
+// and starts a fresh one.
+func (in *Interp) Restart() error {
+	if in.closed.Load() {
+		return ErrClosed
+	}
+	in.killCurrent()
+	in.runMu.Lock()
+	defer in.runMu.Unlock()
+	if in.closed.Load() {
+		return ErrClosed
+	}
+	in.stopLocked()
+	in.lostQuiet = false // the caller asked for it: not a surprise loss
+	return in.ensureStartedLocked()
+}
+
+// Close kills the interpreter and everything it started and removes its
+// files and cgroup.
+func (in *Interp) Close() error {
+	if in.closed.Swap(true) {
+		return nil
+	}
+	in.killCurrent()
+	in.runMu.Lock()
+	defer in.runMu.Unlock()
+	in.stopLocked()
+	var err error
+	if in.cg != nil {
+		err = in.cg.remove()
+	}
+	in.wakeMu.Lock()
+	unix.Close(in.wakeFD)
+	in.wakeFD = -1
+	in.wakeMu.Unlock()
+	in.cleanupDirs()
+	return err
+}
+
+// killCurrent kills the current interpreter's process group without
+// waiting for a running cell to notice.
+func (in *Interp) killCurrent() {
+	if p := in.cur.Load(); p != nil {
+		if in.running.Load() {
+			in.killReq.Store(true)
+		}
+		p.killAll(in.cg)
+		in.wakeUp()
+	}
+}
+
+// stopLocked terminates the current interpreter, if any. Caller holds runMu.
+func (in *Interp) stopLocked() *os.ProcessState {
+	p := in.p
+	if p == nil {
+		return nil
+	}
+	in.p = nil
+	in.cur.Store(nil)
+	return p.terminate(in.cg)
+}
+
+// ensureStartedLocked starts an interpreter if none runs and waits for its
+// ready frame. Caller holds runMu.
+func (in *Interp) ensureStartedLocked() error {
+	if in.p != nil && in.p.exited.Load() {
+		st := in.stopLocked()
+		_, how := describeExit(st)
+		in.log.Warn("interpreter died between cells", "how", how)
+		in.lostQuiet = true
+	}
+	if in.p != nil {
+		return nil
+	}
+	p, err := in.startProc()
+	if err != nil {
+		return err
+	}
+	if err := in.awaitReady(p); err != nil {
+		p.terminate(in.cg)
+		return err
+	}
+	in.p = p
+	in.cur.Store(p)
+	return nil
+}
+
+// awaitReady waits for the driver's ready frame, keeping what the
+// interpreter writes meanwhile to explain a failed start.
+func (in *Interp) awaitReady(p *proc) error {
+	deadline := time.Now().Add(in.cfg.StartTimeout)
+	early := cell.NewClipper(4<<10, 4<<10)
+	buf := make([]byte, 4<<10)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("interpreter did not start within %v", in.cfg.StartTimeout)
+		}
+		pfds := []unix.PollFd{
+			{Fd: int32(p.evFD), Events: unix.POLLIN},
+			{Fd: int32(p.outFD), Events: unix.POLLIN},
+			{Fd: int32(p.errFD), Events: unix.POLLIN},
+			{Fd: int32(in.wakeFD), Events: unix.POLLIN},
+		}
+		if _, err := unix.Poll(pfds, int(min(left, time.Second)/time.Millisecond)+1); err != nil && err != unix.EINTR {
+			return fmt.Errorf("poll: %w", err)
+		}
+		drainInto(p.outFD, early, buf)
+		drainInto(p.errFD, early, buf)
+		if pfds[3].Revents != 0 {
+			in.clearWake()
+		}
+		err := p.ev.fill()
+		for {
+			f, ok, ferr := p.ev.next()
+			if ferr != nil {
+				return fmt.Errorf("interpreter start: %w", ferr)
+			}
+			if !ok {
+				break
+			}
+			if f.Ev == "ready" {
+				in.log.Debug("interpreter ready", "pid", p.pid, "python", f.Version)
+				return nil
+			}
+		}
+		if err != nil || p.exited.Load() {
+			drainInto(p.outFD, early, buf)
+			drainInto(p.errFD, early, buf)
+			text, _ := early.Text()
+			return fmt.Errorf("interpreter exited during start-up: %s", text)
+		}
+	}
+}
+
+// drainInto reads a non-blocking fd into w until it is empty, or at most
+// 1 MiB: more than a pipe holds, so everything written before the call is
+// taken, while a process that keeps writing cannot hold the caller.
+func drainInto(fd int, w io.Writer, buf []byte) {
+	for range 1 + (1<<20)/len(buf) {
+		n, err := unix.Read(fd, buf)
+		if n > 0 {
+			w.Write(buf[:n])
+			continue
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		return
+	}
+}
+
+// send writes one command to the driver.
+func (p *proc) send(c command) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encode command: %w", err)
+	}
+	b = append(b, '\n')
+	if err := p.ctl.SetWriteDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		return fmt.Errorf("command pipe: %w", err)
+	}
+	if _, err := p.ctl.Write(b); err != nil {
+		return fmt.Errorf("send command: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,313 @@
+package proto
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/cellvm/cellvm/cell"
+)
+
+// Bounds on request fields.
+const (
+	MaxCodeBytes  = 4 << 20
+	MaxStdinBytes = 4 << 20
+	MaxArgs       = 4096
+	MaxArgBytes   = 128 << 10
+	MaxArgvBytes  = 1 << 20
+	MaxPathBytes  = 4096
+	MaxTimeoutMS  = 24 * 60 * 60 * 1000
+	MaxNameBytes  = 128
+	MaxErrorBytes = 16 << 10
+)
+
+// Hello is the first message each way. The client sends its version; the
+// agent answers with its own, or with an error Response and closes the
+// connection when it does not speak the client's version.
+type Hello struct {
+	Version  int    `json:"version"`
+	Software string `json:"software,omitempty"`
+}
+
+// Validate implements Validator.
+func (h *Hello) Validate() error {
+	if h.Version < 1 || h.Version > 1<<16 {
+		return fmt.Errorf("version %d out of range", h.Version)
+	}
+	return checkText("software", h.Software, MaxNameBytes)
+}
+
+// Op names a request.
+type Op string
+
+// Requests. See PROTOCOL.md for what follows each one on the wire.
+const (
+	OpRun       Op = "run"
+	OpInterrupt Op = "interrupt"
+	OpRestart   Op = "restart"
+	OpExec      Op = "exec"
+	OpUpload    Op = "upload"
+	OpDownload  Op = "download"
+	OpHealth    Op = "health"
+	OpShutdown  Op = "shutdown"
+)
+
+// Request is one request from the host. Fields that an op does not use
+// must be empty.
+type Request struct {
+	Op        Op       `json:"op"`
+	Code      string   `json:"code,omitempty"`       // run
+	TimeoutMS int64    `json:"timeout_ms,omitempty"` // run, exec (0: none)
+	Argv      []string `json:"argv,omitempty"`       // exec
+	Stdin     []byte   `json:"stdin,omitempty"`      // exec (base64 in JSON)
+	Path      string   `json:"path,omitempty"`       // upload, download
+	Mode      uint32   `json:"mode,omitempty"`       // upload (permission bits; 0: 0644)
+}
+
+// Validate implements Validator.
+func (r *Request) Validate() error {
+	if r.TimeoutMS < 0 || r.TimeoutMS > MaxTimeoutMS {
+		return fmt.Errorf("timeout_ms %d out of range", r.TimeoutMS)
+	}
+	if r.Mode&^0o7777 != 0 {
+		return fmt.Errorf("mode %#o has bits beyond permissions", r.Mode)
+	}
+	if len(r.Code) > MaxCodeBytes {
+		return fmt.Errorf("code is %d bytes (max %d)", len(r.Code), MaxCodeBytes)
+	}
+	if len(r.Stdin) > MaxStdinBytes {
+		return fmt.Errorf("stdin is %d bytes (max %d)", len(r.Stdin), MaxStdinBytes)
+	}
+	uses := map[string]bool{}
+	switch r.Op {
+	case OpRun:
+		uses["code"], uses["timeout"] = true, true
+	case OpExec:
+		uses["argv"], uses["stdin"], uses["timeout"] = true, true, true
+		if err := checkArgv(r.Argv); err != nil {
+			return err
+		}
+	case OpUpload, OpDownload:
+		uses["path"] = true
+		uses["mode"] = r.Op == OpUpload
+		if err := CheckPath(r.Path); err != nil {
+			return err
+		}
+	case OpInterrupt, OpRestart, OpHealth, OpShutdown:
+	default:
+		return fmt.Errorf("unknown op %q", truncate(string(r.Op), 32))
+	}
+	for name, set := range map[string]bool{
+		"code":    r.Code != "",
+		"timeout": r.TimeoutMS != 0,
+		"argv":    r.Argv != nil,
+		"stdin":   r.Stdin != nil,
+		"path":    r.Path != "",
+		"mode":    r.Mode != 0,
+	} {
+		if set && !uses[name] {
+			return fmt.Errorf("op %s does not take %s", r.Op, name)
+		}
+	}
+	return nil
+}
+
+func checkArgv(argv []string) error {
+	if len(argv) == 0 || argv[0] == "" {
+		return errors.New("argv is empty")
+	}
+	if len(argv) > MaxArgs {
+		return fmt.Errorf("argv has %d entries (max %d)", len(argv), MaxArgs)
+	}
+	total := 0
+	for i, a := range argv {
+		if len(a) > MaxArgBytes {
+			return fmt.Errorf("argv[%d] is %d bytes (max %d)", i, len(a), MaxArgBytes)
+		}
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("argv[%d] contains a NUL byte", i)
+		}
+		total += len(a)
+	}
+	if total > MaxArgvBytes {
+		return fmt.Errorf("argv is %d bytes (max %d)", total, MaxArgvBytes)
+	}
+	return nil
+}
+
+// CheckPath checks that p is a clean absolute path of bounded length
+// without NUL bytes. Which paths may be written is the agent's decision.
+func CheckPath(p string) error {
+	if p == "" {
+		return errors.New("path is empty")
+	}
+	if len(p) > MaxPathBytes {
+		return fmt.Errorf("path is %d bytes (max %d)", len(p), MaxPathBytes)
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return errors.New("path contains a NUL byte")
+	}
+	if !path.IsAbs(p) {
+		return fmt.Errorf("path %q is not absolute", truncate(p, 256))
+	}
+	if path.Clean(p) != p {
+		return fmt.Errorf("path %q is not clean (want %q)", truncate(p, 256), truncate(path.Clean(p), 256))
+	}
+	return nil
+}
+
+// Error codes.
+const (
+	CodeBadRequest  = "bad_request"
+	CodeBadPath     = "bad_path"
+	CodeNotFound    = "not_found"
+	CodeTooLarge    = "too_large"
+	CodeUnsupported = "unsupported_version"
+	CodeInterp      = "interpreter"
+	CodeIO          = "io"
+	CodeInternal    = "internal"
+)
+
+// Error is a failed request, as the agent reports it.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return "agent: " + e.Code + ": " + e.Message }
+
+// Validate implements Validator.
+func (e *Error) Validate() error {
+	if e.Code == "" {
+		return errors.New("error without a code")
+	}
+	if err := checkText("error code", e.Code, MaxNameBytes); err != nil {
+		return err
+	}
+	return checkText("error message", e.Message, MaxErrorBytes)
+}
+
+// Health is the agent's view of the guest.
+type Health struct {
+	UptimeMS          int64   `json:"uptime_ms"`
+	MemTotalBytes     uint64  `json:"mem_total_bytes"`
+	MemAvailableBytes uint64  `json:"mem_available_bytes"`
+	Procs             int     `json:"procs"`
+	Load1             float64 `json:"load1"`
+	Agent             string  `json:"agent"`
+}
+
+// FileInfo describes a file about to be downloaded.
+type FileInfo struct {
+	Size int64  `json:"size"`
+	Mode uint32 `json:"mode"`
+}
+
+// Response ends every request. Exactly one of its fields is set (none for
+// requests that only succeed or fail, such as restart).
+type Response struct {
+	Error       *Error           `json:"error,omitempty"`
+	Result      *cell.Result     `json:"result,omitempty"`
+	Exec        *cell.ExecResult `json:"exec,omitempty"`
+	Interrupted *bool            `json:"interrupted,omitempty"`
+	Health      *Health          `json:"health,omitempty"`
+	File        *FileInfo        `json:"file,omitempty"`
+	Written     *int64           `json:"written,omitempty"`
+}
+
+// Validate implements Validator.
+func (r *Response) Validate() error {
+	set := 0
+	for _, b := range []bool{r.Error != nil, r.Result != nil, r.Exec != nil, r.Interrupted != nil, r.Health != nil, r.File != nil, r.Written != nil} {
+		if b {
+			set++
+		}
+	}
+	if set > 1 {
+		return errors.New("response has more than one field set")
+	}
+	switch {
+	case r.Error != nil:
+		return r.Error.Validate()
+	case r.Result != nil:
+		return validateResult(r.Result)
+	case r.Exec != nil:
+		if r.Exec.DurationMS < 0 || r.Exec.Truncated.StdoutBytes < 0 || r.Exec.Truncated.StderrBytes < 0 {
+			return errors.New("exec result with negative counts")
+		}
+	case r.Health != nil:
+		h := r.Health
+		if h.UptimeMS < 0 || h.Procs < 0 || h.MemAvailableBytes > h.MemTotalBytes || h.Load1 < 0 {
+			return errors.New("implausible health values")
+		}
+		return checkText("agent", h.Agent, MaxNameBytes)
+	case r.File != nil:
+		if r.File.Size < 0 || r.File.Mode&^0o7777 != 0 {
+			return errors.New("bad file info")
+		}
+	case r.Written != nil:
+		if *r.Written < 0 {
+			return errors.New("negative written count")
+		}
+	}
+	return nil
+}
+
+func validateResult(r *cell.Result) error {
+	switch r.Status {
+	case cell.StatusOK, cell.StatusError, cell.StatusTimeout, cell.StatusLost:
+	default:
+		return fmt.Errorf("unknown cell status %q", truncate(string(r.Status), 32))
+	}
+	if r.ExecutionCount < 0 || r.DurationMS < 0 || r.Truncated.StdoutBytes < 0 || r.Truncated.StderrBytes < 0 {
+		return errors.New("cell result with negative counts")
+	}
+	return nil
+}
+
+// Event is one streamed event of a running cell. The agent never sends
+// the end event: the final result travels in the Response instead, so it
+// is not sent twice.
+type Event struct {
+	cell.Event
+}
+
+// Validate implements Validator.
+func (e *Event) Validate() error {
+	switch e.Type {
+	case cell.EventStdout, cell.EventStderr:
+		if e.Result != nil || e.Error != nil || e.End != nil {
+			return fmt.Errorf("%s event with extra fields", e.Type)
+		}
+	case cell.EventResult:
+		if e.Result == nil || e.Text != "" || e.Error != nil || e.End != nil {
+			return errors.New("result event without exactly a result")
+		}
+	case cell.EventError:
+		if e.Error == nil || e.Text != "" || e.Result != nil || e.End != nil {
+			return errors.New("error event without exactly an error")
+		}
+	default:
+		return fmt.Errorf("unknown event type %q", truncate(string(e.Type), 32))
+	}
+	return nil
+}
+
+func checkText(what, s string, max int) error {
+	if len(s) > max {
+		return fmt.Errorf("%s is %d bytes (max %d)", what, len(s), max)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%s is not UTF-8", what)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# Builds build/rootfs.ext4, the guest's read-only root file system: Debian
+# bookworm (debootstrap minbase) with python3 and the data-science packages in
+# image/packages.txt, trimmed, byte-compiled, with matplotlib's font cache
+# pre-built, plus the repository's image/files/ tree copied onto the root.
+#
+# The image is mounted read-only by the guest; the guest init puts its own
+# writable overlay on top. Nothing may need writing at first use that could
+# have been written here (bytecode, font cache).
+#
+# Results are cached under ${CELLVM_CACHE:-$HOME/.cache/cellvm}/image/<key>/,
+# key = sha256(this script, image/packages.txt, image/files/ tree,
+# $CELLVM_IMAGE_EXTRA tree), so a second run only links the cached image.
+# Downloaded .debs are kept in the cache too, so a rebuild after changing
+# image/files/ does not download again.
+#
+# Environment:
+#   CELLVM_CACHE        cache root (default $HOME/.cache/cellvm)
+#   CELLVM_IMAGE_EXTRA  optional directory copied onto the root after
+#                       image/files/ (e.g. built binaries); part of the key
+#   CELLVM_MIRROR       Debian mirror (default http://deb.debian.org/debian)
+#
+# Needs root (debootstrap, chroot, mount namespaces).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+pkg_list="$repo/image/packages.txt"
+files_dir="$repo/image/files"
+extra_dir="${CELLVM_IMAGE_EXTRA:-}"
+out="$repo/build/rootfs.ext4"
+cache_root="${CELLVM_CACHE:-$HOME/.cache/cellvm}/image"
+mirror="${CELLVM_MIRROR:-http://deb.debian.org/debian}"
+suite=bookworm
+
+log() { printf '[image %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# tree_digest DIR prints one line per entry (type, mode, path, content hash)
+# so that renames, mode changes and edits all change the key.
+tree_digest() {
+	local dir=$1
+	[[ -d "$dir" ]] || return 0
+	(cd "$dir" && find . -mindepth 1 -printf '%y %m %p %l\n' | LC_ALL=C sort &&
+		find . -type f -print0 | LC_ALL=C sort -z | xargs -0r sha256sum)
+}
+
+if [[ -n "$extra_dir" && ! -d "$extra_dir" ]]; then
+	die "CELLVM_IMAGE_EXTRA=$extra_dir is not a directory"
+fi
+mapfile -t packages < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$pkg_list")
+((${#packages[@]})) || die "$pkg_list lists no packages"
+
+key=$( {
+	printf 'script\n'; cat "${BASH_SOURCE[0]}"
+	printf 'packages\n'; printf '%s\n' "${packages[@]}"
+	printf 'mirror %s suite %s\n' "$mirror" "$suite"
+	printf 'files\n'; tree_digest "$files_dir"
+	printf 'extra\n'; tree_digest "$extra_dir"
+} | sha256sum | cut -d' ' -f1)
+result="$cache_root/$key"
+
+install_result() {
+	mkdir -p "$(dirname "$out")"
+	rm -f "$out"
+	# A hard link is instant; the cached file is read-only and the guest
+	# mounts it read-only. Fall back to a copy across file systems.
+	ln "$result/rootfs.ext4" "$out" 2>/dev/null || cp "$result/rootfs.ext4" "$out"
+	log "build/rootfs.ext4: $(du -h --apparent-size "$out" | cut -f1) (key ${key:0:12})"
+}
+
+if [[ -f "$result/done" ]]; then
+	log "cache hit: $result"
+	install_result
+	exit 0
+fi
+
+((EUID == 0)) || die "building the image needs root (debootstrap, chroot)"
+for tool in debootstrap mkfs.ext4 chroot unshare; do
+	command -v "$tool" >/dev/null || die "$tool missing (run scripts/install-deps.sh)"
+done
+
+mkdir -p "$cache_root"
+exec 9>"$cache_root/.lock"
+flock 9
+if [[ -f "$result/done" ]]; then
+	log "cache hit after waiting for another build: $result"
+	install_result
+	exit 0
+fi
+
+start=$(date +%s)
+log "cache miss (key ${key:0:12}); started $(date '+%Y-%m-%d %H:%M:%S')"
+
+work="$cache_root/work"
+root="$work/root"
+debs="$cache_root/debs"
+# Every mount below lives in a private mount namespace that dies with its
+# command, so an interrupted build leaves nothing mounted under $root.
+rm -rf "$work"
+mkdir -p "$root" "$debs"
+
+# stages: print a line when the first word(s) of debootstrap/apt output
+# change (Retrieving -> Validating -> Extracting ...), with how many lines
+# the previous stage had, instead of one line per package.
+stages() {
+	# mawk reads its input in blocks unless told otherwise.
+	local awk_cmd=(awk)
+	if awk -W version 2>&1 | grep -q mawk; then awk_cmd=(awk -W interactive); fi
+	"${awk_cmd[@]}" -v t0="$start" '
+	function say(msg) { printf "[image %s +%ds] %s\n", strftime("%H:%M:%S"), systime() - t0, msg; fflush() }
+	function flush_stage() { if (n > 1) say("  ... " n " lines of \"" cur "\"") }
+	{
+		st = ""
+		if ($0 ~ /^I: (Retrieving|Validating) /) st = "I: Retrieving/Validating"
+		else if (match($0, /^I: (Extracting|Unpacking|Configuring|Installing) /)) st = substr($0, 1, RLENGTH - 1)
+		else if ($0 ~ /^Get:[0-9]/) st = "Get"
+		else if ($0 ~ /^(Selecting previously|Preparing to unpack|Unpacking) /) st = "Unpacking"
+		else if (match($0, /^(Setting up|Processing triggers)/)) st = substr($0, 1, RLENGTH)
+		if (st == "") { flush_stage(); cur = ""; n = 0; say($0); next }
+		if (st != cur) { flush_stage(); say($0); cur = st; n = 0 }
+		n++
+	}
+	END { flush_stage() }' >&2
+}
+
+log "debootstrap --variant=minbase $suite from $mirror"
+unshare -m --propagation private \
+	debootstrap --variant=minbase --cache-dir="$debs" "$suite" "$root" "$mirror" 2>&1 | stages
+[[ ${PIPESTATUS[0]} == 0 ]] || die "debootstrap failed"
+log "debootstrap done after $(($(date +%s) - start))s"
+
+cat >"$root/etc/apt/sources.list" <<EOF
+deb $mirror $suite main
+deb $mirror $suite-updates main
+deb ${mirror%/debian}/debian-security $suite-security main
+EOF
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+chmod 755 "$root/usr/sbin/policy-rc.d"
+printf 'Dpkg::Use-Pty "0";\nAPT::Install-Recommends "0";\n' >"$root/etc/apt/apt.conf.d/90cellvm"
+
+# in_root CMD... runs CMD chrooted, with /proc mounted and the persistent
+# .deb cache bound over apt's archive directory.
+in_root() {
+	unshare -m --propagation private sh -c '
+		root=$1 debs=$2; shift 2
+		mount -t proc proc "$root/proc" &&
+		mount --bind "$debs" "$root/var/cache/apt/archives" &&
+		exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+			DEBIAN_FRONTEND=noninteractive chroot "$root" "$@"
+	' in_root "$root" "$debs" "$@"
+}
+
+log "apt-get install: ${packages[*]}"
+mkdir -p "$debs/partial"
+in_root apt-get -q update 2>&1 | stages
+[[ ${PIPESTATUS[0]} == 0 ]] || die "apt-get update failed"
+in_root apt-get -q -y -o Dpkg::Progress-Fancy=0 dist-upgrade 2>&1 | stages
+[[ ${PIPESTATUS[0]} == 0 ]] || die "apt-get dist-upgrade failed"
+in_root apt-get -q -y -o Dpkg::Progress-Fancy=0 install "${packages[@]}" 2>&1 | stages
+[[ ${PIPESTATUS[0]} == 0 ]] || die "apt-get install failed"
+log "packages installed after $(($(date +%s) - start))s"
+
+log "trimming: apt lists, docs, man pages, locales, logs, test suites"
+rm -f "$root/usr/sbin/policy-rc.d" "$root/etc/apt/apt.conf.d/90cellvm"
+rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin \
+	"$root"/var/cache/debconf/*-old "$root"/var/lib/dpkg/*-old \
+	"$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/* \
+	"$root"/usr/share/locale/* "$root"/usr/share/lintian "$root"/usr/share/bug \
+	"$root"/var/log/* "$root"/tmp/* "$root"/var/tmp/*
+# Upstream test suites: large, never imported by the libraries themselves.
+find "$root/usr/lib/python3/dist-packages" -depth -type d -name tests \
+	\( -path '*/numpy/*' -o -path '*/scipy/*' -o -path '*/pandas/*' -o -path '*/matplotlib/*' \) \
+	-exec rm -rf {} +
+
+log "pre-building matplotlib's font cache and compiling bytecode"
+# Two caches: root's default (~/.cache/matplotlib) and a shared one for an
+# interpreter started with MPLCONFIGDIR=/var/cache/matplotlib.
+mkdir -p "$root/var/cache/matplotlib"
+chmod 1777 "$root/var/cache/matplotlib"
+in_root python3 -c 'import matplotlib.pyplot' ||
+	die "importing matplotlib.pyplot failed in the image"
+in_root env MPLCONFIGDIR=/var/cache/matplotlib python3 -c 'import matplotlib.pyplot, numpy, pandas, scipy, IPython, PIL' ||
+	die "importing the data-science stack failed in the image"
+ls "$root/root/.cache/matplotlib/"fontlist-*.json "$root/var/cache/matplotlib/"fontlist-*.json >/dev/null ||
+	die "matplotlib font cache was not written"
+# Anything not yet compiled by the packages' postinst (py3compile). Test
+# data with deliberate syntax errors fails to compile; that is expected.
+in_root python3 -m compileall -q -j2 /usr/lib/python3/dist-packages /usr/lib/python3.11 \
+	>/dev/null 2>&1 || true
+log "$(find "$root/usr/lib" -name '*.pyc' | wc -l) .pyc files in the image"
+
+log "guest layout: /workspace, /mnt/overlay, /opt/cellvm, image/files/"
+echo cellvm >"$root/etc/hostname"
+printf '127.0.0.1\tlocalhost\n127.0.1.1\tcellvm\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+: >"$root/etc/resolv.conf" # the guest init writes it (through the overlay)
+mkdir -p "$root/workspace" "$root/mnt/overlay" "$root/opt/cellvm"
+cp -a "$files_dir/." "$root/"
+if [[ -n "$extra_dir" ]]; then cp -a "$extra_dir/." "$root/"; fi
+# A marker that says which build this is, readable from inside the guest.
+printf 'key %s\nbuilt %s\nsuite %s\n' "$key" "$(date -u '+%Y-%m-%dT%H:%M:%SZ')" "$suite" >"$root/etc/cellvm-image"
+
+content_kib=$(du -sxk "$root" | cut -f1)
+inodes=$(find "$root" -xdev | wc -l)
+# Content + 15% headroom + room for inode tables and metadata.
+size_kib=$((content_kib * 115 / 100 + inodes * 256 / 1024 + 32768))
+size_kib=$(((size_kib + 1023) / 1024 * 1024))
+log "mkfs.ext4: ${content_kib} KiB in $inodes inodes -> $((size_kib / 1024)) MiB image"
+uuid=$(printf '%s' "$key" | sed -E 's/^(.{8})(.{4})(.{4})(.{4})(.{12}).*/\1-\2-\3-\4-\5/')
+rm -rf "$result.tmp"
+mkdir -p "$result.tmp"
+mkfs.ext4 -q -F -b 4096 -m 0 -N $((inodes * 11 / 10 + 1024)) -O ^has_journal \
+	-L cellvm-root -U "$uuid" -E root_owner=0:0 \
+	-d "$root" "$result.tmp/rootfs.ext4" "${size_kib}K" ||
+	die "mkfs.ext4 failed"
+e2fsck -fn "$result.tmp/rootfs.ext4" >/dev/null || die "e2fsck found errors in the new image"
+chmod 0444 "$result.tmp/rootfs.ext4"
+
+elapsed=$(($(date +%s) - start))
+printf 'build_seconds %s\ncontent_kib %s\ninodes %s\nfinished %s\n' \
+	"$elapsed" "$content_kib" "$inodes" "$(date '+%Y-%m-%d %H:%M:%S')" >"$result.tmp/done"
+rm -rf "$result"
+mv "$result.tmp" "$result"
+rm -rf "$work"
+log "finished $(date '+%Y-%m-%d %H:%M:%S'); build time ${elapsed}s"
+install_result

@@ -1,0 +1,99 @@
+#!/bin/sh
+# /init of the nested-KVM rig's L1 guest (busybox ash, PID 1).
+#
+# Why this exists: the host has no /dev/kvm, so tests that need KVM run in an
+# L1 VM emulated by QEMU TCG with an AMD-V CPU. This script makes /dev/kvm
+# appear (kvm-amd), puts the host's root filesystem (9p, read-only) under a
+# tmpfs-backed overlay so it is writable, chroots there, runs the command that
+# run.sh packed into /rig/cmd.sh, reports its exit code on the console with a
+# per-run nonce, and powers L1 off. Nothing it writes survives L1.
+#
+# Files provided by the initramfs:
+#   /etc/rig-modules   module names, dependency order (built by mkinitramfs.sh)
+#   /lib/modules/*.ko  those modules, uncompressed
+#   /rig/cmd.sh        per run: env exports, cd, exec of the command
+#   /rig/nonce         per run: token that makes the end marker unforgeable
+
+PATH=/bin
+export PATH
+
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+exec </dev/console >/dev/console 2>&1
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+# Raw newlines: the host log gets "\n", not "\r\n".
+stty -F /dev/console -onlcr 2>/dev/null
+
+nonce=$(cat /rig/nonce 2>/dev/null)
+t_init=$(cut -d' ' -f1 /proc/uptime)
+
+# step NAME: with cellvm.rigdebug on the kernel command line (run.sh sets it
+# when RIG_DEBUG=1), prints the uptime of each setup step.
+debug=0
+case " $(cat /proc/cmdline) " in *" cellvm.rigdebug "*) debug=1 ;; esac
+step() { [ $debug = 1 ] && echo "cellvm-rig: $(cut -d' ' -f1 /proc/uptime) $*"; return 0; }
+
+# finish CODE MESSAGE: prints the end marker and powers off. Never returns.
+finish() {
+	code=$1
+	shift
+	[ -n "$*" ] && echo "cellvm-rig: $*"
+	t_end=$(cut -d' ' -f1 /proc/uptime)
+	printf '\ncellvm-rig-end %s exit=%s init_s=%s start_s=%s end_s=%s\n' \
+		"$nonce" "$code" "$t_init" "${t_start:-0}" "$t_end"
+	# stty waits for the tty to drain (TCSADRAIN) before poweroff cuts it.
+	stty -F /dev/console -onlcr 2>/dev/null
+	sleep 0.1
+	poweroff -f
+	sleep 10
+	echo o >/proc/sysrq-trigger
+}
+
+# Modules: a failure is reported but not fatal here; the command (or the
+# /dev/kvm check below) decides whether the run is usable.
+while read -r mod; do
+	[ -n "$mod" ] || continue
+	step "insmod $mod"
+	if ! out=$(insmod "/lib/modules/$mod.ko" 2>&1); then
+		case "$out" in
+		*"File exists"*) ;;
+		*) echo "cellvm-rig: insmod $mod failed: $out" ;;
+		esac
+	fi
+done </etc/rig-modules
+
+[ -c /dev/kvm ] || echo "cellvm-rig: warning: /dev/kvm did not appear (no svm in L1 CPU?)"
+
+step "mount host root"
+mkdir -p /host /rw /newroot
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose hostroot /host ||
+	finish 125 "cannot mount host root over 9p"
+mount -t tmpfs -o mode=0755 rw /rw
+mkdir -p /rw/upper /rw/work
+mount -t overlay overlay -o lowerdir=/host,upperdir=/rw/upper,workdir=/rw/work /newroot ||
+	finish 125 "cannot mount overlay on host root"
+
+step "mount inside the chroot"
+R=/newroot
+mount -t proc proc $R/proc
+mount -t sysfs sysfs $R/sys
+mount -t cgroup2 cgroup2 $R/sys/fs/cgroup 2>/dev/null
+mount -t devtmpfs devtmpfs $R/dev
+mkdir -p $R/dev/pts $R/dev/shm
+mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts $R/dev/pts
+[ -e $R/dev/ptmx ] || ln -s pts/ptmx $R/dev/ptmx
+mount -t tmpfs -o mode=1777 shm $R/dev/shm
+mount -t tmpfs -o mode=0755 run $R/run
+# /tmp: the host's /tmp stays visible (read through 9p, writes to the tmpfs
+# upper layer), so binaries built into /tmp on the host can be run here.
+
+ip link set lo up 2>/dev/null
+hostname cellvm-rig
+
+mkdir -p $R/.cellvm-rig
+cp /rig/cmd.sh $R/.cellvm-rig/cmd.sh
+
+t_start=$(cut -d' ' -f1 /proc/uptime)
+echo "cellvm-rig-start $nonce uptime=$t_start"
+env -i chroot $R /bin/sh /.cellvm-rig/cmd.sh </dev/null
+finish $? ""

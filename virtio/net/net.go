@@ -1,0 +1,234 @@
+// Package net is virtio-net (virtio 1.x, 5.1) over a host TAP device: one
+// rx and one tx queue, the MAC address in config space, and no offloads, so
+// the 12-byte virtio_net_hdr passes between guest and TAP (opened with
+// IFF_VNET_HDR) unchanged on tx and with num_buffers set to 1 on rx.
+//
+// The TAP is read by one goroutine for the device's lifetime, because a
+// blocking read on an arbitrary io.Reader cannot be interrupted; the queues
+// are served by goroutines that a reset stops.
+package net
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+
+	"github.com/cellvm/cellvm/virtio"
+	"github.com/cellvm/cellvm/virtio/queue"
+)
+
+// Feature bits (virtio 1.x, 5.1.3).
+const FeatureMAC uint64 = 1 << 5
+
+const (
+	rxQueue = 0
+	txQueue = 1
+	// QueueSize is the largest queue the device accepts.
+	QueueSize = 256
+	// HeaderLen is struct virtio_net_hdr with VIRTIO_F_VERSION_1.
+	HeaderLen = 12
+	// MaxFrame bounds a frame with its header: a 64 KiB IP packet plus
+	// Ethernet and VLAN headers.
+	MaxFrame = HeaderLen + 65550
+)
+
+// Net is a virtio network device backed by a TAP.
+type Net struct {
+	tap    io.ReadWriteCloser
+	mac    [6]byte
+	log    *slog.Logger
+	frames chan []byte // frames read from the TAP, for the rx goroutine
+
+	readerOnce sync.Once
+	done       chan struct{} // closed by Close: ends the TAP reader
+	readerWG   sync.WaitGroup
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// New returns a network device over tap (a TAP file descriptor opened with
+// IFF_TAP|IFF_NO_PI|IFF_VNET_HDR and a 12-byte vnet header, as OpenTAP
+// does) with the given MAC address. The device owns tap and closes it in
+// Close.
+func New(tap io.ReadWriteCloser, mac [6]byte, log *slog.Logger) *Net {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Net{
+		tap: tap, mac: mac,
+		log:    log.With("device", "virtio-net"),
+		frames: make(chan []byte, 16),
+		done:   make(chan struct{}),
+	}
+}
+
+// DeviceType implements virtio.Device.
+func (*Net) DeviceType() uint32 { return virtio.TypeNet }
+
+// Features implements virtio.Device.
+func (*Net) Features() uint64 { return FeatureMAC }
+
+// QueueMaxSizes implements virtio.Device: receiveq1, transmitq1.
+func (*Net) QueueMaxSizes() []uint16 { return []uint16{QueueSize, QueueSize} }
+
+// ReadConfig implements virtio.Device: the config space starts with mac.
+func (n *Net) ReadConfig(off uint64, p []byte) {
+	if off < uint64(len(n.mac)) {
+		copy(p, n.mac[off:])
+	}
+}
+
+// WriteConfig implements virtio.Device: read-only.
+func (*Net) WriteConfig(uint64, []byte) {}
+
+// Activate implements virtio.Device.
+func (n *Net) Activate(a *virtio.Activation) error {
+	if len(a.Queues) != 2 || a.Queues[rxQueue] == nil || a.Queues[txQueue] == nil {
+		return errors.New("virtio-net: rx and tx queues not set up")
+	}
+	n.readerOnce.Do(func() {
+		n.readerWG.Add(1)
+		go n.readTAP()
+	})
+	n.stop = make(chan struct{})
+	n.wg.Add(2)
+	go n.rxLoop(a, n.stop)
+	go n.txLoop(a, n.stop)
+	return nil
+}
+
+// Reset implements virtio.Device.
+func (n *Net) Reset() {
+	if n.stop == nil {
+		return
+	}
+	close(n.stop)
+	n.wg.Wait()
+	n.stop = nil
+}
+
+// Close stops the device and closes the TAP.
+func (n *Net) Close() error {
+	n.Reset()
+	close(n.done)
+	err := n.tap.Close()
+	n.readerWG.Wait()
+	return err
+}
+
+// readTAP reads frames for as long as the TAP is open.
+func (n *Net) readTAP() {
+	defer n.readerWG.Done()
+	buf := make([]byte, MaxFrame)
+	for {
+		k, err := n.tap.Read(buf)
+		if err != nil {
+			select {
+			case <-n.done:
+			default:
+				n.log.Warn("TAP read", "err", err)
+			}
+			return
+		}
+		if k < HeaderLen {
+			continue
+		}
+		f := append([]byte(nil), buf[:k]...)
+		select {
+		case n.frames <- f:
+		case <-n.done:
+			return
+		}
+	}
+}
+
+// rxLoop puts TAP frames into the guest's receive buffers.
+func (n *Net) rxLoop(a *virtio.Activation, stop <-chan struct{}) {
+	defer n.wg.Done()
+	q := a.Queues[rxQueue]
+	var chain *queue.Chain
+	for {
+		var f []byte
+		select {
+		case <-stop:
+			return
+		case f = <-n.frames:
+		}
+		// num_buffers is 1 without VIRTIO_NET_F_MRG_RXBUF.
+		f[10], f[11] = 1, 0
+		for chain == nil {
+			c, err := q.Pop(a.Mem)
+			if err != nil {
+				a.Irq.NeedsReset(fmt.Errorf("virtio-net rx: %w", err))
+				return
+			}
+			if c != nil {
+				chain = c
+				break
+			}
+			select {
+			case <-stop:
+				return
+			case <-a.Kicks[rxQueue]:
+			}
+		}
+		if uint64(len(f)) > uint64(chain.WritableLen) {
+			n.log.Debug("frame larger than the rx buffer dropped", "len", len(f), "buffer", chain.WritableLen)
+			continue // keep the chain for the next frame
+		}
+		w := chain.NewWriter(a.Mem)
+		if _, err := w.Write(f); err != nil {
+			a.Irq.NeedsReset(fmt.Errorf("virtio-net rx: %w", err))
+			return
+		}
+		if err := q.Push(a.Mem, chain.Head, w.Written()); err != nil {
+			a.Irq.NeedsReset(fmt.Errorf("virtio-net rx: %w", err))
+			return
+		}
+		chain = nil
+		a.SignalUsed(q)
+	}
+}
+
+// txLoop sends the guest's frames to the TAP.
+func (n *Net) txLoop(a *virtio.Activation, stop <-chan struct{}) {
+	defer n.wg.Done()
+	q := a.Queues[txQueue]
+	buf := make([]byte, MaxFrame)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-a.Kicks[txQueue]:
+		}
+		for {
+			c, err := q.Pop(a.Mem)
+			if err != nil {
+				a.Irq.NeedsReset(fmt.Errorf("virtio-net tx: %w", err))
+				return
+			}
+			if c == nil {
+				break
+			}
+			if c.ReadableLen < HeaderLen || c.ReadableLen > MaxFrame {
+				n.log.Debug("bad tx frame dropped", "len", c.ReadableLen)
+			} else {
+				k, err := io.ReadFull(c.NewReader(a.Mem), buf[:c.ReadableLen])
+				if err == nil {
+					_, err = n.tap.Write(buf[:k])
+				}
+				if err != nil {
+					n.log.Debug("TAP write", "err", err)
+				}
+			}
+			if err := q.Push(a.Mem, c.Head, 0); err != nil {
+				a.Irq.NeedsReset(fmt.Errorf("virtio-net tx: %w", err))
+				return
+			}
+		}
+		a.SignalUsed(q)
+	}
+}

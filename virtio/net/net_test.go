@@ -1,0 +1,134 @@
+package net
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cellvm/cellvm/virtio/virtiotest"
+	"golang.org/x/sys/unix"
+)
+
+// fakeTAP hands the device frames from toGuest and collects what it writes.
+type fakeTAP struct {
+	toGuest chan []byte
+	fromDev chan []byte
+	closed  chan struct{}
+}
+
+func newFakeTAP() *fakeTAP {
+	return &fakeTAP{toGuest: make(chan []byte, 8), fromDev: make(chan []byte, 8), closed: make(chan struct{})}
+}
+
+func (f *fakeTAP) Read(p []byte) (int, error) {
+	select {
+	case b := <-f.toGuest:
+		return copy(p, b), nil
+	case <-f.closed:
+		return 0, io.EOF
+	}
+}
+
+func (f *fakeTAP) Write(p []byte) (int, error) {
+	f.fromDev <- append([]byte(nil), p...)
+	return len(p), nil
+}
+
+func (f *fakeTAP) Close() error { close(f.closed); return nil }
+
+func frame(payload string) []byte {
+	return append(make([]byte, HeaderLen), payload...)
+}
+
+func TestMACConfig(t *testing.T) {
+	h := virtiotest.Start(t, New(newFakeTAP(), [6]byte{2, 0, 0, 0, 0, 7}, nil), ^uint64(0), 64)
+	var got []byte
+	for i := range uint64(6) { // Linux reads the MAC a byte at a time
+		got = append(got, h.Config(i, 1)...)
+	}
+	if !bytes.Equal(got, []byte{2, 0, 0, 0, 0, 7}) {
+		t.Fatalf("mac %x", got)
+	}
+	if h.Features&FeatureMAC == 0 {
+		t.Fatal("MAC feature not offered")
+	}
+}
+
+func TestTransmit(t *testing.T) {
+	tap := newFakeTAP()
+	h := virtiotest.Start(t, New(tap, [6]byte{2}, nil), ^uint64(0), 64)
+	f := frame("ethernet frame")
+	h.Post(txQueue, virtiotest.R(f[:HeaderLen]), virtiotest.R(f[HeaderLen:]))
+	select {
+	case got := <-tap.fromDev:
+		if !bytes.Equal(got, f) {
+			t.Fatalf("TAP got %q", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing written to the TAP")
+	}
+	h.Wait(txQueue, 5*time.Second)
+	// A runt (shorter than the header) is dropped but completed.
+	h.Post(txQueue, virtiotest.R([]byte{1, 2}))
+	h.Wait(txQueue, 5*time.Second)
+	select {
+	case got := <-tap.fromDev:
+		t.Fatalf("runt reached the TAP: %q", got)
+	default:
+	}
+}
+
+func TestReceive(t *testing.T) {
+	tap := newFakeTAP()
+	h := virtiotest.Start(t, New(tap, [6]byte{2}, nil), ^uint64(0), 64)
+	big := frame(string(make([]byte, 3000)))
+	tap.toGuest <- big // larger than the buffer below: dropped
+	tap.toGuest <- frame("hello guest")
+	h.Post(rxQueue, virtiotest.W(HeaderLen+1514))
+	u := h.Wait(rxQueue, 5*time.Second)
+	want := frame("hello guest")
+	want[10] = 1 // num_buffers
+	if !bytes.Equal(u.Data, want) {
+		t.Fatalf("guest got %q", u.Data)
+	}
+	// A frame waits for a buffer.
+	tap.toGuest <- frame("later")
+	if _, ok := h.TryWait(rxQueue, 100*time.Millisecond); ok {
+		t.Fatal("used entry without a posted buffer")
+	}
+	h.Post(rxQueue, virtiotest.W(HeaderLen+1514))
+	if u := h.Wait(rxQueue, 5*time.Second); string(u.Data[HeaderLen:]) != "later" {
+		t.Fatalf("guest got %q", u.Data)
+	}
+}
+
+func TestOpenTAP(t *testing.T) {
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skip("no /dev/net/tun")
+	}
+	f, err := OpenTAP("cvtest%d")
+	if errors.Is(err, os.ErrPermission) || errors.Is(err, unix.EPERM) {
+		t.Skipf("cannot create a TAP here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Close must interrupt a pending read (the device's TAP reader).
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Read(make([]byte, MaxFrame))
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not interrupt Read")
+	}
+}

@@ -1,0 +1,283 @@
+package vsock
+
+import (
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/cellvm/cellvm/virtio/queue"
+)
+
+type connState uint8
+
+const (
+	stateConnecting  connState = iota // host-initiated, REQUEST sent or pending
+	stateDialing                      // guest-initiated, dialing the host listener
+	stateEstablished                  // both sides connected
+)
+
+// Control packets a connection owes the guest.
+const (
+	pendRequest uint8 = 1 << iota
+	pendResponse
+	pendCreditUpdate
+)
+
+// conn is one stream connection. All fields are guarded by the session
+// lock; cond (on that lock) wakes the socket goroutines.
+type conn struct {
+	s     *session
+	key   connKey
+	uds   *net.UnixConn // set before the socket goroutines start, then fixed
+	cond  *sync.Cond
+	timer *time.Timer // guest accept timeout, host-initiated only
+
+	state   connState
+	closed  bool
+	queued  bool // in s.ready
+	pending uint8
+
+	// Guest to host. rxCnt counts bytes taken from the guest, fwdCnt those
+	// written to the host socket; the difference is buffered in toHost and
+	// never exceeds bufAlloc.
+	rxCnt, fwdCnt   uint32
+	lastFwdSent     uint32 // fwd_cnt as the guest last heard it
+	toHost          []byte
+	okPending       []byte // "OK <port>\n", written before any data
+	writerBusy      bool
+	guestShutSend   bool // guest sends no more: half-close the host socket
+	guestShutRcv    bool // guest reads no more: stop reading the host
+	closeWhenFlushd bool // guest closed: flush, then close and RST
+	hostWriteClosed bool
+
+	// Host to guest. txCnt counts bytes sent to the guest; the guest's
+	// buf_alloc and fwd_cnt bound how far it may run ahead.
+	txCnt        uint32
+	peerBufAlloc uint32
+	peerFwdCnt   uint32
+	toGuest      []byte
+	hostEOF      bool
+	shutSent     bool
+}
+
+// peerCredit is how many more bytes the guest can take.
+func (c *conn) peerCredit() uint32 {
+	used := c.txCnt - c.peerFwdCnt
+	if used >= c.peerBufAlloc {
+		return 0
+	}
+	return c.peerBufAlloc - used
+}
+
+func (c *conn) updateCredit(h Header) {
+	c.peerBufAlloc, c.peerFwdCnt = h.BufAlloc, h.FwdCnt
+	if len(c.toGuest) > 0 && c.peerCredit() > 0 {
+		c.s.schedule(c)
+	}
+	c.cond.Broadcast()
+}
+
+// needCreditUpdate says whether the guest should hear about freed buffer
+// space now: it has something new to hear and, as far as it knows, our
+// buffer is at least half full.
+func (c *conn) needCreditUpdate() bool {
+	return c.fwdCnt != c.lastFwdSent && c.rxCnt-c.lastFwdSent >= bufAlloc/2
+}
+
+// nextOp is the next packet c owes the guest, if any.
+func (c *conn) nextOp() (uint16, bool) {
+	switch {
+	case c.closed:
+		return 0, false
+	case c.pending&pendRequest != 0:
+		return OpRequest, true
+	case c.pending&pendResponse != 0:
+		return OpResponse, true
+	case c.state == stateEstablished && len(c.toGuest) > 0 && c.peerCredit() > 0:
+		return OpRW, true
+	case c.hostEOF && len(c.toGuest) == 0 && !c.shutSent:
+		return OpShutdown, true
+	case c.pending&pendCreditUpdate != 0:
+		return OpCreditUpdate, true
+	}
+	return 0, false
+}
+
+func (c *conn) header(op uint16) Header {
+	h := Header{
+		SrcCID: HostCID, DstCID: c.s.v.cid, SrcPort: c.key.local, DstPort: c.key.peer,
+		Type: TypeStream, Op: op, BufAlloc: bufAlloc, FwdCnt: c.fwdCnt,
+	}
+	if op == OpShutdown {
+		h.Flags = ShutdownSend
+	}
+	return h
+}
+
+// took commits packet h, now going into an rx buffer with room bytes for
+// data, and returns the data to send with it.
+func (c *conn) took(h *Header, room uint32) []byte {
+	c.lastFwdSent = c.fwdCnt
+	c.pending &^= pendCreditUpdate // every packet carries the credit
+	var data []byte
+	switch h.Op {
+	case OpRequest:
+		c.pending &^= pendRequest
+	case OpResponse:
+		c.pending &^= pendResponse
+	case OpRW:
+		n := min(uint32(len(c.toGuest)), c.peerCredit(), room, MaxPayload)
+		data, c.toGuest = c.toGuest[:n], c.toGuest[n:]
+		c.txCnt += n
+		if len(c.toGuest) == 0 {
+			c.cond.Broadcast() // the reader may fetch more
+		}
+	case OpShutdown:
+		c.shutSent = true
+		c.maybeFinish()
+	}
+	return data
+}
+
+// fromGuest takes an RW packet's payload for the host socket.
+func (c *conn) fromGuest(payload *queue.Reader, n uint32) {
+	if c.state != stateEstablished || c.guestShutSend {
+		c.s.closeConn(c, true)
+		return
+	}
+	if c.rxCnt+n-c.fwdCnt > bufAlloc {
+		c.s.v.log.Warn("guest overran its credit", "port", c.key.local)
+		c.s.closeConn(c, true)
+		return
+	}
+	start := len(c.toHost)
+	c.toHost = append(c.toHost, make([]byte, n)...)
+	if _, err := io.ReadFull(payload, c.toHost[start:]); err != nil {
+		c.s.closeConn(c, true)
+		return
+	}
+	c.rxCnt += n
+	c.cond.Broadcast()
+}
+
+func (c *conn) guestShutdown(flags uint32) {
+	if flags&ShutdownRcv != 0 {
+		c.guestShutRcv = true
+		c.toGuest = nil
+	}
+	if flags&ShutdownSend != 0 {
+		c.guestShutSend = true
+	}
+	if flags&(ShutdownRcv|ShutdownSend) == ShutdownRcv|ShutdownSend {
+		c.closeWhenFlushd = true // Linux's close(): it waits for our RST
+	}
+	c.cond.Broadcast()
+	c.maybeFinish()
+}
+
+// maybeFinish closes c once both directions are finished and flushed.
+func (c *conn) maybeFinish() {
+	if c.closed || c.writerBusy || len(c.toHost) > 0 || c.okPending != nil {
+		return
+	}
+	if c.closeWhenFlushd && c.hostWriteClosed || c.guestShutSend && c.hostWriteClosed && c.shutSent {
+		c.s.closeConn(c, true)
+	}
+}
+
+// hostReader moves host socket data towards the guest, reading no more
+// than the guest has credit for.
+func (c *conn) hostReader() {
+	s := c.s
+	defer s.wg.Done()
+	buf := make([]byte, MaxPayload)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		for !c.closed && (c.state != stateEstablished || c.guestShutRcv || len(c.toGuest) > 0 || c.peerCredit() == 0) {
+			c.cond.Wait()
+		}
+		if c.closed {
+			return
+		}
+		n := min(c.peerCredit(), MaxPayload)
+		s.mu.Unlock()
+		k, err := c.uds.Read(buf[:n])
+		s.mu.Lock()
+		if c.closed {
+			return
+		}
+		if k > 0 {
+			c.toGuest = append(c.toGuest[:0], buf[:k]...)
+			s.schedule(c)
+		}
+		if err != nil {
+			c.hostEOF = true
+			s.schedule(c)
+			return
+		}
+	}
+}
+
+// hostWriter writes guest data (and the OK line) to the host socket, then
+// half-closes it when the guest shuts down its sending side.
+func (c *conn) hostWriter() {
+	s := c.s
+	defer s.wg.Done()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		for !c.closed && c.okPending == nil && len(c.toHost) == 0 && !(c.guestShutSend && !c.hostWriteClosed) {
+			c.cond.Wait()
+		}
+		if c.closed {
+			return
+		}
+		var data []byte
+		isData := false
+		switch {
+		case c.okPending != nil:
+			data, c.okPending = c.okPending, nil
+		case len(c.toHost) > 0:
+			data, c.toHost, isData = c.toHost, nil, true
+		}
+		if data == nil {
+			c.hostWriteClosed = true
+			if c.closeWhenFlushd {
+				s.closeConn(c, true)
+				return
+			}
+			s.mu.Unlock()
+			err := c.uds.CloseWrite()
+			s.mu.Lock()
+			if err != nil && !c.closed {
+				s.closeConn(c, true)
+				return
+			}
+			c.maybeFinish()
+			continue
+		}
+		c.writerBusy = true
+		s.mu.Unlock()
+		_, err := c.uds.Write(data)
+		s.mu.Lock()
+		c.writerBusy = false
+		if c.closed {
+			return
+		}
+		if err != nil {
+			s.v.log.Debug("host socket write", "port", c.key.local, "err", err)
+			s.closeConn(c, true)
+			return
+		}
+		if isData {
+			c.fwdCnt += uint32(len(data))
+			if c.needCreditUpdate() {
+				c.pending |= pendCreditUpdate
+				s.schedule(c)
+			}
+		}
+		c.maybeFinish()
+	}
+}

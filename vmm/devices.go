@@ -1,0 +1,80 @@
+package vmm
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/cellvm/cellvm/virtio"
+	"github.com/cellvm/cellvm/virtio/block"
+	vnet "github.com/cellvm/cellvm/virtio/net"
+	"github.com/cellvm/cellvm/virtio/rng"
+	"github.com/cellvm/cellvm/virtio/vsock"
+)
+
+// Disk is a file-backed virtio-blk disk. The guest sees disks as /dev/vda,
+// /dev/vdb, ... in the order given.
+type Disk struct {
+	Path     string
+	ReadOnly bool
+}
+
+// Vsock is the virtio-vsock device: the guest's context ID and the host
+// Unix socket speaking Firecracker's protocol.
+type Vsock struct {
+	CID uint64
+	UDS string
+}
+
+// addDevices creates the configured virtio devices. The rng always comes
+// first, so the guest's entropy pool is ready early.
+func (m *Machine) addDevices() error {
+	add := func(dev virtio.Device, c io.Closer) error {
+		if c != nil {
+			m.closers = append(m.closers, c)
+		}
+		return m.AddVirtio(dev)
+	}
+	r := rng.New(m.log)
+	if err := add(r, nil); err != nil {
+		return fmt.Errorf("virtio-rng: %w", err)
+	}
+	for i, d := range m.cfg.Disks {
+		flag := os.O_RDWR
+		if d.ReadOnly {
+			flag = os.O_RDONLY
+		}
+		f, err := os.OpenFile(d.Path, flag, 0)
+		if err != nil {
+			return fmt.Errorf("disk %d: %w", i, err)
+		}
+		b, err := block.New(f, d.ReadOnly, fmt.Sprintf("cellvm-disk-%d", i), m.log)
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("disk %d: %w", i, err)
+		}
+		if err := add(b, b); err != nil {
+			return fmt.Errorf("disk %d: %w", i, err)
+		}
+	}
+	if v := m.cfg.Vsock; v != nil {
+		dev, err := vsock.New(v.CID, v.UDS, m.log)
+		if err != nil {
+			return err
+		}
+		if err := add(dev, dev); err != nil {
+			return fmt.Errorf("virtio-vsock: %w", err)
+		}
+	}
+	if m.cfg.TAP != "" {
+		tap, err := vnet.OpenTAP(m.cfg.TAP)
+		if err != nil {
+			return err
+		}
+		n := vnet.New(tap, m.cfg.MAC, m.log)
+		if err := add(n, n); err != nil {
+			return fmt.Errorf("virtio-net: %w", err)
+		}
+	}
+	return nil
+}
