@@ -7,12 +7,12 @@ BIN     := $(BUILD)/bin
 RIG     := test/nested/run.sh
 RIG_TIMEOUT ?= 2400
 
-.PHONY: all setup deps kernel image cellvm test test-unit test-rig bench fuzz vet clean
+.PHONY: all setup deps kernel image cellvm initramfs test test-unit test-rig bench fuzz vet clean
 
-all: cellvm
+all: cellvm initramfs
 
 ## setup: install Debian packages, build the guest kernel, the guest image and cellvm
-setup: deps kernel image cellvm
+setup: deps kernel image cellvm initramfs
 
 deps:
 	scripts/install-deps.sh
@@ -26,6 +26,12 @@ image:
 cellvm:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/cellvm ./cmd/cellvm
+
+## initramfs: the static guest init as /init of build/initramfs.cpio
+initramfs:
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/cellvm-init ./cmd/cellvm-init
+	$(GO) run ./image/mkinitramfs -init $(BIN)/cellvm-init -o $(BUILD)/initramfs.cpio
 
 ## test: unit tests on the host, then the KVM tests inside the nested rig
 test: test-unit test-rig

@@ -17,6 +17,7 @@ const usage = `usage: cellvm <command> [flags]
 
 commands:
   boot      boot a kernel with the serial console on stdin/stdout
+  vmm       run one VM from a JSON config (started by the daemon)
   version   print the version
 
 Run 'cellvm <command> -h' for a command's flags.
@@ -35,6 +36,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "boot":
 		err = cmdBoot(args[1:], stdin, stdout, stderr)
+	case "vmm":
+		err = cmdVMM(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "cellvm dev")
 	case "-h", "-help", "--help", "help":

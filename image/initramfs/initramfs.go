@@ -23,6 +23,10 @@ type Entry struct {
 	HostPath string // a host file to copy
 	Symlink  string // when set, Path is a symlink to this target
 	Dir      bool
+	// CharDev, when set, makes Path a character device with this
+	// major/minor (the kernel opens /dev/console before init runs, so an
+	// initramfs needs that node).
+	CharDev *[2]uint64
 }
 
 // Write writes entries (and the directories above them) as a newc archive.
@@ -51,6 +55,12 @@ func Write(w io.Writer, entries []Entry) error {
 				}
 				recs = append(recs, cpio.Directory(p, mode))
 			}
+		case e.CharDev != nil:
+			mode := e.Mode
+			if mode == 0 {
+				mode = 0o600
+			}
+			recs = append(recs, cpio.CharDev(p, mode, e.CharDev[0], e.CharDev[1]))
 		case e.Symlink != "":
 			recs = append(recs, cpio.Symlink(p, e.Symlink))
 		default:

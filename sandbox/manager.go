@@ -1,0 +1,626 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cellvm/cellvm/agentclient"
+	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/guestinit/proto"
+)
+
+// Options configure a VMManager.
+type Options struct {
+	// Exe is the cellvm binary started as `cellvm vmm` for each VM.
+	Exe string
+	// Kernel, Initrd and RootFS are the guest's kernel, initramfs (with
+	// cellvm-init) and read-only root image.
+	Kernel, Initrd, RootFS string
+	// StateDir holds one directory per sandbox (its VMM config, console,
+	// log and vsock socket). A restarted manager finds its sandboxes here.
+	StateDir string
+	// MaxSandboxes and MaxMemoryMiB cap the host; 0 means no cap.
+	MaxSandboxes int
+	MaxMemoryMiB int
+	// BootTimeout bounds the wait for a new guest's agent (default 60 s).
+	BootTimeout time.Duration
+	// MaxUploadBytes bounds one upload (default 1 GiB).
+	MaxUploadBytes int64
+	Log            *slog.Logger
+}
+
+// VMManager is the Manager that runs each sandbox in its own microVM.
+type VMManager struct {
+	opt Options
+	log *slog.Logger
+
+	mu        sync.Mutex
+	sandboxes map[string]*vmSandbox
+	nextCID   uint64
+	closed    bool
+	stopReap  chan struct{}
+	reapDone  chan struct{}
+}
+
+type vmSandbox struct {
+	id      string
+	dir     string
+	cfg     Config
+	created time.Time
+	cid     uint64
+	proc    *vmProc
+	agent   *agentclient.Client
+
+	state       atomic.Value // State
+	cellRunning atomic.Bool
+	cells       atomic.Int64
+	lastUsed    atomic.Int64 // unix nanoseconds
+}
+
+func (s *vmSandbox) State() State { return s.state.Load().(State) }
+
+// NewVMManager returns a manager and takes back (or cleans up) what an
+// earlier manager left in opt.StateDir.
+func NewVMManager(opt Options) (*VMManager, error) {
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	if opt.BootTimeout == 0 {
+		opt.BootTimeout = 60 * time.Second
+	}
+	if opt.MaxUploadBytes == 0 {
+		opt.MaxUploadBytes = 1 << 30
+	}
+	for name, p := range map[string]string{"cellvm binary": opt.Exe, "kernel": opt.Kernel, "initramfs": opt.Initrd, "root image": opt.RootFS} {
+		if p == "" {
+			return nil, fmt.Errorf("no %s configured", name)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("%s: %w (run 'make setup')", name, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(opt.StateDir, "sandboxes"), 0o700); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	m := &VMManager{
+		opt: opt, log: opt.Log, sandboxes: map[string]*vmSandbox{}, nextCID: 3,
+		stopReap: make(chan struct{}), reapDone: make(chan struct{}),
+	}
+	m.recover()
+	go m.reapLoop()
+	return m, nil
+}
+
+func newID() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return "sb-" + hex.EncodeToString(b)
+}
+
+func (m *VMManager) sandboxDir(id string) string {
+	return filepath.Join(m.opt.StateDir, "sandboxes", id)
+}
+
+// reserve checks the caps and claims an id and a CID.
+func (m *VMManager) reserve(cfg Config) (string, uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return "", 0, fmt.Errorf("%w: manager is shutting down", ErrBusy)
+	}
+	if m.opt.MaxSandboxes > 0 && len(m.sandboxes) >= m.opt.MaxSandboxes {
+		return "", 0, fmt.Errorf("%w: %d sandboxes running, the cap is %d", ErrFull, len(m.sandboxes), m.opt.MaxSandboxes)
+	}
+	if m.opt.MaxMemoryMiB > 0 {
+		used := 0
+		for _, s := range m.sandboxes {
+			used += s.cfg.MemoryMiB
+		}
+		if used+cfg.MemoryMiB > m.opt.MaxMemoryMiB {
+			return "", 0, fmt.Errorf("%w: %d MiB of guest memory in use, %d more would pass the cap of %d MiB",
+				ErrFull, used, cfg.MemoryMiB, m.opt.MaxMemoryMiB)
+		}
+	}
+	used := map[uint64]bool{}
+	for _, s := range m.sandboxes {
+		used[s.cid] = true
+	}
+	for used[m.nextCID] {
+		m.nextCID++
+	}
+	cid := m.nextCID
+	m.nextCID++
+	id := newID()
+	// Hold the slot while the VM boots, so concurrent creates count it.
+	s := &vmSandbox{id: id, cfg: cfg, cid: cid, created: time.Now(), dir: m.sandboxDir(id)}
+	s.state.Store(StateStarting)
+	m.sandboxes[id] = s
+	return id, cid, nil
+}
+
+// guestCmdline is the kernel command line of a sandbox's guest.
+func guestCmdline() string {
+	return fmt.Sprintf("console=ttyS0 reboot=k panic=1 8250.nr_uarts=1 nomodule quiet cellvm.time=%d", time.Now().Unix())
+}
+
+// Create implements Manager.
+func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return Info{}, err
+	}
+	if cfg.Network != nil && len(cfg.Network.Allow) > 0 {
+		return Info{}, fmt.Errorf("%w: network policies are not available yet; omit network", ErrNotSupported)
+	}
+	id, cid, err := m.reserve(cfg)
+	if err != nil {
+		return Info{}, err
+	}
+	m.mu.Lock()
+	s := m.sandboxes[id]
+	m.mu.Unlock()
+	defer func() {
+		if err != nil {
+			m.destroy(s)
+		}
+	}()
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return Info{}, fmt.Errorf("sandbox directory: %w", err)
+	}
+	if b, err := json.Marshal(cfg); err == nil {
+		os.WriteFile(filepath.Join(s.dir, configFile), b, 0o600)
+	}
+	uds := filepath.Join(s.dir, vsockFile)
+	spec := VMSpec{
+		Kernel: m.opt.Kernel, Initrd: m.opt.Initrd, Cmdline: guestCmdline(),
+		VCPUs: cfg.VCPUs, MemoryMiB: uint64(cfg.MemoryMiB),
+		Disks: []VMDisk{{Path: m.opt.RootFS, ReadOnly: true}},
+		Vsock: &VMVsock{CID: cid, UDS: uds},
+	}
+	start := time.Now()
+	if s.proc, err = startVM(m.opt.Exe, s.dir, spec); err != nil {
+		return Info{}, err
+	}
+	bootCtx, cancel := context.WithTimeout(ctx, m.opt.BootTimeout)
+	defer cancel()
+	ready := make(chan error, 1)
+	go func() {
+		c, err := agentclient.Dial(bootCtx, uds)
+		if err == nil {
+			s.agent = c
+		}
+		ready <- err
+	}()
+	select {
+	case err = <-ready:
+	case <-s.proc.done:
+		cancel()
+		<-ready
+		err = fmt.Errorf("the VM exited while booting: %v; vmm log: %s; console: %s", s.proc.err,
+			lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 2048), 5), lastLines(consoleTail(s.dir, 4096), 15))
+	}
+	if err != nil {
+		if ctx.Err() == nil && bootCtx.Err() != nil {
+			err = fmt.Errorf("guest agent did not answer within %v: %w; console: %s", m.opt.BootTimeout, err, lastLines(consoleTail(s.dir, 4096), 15))
+		}
+		return Info{}, err
+	}
+	s.state.Store(StateRunning)
+	s.lastUsed.Store(time.Now().UnixNano())
+	go m.watch(s)
+	m.log.Info("sandbox created", "id", id, "vcpus", cfg.VCPUs, "memory_mib", cfg.MemoryMiB, "boot_ms", time.Since(start).Milliseconds())
+	return m.info(s), nil
+}
+
+// watch marks a sandbox lost when its VMM process dies on its own.
+func (m *VMManager) watch(s *vmSandbox) {
+	<-s.proc.done
+	if st := s.State(); st == StateRunning || st == StatePaused {
+		s.state.Store(StateLost)
+		m.log.Warn("sandbox lost: its VM exited", "id", s.id, "error", s.proc.err)
+	}
+}
+
+// destroy stops the VM and removes everything the sandbox had.
+func (m *VMManager) destroy(s *vmSandbox) {
+	s.state.Store(StateStopping)
+	if s.proc != nil {
+		syscall.Kill(s.proc.pid, syscall.SIGCONT) // a paused VM must run to stop
+		if s.agent != nil && s.proc.alive() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			s.agent.Shutdown(ctx)
+			cancel()
+			select {
+			case <-s.proc.done:
+			case <-time.After(3 * time.Second):
+			}
+		}
+		s.proc.stop(5 * time.Second)
+	}
+	if s.agent != nil {
+		s.agent.Close()
+	}
+	if err := os.RemoveAll(s.dir); err != nil {
+		m.log.Error("remove sandbox directory", "id", s.id, "error", err)
+	}
+	m.mu.Lock()
+	delete(m.sandboxes, s.id)
+	m.mu.Unlock()
+}
+
+func (m *VMManager) get(id string) (*vmSandbox, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sandboxes[id]
+	if !ok || s.State() == StateStopping {
+		return nil, fmt.Errorf("%w: no sandbox %q", ErrNotFound, clip(id, 64))
+	}
+	return s, nil
+}
+
+// ready returns the sandbox if it can take a request now.
+func (m *VMManager) ready(id string) (*vmSandbox, error) {
+	s, err := m.get(id)
+	if err != nil {
+		return nil, err
+	}
+	switch s.State() {
+	case StateRunning:
+		s.lastUsed.Store(time.Now().UnixNano())
+		return s, nil
+	case StateLost:
+		return nil, fmt.Errorf("%w: sandbox %s's VM exited; delete it", ErrLost, id)
+	case StatePaused:
+		return nil, fmt.Errorf("%w: sandbox %s is paused; resume it first", ErrBusy, id)
+	default:
+		return nil, fmt.Errorf("%w: sandbox %s is %s", ErrBusy, id, s.State())
+	}
+}
+
+// Delete implements Manager.
+func (m *VMManager) Delete(ctx context.Context, id string) error {
+	s, err := m.get(id)
+	if err != nil {
+		return err
+	}
+	if s.State() == StateStarting {
+		return fmt.Errorf("%w: sandbox %s is still starting", ErrBusy, id)
+	}
+	m.destroy(s)
+	m.log.Info("sandbox deleted", "id", id)
+	return nil
+}
+
+func (m *VMManager) info(s *vmSandbox) Info {
+	in := Info{
+		ID: s.id, State: s.State(), Config: s.cfg, CreatedAt: s.created,
+		UptimeS: time.Since(s.created).Seconds(), Cells: int(s.cells.Load()), CellRunning: s.cellRunning.Load(),
+	}
+	if s.proc != nil && s.proc.alive() {
+		in.Usage = procUsage(s.proc.pid)
+	}
+	return in
+}
+
+// Get implements Manager.
+func (m *VMManager) Get(ctx context.Context, id string) (Info, error) {
+	s, err := m.get(id)
+	if err != nil {
+		return Info{}, err
+	}
+	return m.info(s), nil
+}
+
+// List implements Manager.
+func (m *VMManager) List(ctx context.Context) ([]Info, error) {
+	m.mu.Lock()
+	ss := make([]*vmSandbox, 0, len(m.sandboxes))
+	for _, s := range m.sandboxes {
+		ss = append(ss, s)
+	}
+	m.mu.Unlock()
+	out := make([]Info, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, m.info(s))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// agentErr maps an agent or transport error onto the sentinels.
+func (m *VMManager) agentErr(s *vmSandbox, err error) error {
+	var pe *proto.Error
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case proto.CodeNotFound:
+			return fmt.Errorf("%w: %s", ErrNotFound, pe.Message)
+		case proto.CodeBadPath, proto.CodeBadRequest:
+			return fmt.Errorf("%w: %s", ErrInvalid, pe.Message)
+		case proto.CodeTooLarge:
+			return fmt.Errorf("%w: %s", ErrTooLarge, pe.Message)
+		}
+		return err
+	}
+	if !s.proc.alive() {
+		return fmt.Errorf("%w: sandbox %s's VM exited", ErrLost, s.id)
+	}
+	return err
+}
+
+// RunCell implements Manager.
+func (m *VMManager) RunCell(ctx context.Context, id, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+	if timeout <= 0 {
+		return cell.Result{}, fmt.Errorf("%w: timeout must be positive", ErrInvalid)
+	}
+	if len(code) > MaxCodeBytes {
+		return cell.Result{}, fmt.Errorf("%w: code is %d bytes, at most %d", ErrTooLarge, len(code), MaxCodeBytes)
+	}
+	s, err := m.ready(id)
+	if err != nil {
+		return cell.Result{}, err
+	}
+	if !s.cellRunning.CompareAndSwap(false, true) {
+		return cell.Result{}, fmt.Errorf("%w: a cell is already running in sandbox %s", ErrBusy, id)
+	}
+	defer s.cellRunning.Store(false)
+	s.cells.Add(1)
+	start := time.Now()
+	res, err := s.agent.RunCell(ctx, code, timeout, onEvent)
+	if err != nil {
+		if ctx.Err() != nil {
+			return cell.Result{}, ctx.Err()
+		}
+		if !s.proc.alive() || errors.Is(err, io.ErrUnexpectedEOF) {
+			lost := cell.Result{Status: cell.StatusLost, StateKept: false, DurationMS: time.Since(start).Milliseconds(),
+				Stderr: "the sandbox's VM stopped while the cell ran; its state is gone"}
+			if onEvent != nil {
+				onEvent(cell.Event{Type: cell.EventEnd, End: &lost})
+			}
+			return lost, nil
+		}
+		return cell.Result{}, m.agentErr(s, err)
+	}
+	return res, nil
+}
+
+// Interrupt implements Manager.
+func (m *VMManager) Interrupt(ctx context.Context, id string) error {
+	s, err := m.ready(id)
+	if err != nil {
+		return err
+	}
+	_, err = s.agent.Interrupt(ctx)
+	if err != nil {
+		return m.agentErr(s, err)
+	}
+	return nil
+}
+
+// Restart implements Manager.
+func (m *VMManager) Restart(ctx context.Context, id string) error {
+	s, err := m.ready(id)
+	if err != nil {
+		return err
+	}
+	if err := s.agent.Restart(ctx); err != nil {
+		return m.agentErr(s, err)
+	}
+	return nil
+}
+
+// Exec implements Manager.
+func (m *VMManager) Exec(ctx context.Context, id string, req ExecRequest) (cell.ExecResult, error) {
+	if err := req.Validate(); err != nil {
+		return cell.ExecResult{}, err
+	}
+	s, err := m.ready(id)
+	if err != nil {
+		return cell.ExecResult{}, err
+	}
+	r, err := s.agent.Exec(ctx, req.Argv, req.Stdin, req.Timeout)
+	if err != nil {
+		return cell.ExecResult{}, m.agentErr(s, err)
+	}
+	return r, nil
+}
+
+// limitReader fails with ErrTooLarge past n bytes instead of ending quietly.
+type limitReader struct {
+	r io.Reader
+	n int64
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.n < 0 {
+		return 0, fmt.Errorf("%w: upload is larger than the limit", ErrTooLarge)
+	}
+	if int64(len(p)) > l.n+1 {
+		p = p[:l.n+1]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	if l.n < 0 {
+		return n, fmt.Errorf("%w: upload is larger than the limit", ErrTooLarge)
+	}
+	return n, err
+}
+
+// Upload implements Manager.
+func (m *VMManager) Upload(ctx context.Context, id, guestPath string, r io.Reader) (int64, error) {
+	p, err := GuestPath(guestPath)
+	if err != nil {
+		return 0, err
+	}
+	s, err := m.ready(id)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.agent.Upload(ctx, p, &limitReader{r: r, n: m.opt.MaxUploadBytes}, 0o644)
+	if err != nil {
+		if errors.Is(err, ErrTooLarge) {
+			return n, err
+		}
+		return n, m.agentErr(s, err)
+	}
+	return n, nil
+}
+
+// Download implements Manager.
+func (m *VMManager) Download(ctx context.Context, id, guestPath string, w io.Writer) (int64, error) {
+	p, err := GuestPath(guestPath)
+	if err != nil {
+		return 0, err
+	}
+	s, err := m.ready(id)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.agent.Download(ctx, p, w)
+	if err != nil {
+		return n, m.agentErr(s, err)
+	}
+	return n, nil
+}
+
+// SetNetwork implements Manager.
+func (m *VMManager) SetNetwork(ctx context.Context, id string, p NetworkPolicy) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if _, err := m.get(id); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: network policies are not available yet", ErrNotSupported)
+}
+
+// Pause implements Manager by stopping the VMM process: its vCPU threads
+// stop with it, and the guest resumes where it was on SIGCONT.
+func (m *VMManager) Pause(ctx context.Context, id string) error {
+	s, err := m.ready(id)
+	if err != nil {
+		return err
+	}
+	if s.cellRunning.Load() {
+		return fmt.Errorf("%w: a cell is running; interrupt it or wait", ErrBusy)
+	}
+	if err := syscall.Kill(s.proc.pid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("pause: %w", err)
+	}
+	s.state.Store(StatePaused)
+	return nil
+}
+
+// Resume implements Manager.
+func (m *VMManager) Resume(ctx context.Context, id string) error {
+	s, err := m.get(id)
+	if err != nil {
+		return err
+	}
+	if s.State() != StatePaused {
+		return fmt.Errorf("%w: sandbox %s is %s, not paused", ErrBusy, id, s.State())
+	}
+	if err := syscall.Kill(s.proc.pid, syscall.SIGCONT); err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	s.state.Store(StateRunning)
+	return nil
+}
+
+// Snapshot implements Manager.
+func (m *VMManager) Snapshot(ctx context.Context, id string) (SnapshotInfo, error) {
+	if _, err := m.get(id); err != nil {
+		return SnapshotInfo{}, err
+	}
+	return SnapshotInfo{}, fmt.Errorf("%w: snapshots are not implemented yet", ErrNotSupported)
+}
+
+// reapLoop deletes sandboxes past their TTL or idle timeout.
+func (m *VMManager) reapLoop() {
+	defer close(m.reapDone)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stopReap:
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		var expired []*vmSandbox
+		now := time.Now()
+		for _, s := range m.sandboxes {
+			if s.State() == StateStarting || s.State() == StateStopping || s.cellRunning.Load() {
+				continue
+			}
+			if s.cfg.TTL > 0 && now.Sub(s.created) > s.cfg.TTL {
+				expired = append(expired, s)
+			} else if s.cfg.IdleTimeout > 0 && now.Sub(time.Unix(0, s.lastUsed.Load())) > s.cfg.IdleTimeout {
+				expired = append(expired, s)
+			}
+		}
+		m.mu.Unlock()
+		for _, s := range expired {
+			m.log.Info("sandbox expired", "id", s.id)
+			m.destroy(s)
+		}
+	}
+}
+
+// Close destroys every sandbox.
+func (m *VMManager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	ss := make([]*vmSandbox, 0, len(m.sandboxes))
+	for _, s := range m.sandboxes {
+		ss = append(ss, s)
+	}
+	m.mu.Unlock()
+	close(m.stopReap)
+	<-m.reapDone
+	var wg sync.WaitGroup
+	for _, s := range ss {
+		wg.Add(1)
+		go func() { defer wg.Done(); m.destroy(s) }()
+	}
+	wg.Wait()
+	return nil
+}
+
+func readTail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, _ := f.Stat()
+	off := max(fi.Size()-n, 0)
+	b := make([]byte, fi.Size()-off)
+	f.ReadAt(b, off)
+	return string(b)
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}

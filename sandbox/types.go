@@ -1,0 +1,454 @@
+// Package sandbox is the internal API that every cellvm front end (the HTTP
+// API, the CLI, the MCP server, the agent loop) feeds. The front ends only
+// translate; the Manager does the work. Keeping the contract here, as a Go
+// interface plus plain types, lets each front end be tested against a fake
+// manager with no VM, and lets the API's Go client satisfy the same
+// interface, so a caller can swap an in-process manager for a remote daemon.
+//
+// This file is the contract: types, limits, validation and sentinel errors.
+// The real manager lives in other files of this package.
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/cellvm/cellvm/cell"
+)
+
+// Sentinel errors. Managers wrap them with context
+// (fmt.Errorf("%w: memory_mib 70000 above 65536", ErrInvalid)); front ends
+// map them to status codes with errors.Is. The HTTP mapping is in package api.
+var (
+	// ErrNotFound: no sandbox with that id, or no such file in the guest.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalid: the request is malformed or out of bounds.
+	ErrInvalid = errors.New("invalid request")
+	// ErrFull: the host's cap on sandboxes or on memory is reached. Retrying
+	// after other sandboxes are deleted can succeed.
+	ErrFull = errors.New("host capacity reached")
+	// ErrBusy: the sandbox is doing something that excludes the request.
+	// In particular a cell is already running: a second cell on the same
+	// sandbox is refused with ErrBusy, not queued, because a queued cell
+	// would run against state the caller has not seen yet and its timeout
+	// would silently include the wait. Also returned for a request that
+	// does not fit the sandbox's state (running a cell while paused).
+	ErrBusy = errors.New("sandbox busy")
+	// ErrLost: the sandbox's VM died; the sandbox can only be deleted.
+	ErrLost = errors.New("sandbox lost")
+	// ErrNotSupported: this manager or host does not offer the operation.
+	ErrNotSupported = errors.New("not supported")
+	// ErrTooLarge: a body or file is larger than the limit allows.
+	ErrTooLarge = errors.New("too large")
+)
+
+// Limits on requests. They bound what a caller can make the daemon hold in
+// memory or ask of a guest.
+const (
+	MinVCPUs     = 1
+	MaxVCPUs     = 32
+	MinMemoryMiB = 64
+	MaxMemoryMiB = 65536
+
+	DefaultVCPUs     = 1
+	DefaultMemoryMiB = 512
+
+	MaxEnvVars       = 256
+	MaxEnvKeyBytes   = 256
+	MaxEnvValueBytes = 32 << 10
+	MaxEnvTotalBytes = 256 << 10
+
+	// MaxTTL bounds ttl_s and idle_timeout_s (30 days).
+	MaxTTL = 30 * 24 * time.Hour
+
+	MaxAllowEntries    = 256
+	MaxAllowEntryBytes = 253
+
+	MaxCodeBytes    = 1 << 20
+	MaxArgs         = 4096
+	MaxArgBytes     = 128 << 10
+	MaxArgvBytes    = 1 << 20
+	MaxStdinBytes   = 1 << 20
+	MaxGuestPathLen = 4096
+)
+
+// NetworkPolicy is a sandbox's egress allowlist. With no entries the
+// sandbox has no network device at all.
+type NetworkPolicy struct {
+	// Allow holds IP addresses ("1.2.3.4"), CIDR prefixes ("10.0.0.0/8")
+	// and DNS names ("pypi.org", "*.github.com").
+	Allow []string `json:"allow"`
+}
+
+// Validate checks the entries' count, size and syntax.
+func (p NetworkPolicy) Validate() error {
+	if len(p.Allow) > MaxAllowEntries {
+		return fmt.Errorf("%w: network.allow has %d entries, at most %d", ErrInvalid, len(p.Allow), MaxAllowEntries)
+	}
+	for i, e := range p.Allow {
+		if err := validateAllowEntry(e); err != nil {
+			return fmt.Errorf("%w: network.allow[%d] %q: %v", ErrInvalid, i, clip(e, 64), err)
+		}
+	}
+	return nil
+}
+
+func validateAllowEntry(e string) error {
+	if e == "" {
+		return errors.New("empty")
+	}
+	if len(e) > MaxAllowEntryBytes {
+		return fmt.Errorf("longer than %d bytes", MaxAllowEntryBytes)
+	}
+	if _, err := netip.ParseAddr(e); err == nil {
+		return nil
+	}
+	if strings.Contains(e, "/") {
+		if _, err := netip.ParsePrefix(e); err != nil {
+			return fmt.Errorf("not a CIDR prefix: %v", err)
+		}
+		return nil
+	}
+	name := strings.TrimPrefix(e, "*.")
+	labels := strings.Split(strings.TrimSuffix(name, "."), ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 {
+			return errors.New("not an IP address, CIDR prefix or DNS name")
+		}
+		for j := 0; j < len(l); j++ {
+			c := l[j]
+			ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+				c == '-' && j > 0 && j < len(l)-1
+			if !ok {
+				return errors.New("not an IP address, CIDR prefix or DNS name")
+			}
+		}
+	}
+	return nil
+}
+
+// Config is what a caller asks for when creating a sandbox. Zero VCPUs and
+// MemoryMiB mean the defaults (see WithDefaults); a zero TTL or IdleTimeout
+// means none.
+//
+// Its JSON form is {vcpus, memory_mib, env, ttl_s, idle_timeout_s,
+// network: {allow}} with whole seconds, and decoding it is strict: an
+// unknown field is an error, because a misspelt limit ("memory_mb") that
+// was silently ignored would create a sandbox the caller did not ask for.
+type Config struct {
+	VCPUs       int
+	MemoryMiB   int
+	Env         map[string]string
+	TTL         time.Duration
+	IdleTimeout time.Duration
+	// Network nil means no network device.
+	Network *NetworkPolicy
+}
+
+// configJSON is Config's wire form.
+type configJSON struct {
+	VCPUs        int               `json:"vcpus"`
+	MemoryMiB    int               `json:"memory_mib"`
+	Env          map[string]string `json:"env,omitempty"`
+	TTLS         int64             `json:"ttl_s"`
+	IdleTimeoutS int64             `json:"idle_timeout_s"`
+	Network      *NetworkPolicy    `json:"network,omitempty"`
+}
+
+// MarshalJSON writes the wire form; durations are rounded down to seconds.
+func (c Config) MarshalJSON() ([]byte, error) {
+	return json.Marshal(configJSON{
+		VCPUs:        c.VCPUs,
+		MemoryMiB:    c.MemoryMiB,
+		Env:          c.Env,
+		TTLS:         int64(c.TTL / time.Second),
+		IdleTimeoutS: int64(c.IdleTimeout / time.Second),
+		Network:      c.Network,
+	})
+}
+
+// UnmarshalJSON reads the wire form, rejecting unknown fields. Durations
+// out of range are left for Validate to report, clamped so they cannot
+// overflow into a valid value.
+func (c *Config) UnmarshalJSON(b []byte) error {
+	var w configJSON
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return err
+	}
+	*c = Config{
+		VCPUs:       w.VCPUs,
+		MemoryMiB:   w.MemoryMiB,
+		Env:         w.Env,
+		TTL:         secondsToDuration(w.TTLS),
+		IdleTimeout: secondsToDuration(w.IdleTimeoutS),
+		Network:     w.Network,
+	}
+	return nil
+}
+
+func secondsToDuration(s int64) time.Duration {
+	const limit = int64(MaxTTL/time.Second) + 1
+	switch {
+	case s > limit:
+		s = limit
+	case s < -limit:
+		s = -limit
+	}
+	return time.Duration(s) * time.Second
+}
+
+// WithDefaults returns c with zero VCPUs and MemoryMiB replaced by the
+// defaults.
+func (c Config) WithDefaults() Config {
+	if c.VCPUs == 0 {
+		c.VCPUs = DefaultVCPUs
+	}
+	if c.MemoryMiB == 0 {
+		c.MemoryMiB = DefaultMemoryMiB
+	}
+	return c
+}
+
+// Validate checks every field against its bounds. The error wraps ErrInvalid
+// and names the field in its JSON spelling, so it can be shown to the caller
+// as it is.
+func (c Config) Validate() error {
+	if c.VCPUs < MinVCPUs || c.VCPUs > MaxVCPUs {
+		return fmt.Errorf("%w: vcpus %d out of range %d..%d", ErrInvalid, c.VCPUs, MinVCPUs, MaxVCPUs)
+	}
+	if c.MemoryMiB < MinMemoryMiB || c.MemoryMiB > MaxMemoryMiB {
+		return fmt.Errorf("%w: memory_mib %d out of range %d..%d", ErrInvalid, c.MemoryMiB, MinMemoryMiB, MaxMemoryMiB)
+	}
+	if err := validateEnv(c.Env); err != nil {
+		return err
+	}
+	if c.TTL < 0 || c.TTL > MaxTTL {
+		return fmt.Errorf("%w: ttl_s %d out of range 0..%d (0 means none)", ErrInvalid, int64(c.TTL/time.Second), int64(MaxTTL/time.Second))
+	}
+	if c.IdleTimeout < 0 || c.IdleTimeout > MaxTTL {
+		return fmt.Errorf("%w: idle_timeout_s %d out of range 0..%d (0 means none)", ErrInvalid, int64(c.IdleTimeout/time.Second), int64(MaxTTL/time.Second))
+	}
+	if c.Network != nil {
+		if err := c.Network.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateEnv(env map[string]string) error {
+	if len(env) > MaxEnvVars {
+		return fmt.Errorf("%w: env has %d variables, at most %d", ErrInvalid, len(env), MaxEnvVars)
+	}
+	total := 0
+	for k, v := range env {
+		if !isIdentifier(k) || len(k) > MaxEnvKeyBytes {
+			return fmt.Errorf("%w: env key %q is not an identifier ([A-Za-z_][A-Za-z0-9_]*, at most %d bytes)", ErrInvalid, clip(k, 64), MaxEnvKeyBytes)
+		}
+		if len(v) > MaxEnvValueBytes {
+			return fmt.Errorf("%w: env %s value is %d bytes, at most %d", ErrInvalid, k, len(v), MaxEnvValueBytes)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return fmt.Errorf("%w: env %s value contains a NUL byte", ErrInvalid, k)
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxEnvTotalBytes {
+		return fmt.Errorf("%w: env is %d bytes in all, at most %d", ErrInvalid, total, MaxEnvTotalBytes)
+	}
+	return nil
+}
+
+func isIdentifier(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9' {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// State is where a sandbox is in its life.
+type State string
+
+const (
+	StateStarting State = "starting"
+	StateRunning  State = "running"
+	StatePaused   State = "paused"
+	// StateLost: the VM died; only Delete is useful.
+	StateLost     State = "lost"
+	StateStopping State = "stopping"
+)
+
+// Usage is what a sandbox has consumed.
+type Usage struct {
+	MemoryBytes int64 `json:"memory_bytes"`
+	CPUTimeMS   int64 `json:"cpu_time_ms"`
+}
+
+// NetworkCounters count the guest's egress packets by verdict.
+type NetworkCounters struct {
+	AllowedPackets uint64 `json:"allowed_packets"`
+	DroppedPackets uint64 `json:"dropped_packets"`
+}
+
+// Info describes one sandbox.
+type Info struct {
+	ID        string    `json:"id"`
+	State     State     `json:"state"`
+	Config    Config    `json:"config"`
+	CreatedAt time.Time `json:"created_at"`
+	UptimeS   float64   `json:"uptime_s"`
+	Usage     Usage     `json:"usage"`
+	// Cells counts the cells run since the sandbox was created.
+	Cells int `json:"cells"`
+	// CellRunning says whether a cell is running now (a second is refused).
+	CellRunning bool            `json:"cell_running"`
+	Network     NetworkCounters `json:"network"`
+}
+
+// ExecRequest runs one command in the guest, outside the interpreter.
+type ExecRequest struct {
+	Argv []string
+	// Stdin is fed to the command, at most MaxStdinBytes.
+	Stdin []byte
+	// Timeout must be positive; front ends fill in their default.
+	Timeout time.Duration
+}
+
+// Validate checks the argv and stdin bounds and that Timeout is positive.
+func (r ExecRequest) Validate() error {
+	if len(r.Argv) == 0 || r.Argv[0] == "" {
+		return fmt.Errorf("%w: argv must name a program", ErrInvalid)
+	}
+	if len(r.Argv) > MaxArgs {
+		return fmt.Errorf("%w: argv has %d entries, at most %d", ErrInvalid, len(r.Argv), MaxArgs)
+	}
+	total := 0
+	for i, a := range r.Argv {
+		if len(a) > MaxArgBytes {
+			return fmt.Errorf("%w: argv[%d] is %d bytes, at most %d", ErrInvalid, i, len(a), MaxArgBytes)
+		}
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("%w: argv[%d] contains a NUL byte", ErrInvalid, i)
+		}
+		total += len(a)
+	}
+	if total > MaxArgvBytes {
+		return fmt.Errorf("%w: argv is %d bytes in all, at most %d", ErrInvalid, total, MaxArgvBytes)
+	}
+	if len(r.Stdin) > MaxStdinBytes {
+		return fmt.Errorf("%w: stdin is %d bytes, at most %d", ErrTooLarge, len(r.Stdin), MaxStdinBytes)
+	}
+	if r.Timeout <= 0 {
+		return fmt.Errorf("%w: timeout must be positive", ErrInvalid)
+	}
+	return nil
+}
+
+// SnapshotInfo describes a snapshot of a sandbox's memory and disk.
+type SnapshotInfo struct {
+	ID        string    `json:"id"`
+	SandboxID string    `json:"sandbox_id"`
+	CreatedAt time.Time `json:"created_at"`
+	SizeBytes int64     `json:"size_bytes"`
+}
+
+// Manager owns the sandboxes. All methods are safe for concurrent use.
+// Errors wrap the sentinels above; anything else is an internal error.
+type Manager interface {
+	// Create validates cfg (after WithDefaults), starts a sandbox and
+	// returns once it is running. A failed Create leaves nothing behind.
+	Create(ctx context.Context, cfg Config) (Info, error)
+	List(ctx context.Context) ([]Info, error)
+	Get(ctx context.Context, id string) (Info, error)
+	// Delete destroys the VM, its TAP, its rules and its files.
+	Delete(ctx context.Context, id string) error
+
+	// RunCell runs Python code in the sandbox's interpreter within timeout
+	// (positive). onEvent, if not nil, is called for each event as it
+	// happens, from one goroutine at a time; the last call carries
+	// cell.EventEnd. A cell already running makes it return ErrBusy
+	// without queueing. Cancelling ctx interrupts the cell.
+	//
+	// Errors are for requests that never became a cell (ErrNotFound,
+	// ErrBusy, ErrLost, ErrInvalid). Once a cell has started, every
+	// outcome, including the VM dying, is a Result (StatusLost) with a
+	// nil error, so streaming clients always get their end event.
+	RunCell(ctx context.Context, id, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error)
+	// Interrupt interrupts the running cell, if any.
+	Interrupt(ctx context.Context, id string) error
+	// Restart replaces the interpreter with a fresh one; variables are lost.
+	Restart(ctx context.Context, id string) error
+	// Exec runs req (already validated by the caller, validated again here).
+	Exec(ctx context.Context, id string, req ExecRequest) (cell.ExecResult, error)
+
+	// Upload writes r to guestPath (see GuestPath), creating parent
+	// directories, and returns the bytes written. r may be larger than
+	// allowed; the manager stops at its own limit with ErrTooLarge.
+	Upload(ctx context.Context, id, guestPath string, r io.Reader) (int64, error)
+	// Download writes the file at guestPath to w and returns the bytes
+	// written. A missing file is ErrNotFound, a directory ErrInvalid.
+	Download(ctx context.Context, id, guestPath string, w io.Writer) (int64, error)
+
+	// SetNetwork replaces the egress allowlist.
+	SetNetwork(ctx context.Context, id string, p NetworkPolicy) error
+
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+	Snapshot(ctx context.Context, id string) (SnapshotInfo, error)
+}
+
+// GuestPath turns a caller's file path into the cleaned absolute guest path
+// to use. The HTTP route carries the path without its leading slash, so one
+// is added if missing. It refuses NUL bytes, any ".." element (even one
+// that cleaning would remove: such a request is a mistake or an attack),
+// paths longer than MaxGuestPathLen, the root itself, and anything under
+// /proc, /sys and /dev, whose files are the guest kernel's interfaces
+// rather than data.
+func GuestPath(p string) (string, error) {
+	if len(p) > MaxGuestPathLen {
+		return "", fmt.Errorf("%w: path is %d bytes, at most %d", ErrInvalid, len(p), MaxGuestPathLen)
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", fmt.Errorf("%w: path contains a NUL byte", ErrInvalid)
+	}
+	for _, elem := range strings.Split(p, "/") {
+		if elem == ".." {
+			return "", fmt.Errorf("%w: path %q contains \"..\"", ErrInvalid, clip(p, 128))
+		}
+	}
+	abs := path.Clean("/" + p)
+	if abs == "/" {
+		return "", fmt.Errorf("%w: path names the root directory", ErrInvalid)
+	}
+	for _, fs := range []string{"/proc", "/sys", "/dev"} {
+		if abs == fs || strings.HasPrefix(abs, fs+"/") {
+			return "", fmt.Errorf("%w: path %q is under %s", ErrInvalid, clip(abs, 128), fs)
+		}
+	}
+	return abs, nil
+}
+
+// clip shortens s for an error message.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

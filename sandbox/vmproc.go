@@ -1,0 +1,182 @@
+package sandbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// VMSpec is the machine a sandbox runs on; it is written to the sandbox's
+// directory as vmm.json for its `cellvm vmm` process.
+type VMSpec struct {
+	Kernel    string   `json:"kernel"`
+	Initrd    string   `json:"initrd,omitempty"`
+	Cmdline   string   `json:"cmdline,omitempty"`
+	VCPUs     int      `json:"vcpus"`
+	MemoryMiB uint64   `json:"memory_mib"`
+	Disks     []VMDisk `json:"disks,omitempty"`
+	Vsock     *VMVsock `json:"vsock,omitempty"`
+	TAP       string   `json:"tap,omitempty"`
+	MAC       [6]byte  `json:"mac,omitempty"`
+	LogLevel  string   `json:"log_level,omitempty"`
+}
+
+// VMDisk and VMVsock mirror vmm.Disk and vmm.Vsock's JSON.
+type VMDisk struct {
+	Path     string `json:"Path"`
+	ReadOnly bool   `json:"ReadOnly"`
+}
+
+type VMVsock struct {
+	CID uint64 `json:"CID"`
+	UDS string `json:"UDS"`
+}
+
+// vmProc is a running `cellvm vmm` process. It runs in its own session so
+// that it outlives a daemon crash (a restarted daemon takes it back), and a
+// signal to the daemon's process group does not reach it.
+type vmProc struct {
+	pid  int
+	dir  string
+	cmd  *exec.Cmd // nil when adopted from an earlier daemon
+	done chan struct{}
+	err  error // valid after done
+}
+
+const (
+	specFile    = "vmm.json"
+	configFile  = "sandbox.json"
+	pidFile     = "vmm.pid"
+	consoleFile = "console.log"
+	vmmLogFile  = "vmm.log"
+	vsockFile   = "vsock.sock"
+)
+
+// startVM writes spec into dir and starts exe (the cellvm binary) as the
+// VMM process for it.
+func startVM(exe, dir string, spec VMSpec) (*vmProc, error) {
+	b, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	cfg := filepath.Join(dir, specFile)
+	if err := os.WriteFile(cfg, b, 0o600); err != nil {
+		return nil, fmt.Errorf("write vmm config: %w", err)
+	}
+	console, err := os.OpenFile(filepath.Join(dir, consoleFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer console.Close()
+	logf, err := os.OpenFile(filepath.Join(dir, vmmLogFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(exe, "vmm", "--config", cfg)
+	cmd.Stdout, cmd.Stderr = console, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: 0}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start vmm process: %w", err)
+	}
+	p := &vmProc{pid: cmd.Process.Pid, dir: dir, cmd: cmd, done: make(chan struct{})}
+	if err := os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(p.pid)), 0o600); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, err
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// adoptVM finds the VMM process an earlier daemon started for dir, if it is
+// still alive and still that process.
+func adoptVM(dir string) (*vmProc, error) {
+	b, err := os.ReadFile(filepath.Join(dir, pidFile))
+	if err != nil {
+		return nil, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return nil, fmt.Errorf("bad pid file in %s", dir)
+	}
+	if !isVMMFor(pid, filepath.Join(dir, specFile)) {
+		return nil, fmt.Errorf("vmm process %d of %s is gone", pid, dir)
+	}
+	p := &vmProc{pid: pid, dir: dir, done: make(chan struct{})}
+	go p.pollExit()
+	return p, nil
+}
+
+// isVMMFor reports whether pid is a `cellvm vmm --config cfg` process.
+func isVMMFor(pid int, cfg string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := bytes.Split(bytes.TrimRight(b, "\x00"), []byte{0})
+	return len(args) >= 4 && string(args[1]) == "vmm" && string(args[3]) == cfg
+}
+
+// pollExit watches an adopted process, which is not our child and so
+// cannot be waited for.
+func (p *vmProc) pollExit() {
+	cfg := filepath.Join(p.dir, specFile)
+	for isVMMFor(p.pid, cfg) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	p.err = errors.New("vmm process exited")
+	close(p.done)
+}
+
+// alive reports whether the process still runs.
+func (p *vmProc) alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop asks the VMM to end the VM (SIGTERM), then kills it after grace.
+func (p *vmProc) stop(grace time.Duration) {
+	if !p.alive() {
+		return
+	}
+	syscall.Kill(p.pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		syscall.Kill(p.pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// consoleTail returns the last n bytes of the VM's console, for errors.
+func consoleTail(dir string, n int64) string {
+	f, err := os.Open(filepath.Join(dir, consoleFile))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(fi.Size()-n, 0)
+	b := make([]byte, fi.Size()-off)
+	f.ReadAt(b, off)
+	return string(b)
+}
