@@ -16,6 +16,13 @@ import (
 const usage = `usage: cellvm <command> [flags]
 
 commands:
+  run       create a sandbox, run Python (-c CODE | FILE | -), print the result, destroy it
+  serve     run the daemon (HTTP API on a Unix socket)
+  sandbox   create | ls | inspect | rm sandboxes in the daemon
+  cell      run Python in a daemon's sandbox: cellvm cell SANDBOX -c CODE
+  exec      run a command in a daemon's sandbox: cellvm exec SANDBOX -- ARGV...
+  cp        copy a file to or from a sandbox: cellvm cp LOCAL sb-ID:/path (or the reverse)
+  doctor    check this host for what cellvm needs
   boot      boot a kernel with the serial console on stdin/stdout
   vmm       run one VM from a JSON config (started by the daemon)
   version   print the version
@@ -33,7 +40,22 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var err error
+	code := 0
 	switch args[0] {
+	case "run":
+		code, err = cmdRun(args[1:], stdin, stdout, stderr)
+	case "sandbox":
+		code, err = cmdSandbox(args[1:], stdout, stderr)
+	case "cell":
+		code, err = cmdCell(args[1:], stdin, stdout, stderr)
+	case "exec":
+		code, err = cmdExec(args[1:], stdin, stdout, stderr)
+	case "cp":
+		code, err = cmdCp(args[1:], stdout, stderr)
+	case "serve":
+		err = cmdServe(args[1:], stderr)
+	case "doctor":
+		return cmdDoctor(stdout)
 	case "boot":
 		err = cmdBoot(args[1:], stdin, stdout, stderr)
 	case "vmm":
@@ -47,18 +69,20 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err != nil {
+		fmt.Fprintf(stderr, "cellvm %s: %v\n", args[0], err)
 		var ue usageError
 		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "cellvm %s: %v\n", args[0], err)
 			return 2
 		}
-		fmt.Fprintf(stderr, "cellvm %s: %v\n", args[0], err)
 		if errors.Is(err, kvm.ErrNoKVM) {
-			fmt.Fprintln(stderr, "hint: this host exposes no /dev/kvm; see 'make test' for the nested rig, or run on a host with hardware virtualization")
+			fmt.Fprintln(stderr, "hint: this host exposes no /dev/kvm; 'cellvm doctor' says what cellvm needs, and 'make test' runs the KVM tests in the nested rig")
 		}
-		return 1
+		if code == 0 {
+			code = 1
+		}
+		return code
 	}
-	return 0
+	return code
 }
 
 // usageError is a bad flag or argument.

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cellvm/cellvm/cell"
+)
+
+// printResult prints a cell result for a person: stdout, stderr, the main
+// result and other displays, the error with its traceback, and where the
+// images were saved. It returns the exit status: 0 only for an ok cell.
+func printResult(r cell.Result, stdout, stderr io.Writer, outDir string) int {
+	io.WriteString(stdout, r.Stdout)
+	if r.Stderr != "" {
+		io.WriteString(stderr, r.Stderr)
+		if !strings.HasSuffix(r.Stderr, "\n") {
+			fmt.Fprintln(stderr)
+		}
+	}
+	if r.Truncated.StdoutBytes > 0 || r.Truncated.StderrBytes > 0 {
+		fmt.Fprintf(stderr, "[output cut: %d bytes of stdout, %d bytes of stderr]\n", r.Truncated.StdoutBytes, r.Truncated.StderrBytes)
+	}
+	for i, d := range r.Results {
+		saved := false
+		for _, mime := range []string{"image/png", "image/svg+xml"} {
+			data, ok := d.Data[mime]
+			if !ok {
+				continue
+			}
+			ext := map[string]string{"image/png": "png", "image/svg+xml": "svg"}[mime]
+			name := filepath.Join(outDir, fmt.Sprintf("cellvm-%d-%d.%s", r.ExecutionCount, i, ext))
+			b := []byte(data)
+			if mime == "image/png" {
+				var err error
+				if b, err = base64.StdEncoding.DecodeString(data); err != nil {
+					fmt.Fprintf(stderr, "cellvm: result %d: bad base64 PNG: %v\n", i, err)
+					continue
+				}
+			}
+			if err := os.WriteFile(name, b, 0o644); err != nil {
+				fmt.Fprintf(stderr, "cellvm: save %s: %v\n", name, err)
+				continue
+			}
+			fmt.Fprintf(stdout, "[%s saved to %s]\n", mime, name)
+			saved = true
+		}
+		if text, ok := d.Data["text/plain"]; ok && (d.Main || !saved) {
+			fmt.Fprintln(stdout, text)
+		}
+	}
+	if r.Error != nil {
+		for _, line := range r.Error.Traceback {
+			fmt.Fprintln(stderr, strings.TrimRight(line, "\n"))
+		}
+		if len(r.Error.Traceback) == 0 {
+			fmt.Fprintf(stderr, "%s: %s\n", r.Error.Name, r.Error.Value)
+		}
+	}
+	switch r.Status {
+	case cell.StatusOK:
+		return 0
+	case cell.StatusTimeout:
+		if r.StateKept {
+			fmt.Fprintln(stderr, "cellvm: the cell timed out and was interrupted; variables were kept")
+		} else {
+			fmt.Fprintln(stderr, "cellvm: the cell timed out and had to be killed; the interpreter restarted and variables are gone")
+		}
+	case cell.StatusLost:
+		fmt.Fprintln(stderr, "cellvm: the interpreter was lost; variables are gone")
+	}
+	if r.KilledBy == cell.KilledByOOM {
+		fmt.Fprintln(stderr, "cellvm: the cell ran out of memory and was killed")
+	}
+	return 1
+}
+
+func printJSON(w io.Writer, v any) error {
+	e := json.NewEncoder(w)
+	e.SetIndent("", "  ")
+	return e.Encode(v)
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/cellvm/cellvm/api"
+	"github.com/cellvm/cellvm/kvm"
+	"github.com/cellvm/cellvm/sandbox"
+)
+
+// cmdServe runs the daemon: the HTTP API on a Unix socket over a VM
+// manager. SIGTERM or SIGINT destroys every sandbox and exits; a daemon
+// that dies instead (kill -9) leaves its VMs running, and the next one takes
+// them back from the state directory.
+func cmdServe(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	b := addBackendFlags(fs)
+	stateDir := fs.String("state-dir", "", "where sandboxes keep their files (default: beside the socket)")
+	maxSandboxes := fs.Int("max-sandboxes", 64, "cap on sandboxes (0: none)")
+	maxMemory := fs.Int("max-memory", 0, "cap on total guest memory in MiB (default: 3/4 of the host's)")
+	*b.logLevel = "info"
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	socket := *b.socket
+	if socket == "" {
+		socket = DefaultSocket
+	}
+	if *stateDir == "" {
+		*stateDir = filepath.Join(filepath.Dir(socket), "state")
+	}
+	log, err := newLogger(stderr, *b.logLevel)
+	if err != nil {
+		return err
+	}
+	if !kvm.Available() {
+		return fmt.Errorf("%w: the daemon needs /dev/kvm; run 'cellvm doctor'", kvm.ErrNoKVM)
+	}
+	k, i, r, err := guestFiles(*b.kernel, *b.initrd, *b.rootfs)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if *maxMemory == 0 {
+		if total, err := hostMemMiB(); err == nil {
+			*maxMemory = total * 3 / 4
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
+		return fmt.Errorf("socket directory: %w", err)
+	}
+	m, err := sandbox.NewVMManager(sandbox.Options{
+		Exe: exe, Kernel: k, Initrd: i, RootFS: r, StateDir: *stateDir,
+		MaxSandboxes: *maxSandboxes, MaxMemoryMiB: *maxMemory, Log: log,
+		BootTimeout: bootTimeoutFromEnv(),
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := api.ListenUnix(socket, api.WithListenLogger(log))
+	if err != nil {
+		m.Close()
+		return err
+	}
+	srv := api.NewHTTPServer(api.NewServer(m, log))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("cellvm daemon listening", "socket", socket, "state_dir", *stateDir, "kernel", k, "rootfs", r)
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: destroying sandboxes")
+	case err = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	m.Close()
+	os.Remove(socket)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func hostMemMiB() (int, error) {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		return 0, err
+	}
+	return int(uint64(si.Totalram) * uint64(si.Unit) >> 20), nil
+}
