@@ -13,5 +13,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv("CELLVM_TEST_MAIN") == "1" {
 		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
+	if role := os.Getenv("CELLVM_TEST_GUEST"); role != "" {
+		os.Exit(guestRole(role))
+	}
 	os.Exit(m.Run())
 }

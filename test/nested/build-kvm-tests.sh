@@ -11,7 +11,7 @@ mkdir -p build/rig
 for dir in $(grep -rl --include='*_test.go' 'kvmtest.Require' . | xargs -n1 dirname | sort -u); do
 	dir=${dir#./}
 	bin=build/rig/$(echo "$dir" | tr / _).test
-	go test -c -o "$bin" "./$dir"
+	CGO_ENABLED=0 go test -c -o "$bin" "./$dir"
 	echo "$dir $bin" >>build/rig/tests.txt
 done
 echo "rig tests: $(wc -l <build/rig/tests.txt) package(s): $(cut -d' ' -f1 build/rig/tests.txt | tr '\n' ' ')"

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/mdlayher/vsock"
+	"golang.org/x/sys/unix"
+
+	"github.com/cellvm/cellvm/guestinit/agent"
+	"github.com/cellvm/cellvm/guestinit/interp"
+	"github.com/cellvm/cellvm/guestinit/pid1"
+	"github.com/cellvm/cellvm/guestinit/rootfs"
+)
+
+// agentMain runs the agent until a shutdown request; it returns the exit
+// code.
+func agentMain(args []string) int {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	listen := fs.String("listen", "vsock", `"vsock" (port 1024) or "unix:PATH"`)
+	python := fs.String("python", interp.DefaultPython, "the interpreter")
+	dir := fs.String("dir", rootfs.Workspace, "working directory of cells and commands")
+	guest := fs.Bool("guest", false, "apply the guest's file policy (overlay and tmpfs only); PID 1 passes it")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	level := slog.LevelInfo
+	if os.Getenv(pid1.EnvDebug) == "1" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("proc", "agent")
+
+	ln, err := listenOn(*listen)
+	if err != nil {
+		log.Error("listen", "err", err)
+		return 1
+	}
+	icfg := interp.Config{Python: *python, Dir: *dir, Logger: log}
+	if cgroupHasMemory("/sys/fs/cgroup") {
+		icfg.CgroupParent = "/sys/fs/cgroup"
+	}
+	in, err := interp.New(icfg)
+	if err != nil && icfg.CgroupParent != "" {
+		log.Warn("interpreter with a cgroup failed; trying without", "err", err)
+		icfg.CgroupParent = ""
+		in, err = interp.New(icfg)
+	}
+	if err != nil {
+		log.Error("interpreter", "err", err)
+		return 1
+	}
+	policy := agent.FilePolicy{}
+	if *guest {
+		policy = agent.GuestFilePolicy()
+	}
+	shutdown := make(chan struct{})
+	srv := agent.NewServer(agent.Config{
+		Interp:     in,
+		Files:      policy,
+		Software:   "cellvm-init",
+		OnShutdown: func() { close(shutdown) },
+		Logger:     log,
+	})
+	signalReady(log)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case <-shutdown:
+		ln.Close()
+		srv.Close()
+		in.Close()
+		return pid1.ExitShutdown
+	case err := <-errc:
+		log.Error("serve", "err", err)
+		in.Close()
+		return 1
+	}
+}
+
+func listenOn(spec string) (net.Listener, error) {
+	if spec == "vsock" {
+		ln, err := vsock.Listen(agent.Port, nil)
+		if err != nil {
+			return nil, fmt.Errorf("vsock port %d: %w", agent.Port, err)
+		}
+		return ln, nil
+	}
+	if path, ok := strings.CutPrefix(spec, "unix:"); ok {
+		os.Remove(path)
+		return net.Listen("unix", path)
+	}
+	return nil, fmt.Errorf("bad -listen %q", spec)
+}
+
+// signalReady tells PID 1 the agent listens (one byte on the fd it named).
+func signalReady(log *slog.Logger) {
+	s := os.Getenv(pid1.EnvReadyFD)
+	if s == "" {
+		return
+	}
+	fd, err := strconv.Atoi(s)
+	if err != nil || fd < 3 || fd > 1024 {
+		log.Warn("bad ready fd", "value", s)
+		return
+	}
+	f := os.NewFile(uintptr(fd), "ready")
+	if _, err := f.Write([]byte{1}); err != nil && !errors.Is(err, syscall.EPIPE) {
+		log.Warn("signal readiness", "err", err)
+	}
+	f.Close()
+	os.Unsetenv(pid1.EnvReadyFD) // not inherited by the interpreter
+}
+
+func cgroupHasMemory(dir string) bool {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
+		return false
+	}
+	b, err := os.ReadFile(dir + "/cgroup.controllers")
+	if err != nil {
+		return false
+	}
+	for _, f := range strings.Fields(string(b)) {
+		if f == "memory" {
+			return true
+		}
+	}
+	return false
+}
