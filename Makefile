@@ -6,6 +6,7 @@ BUILD   := build
 BIN     := $(BUILD)/bin
 RIG     := test/nested/run.sh
 RIG_TIMEOUT ?= 2400
+RIG_MEM ?= 4096
 
 .PHONY: all setup deps kernel image cellvm initramfs test test-unit test-rig bench fuzz vet clean
 
@@ -45,7 +46,7 @@ vet:
 test-rig: cellvm
 	test/nested/build-kvm-tests.sh
 	@start=$$(date +%s); \
-	$(RIG) --timeout $(RIG_TIMEOUT) -- test/nested/run-kvm-tests.sh; rc=$$?; \
+	$(RIG) --mem $(RIG_MEM) --timeout $(RIG_TIMEOUT) -- test/nested/run-kvm-tests.sh; rc=$$?; \
 	echo "make test-rig: nested rig took $$(( $$(date +%s) - start ))s (exit $$rc)"; \
 	exit $$rc
 

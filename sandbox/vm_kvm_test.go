@@ -1,0 +1,171 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"image/png"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/test/kvmtest"
+)
+
+// newRigManager returns a VMManager over the project's build outputs.
+func newRigManager(t *testing.T) *VMManager {
+	t.Helper()
+	kvmtest.Require(t)
+	m, err := NewVMManager(Options{
+		Exe:         kvmtest.BuildFile(t, "bin/cellvm"),
+		Kernel:      kvmtest.BuildFile(t, "kernel/vmlinux"),
+		Initrd:      kvmtest.BuildFile(t, "initramfs.cpio"),
+		RootFS:      kvmtest.BuildFile(t, "rootfs.ext4"),
+		StateDir:    t.TempDir(),
+		BootTimeout: 3 * time.Minute,
+		Log:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func runCell(t *testing.T, m Manager, id, code string, timeout time.Duration) cell.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	r, err := m.RunCell(ctx, id, code, timeout, nil)
+	if err != nil {
+		t.Fatalf("cell %q: %v", code, err)
+	}
+	t.Logf("cell %.40q: %s in %v", code, r.Status, time.Since(start).Round(time.Millisecond))
+	return r
+}
+
+// TestGuestNotebook runs the interpreter contract end to end in a real
+// microVM: kernel, initramfs with cellvm-init, the root image, vsock.
+func TestGuestNotebook(t *testing.T) {
+	m := newRigManager(t)
+	ctx := context.Background()
+	start := time.Now()
+	info, err := m.Create(ctx, Config{VCPUs: 2, MemoryMiB: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sandbox %s up in %v", info.ID, time.Since(start).Round(time.Millisecond))
+	id := info.ID
+
+	t.Run("state persists", func(t *testing.T) {
+		runCell(t, m, id, "x = 20", time.Minute)
+		r := runCell(t, m, id, "x * 2 + 2", time.Minute)
+		if r.Status != cell.StatusOK || r.MainResult() == nil || r.MainResult().Data["text/plain"] != "42" {
+			t.Fatalf("second cell: %+v", r)
+		}
+	})
+	t.Run("matplotlib png", func(t *testing.T) {
+		r := runCell(t, m, id, "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('chart')", 2*time.Minute)
+		var img string
+		for _, d := range r.Results {
+			if v, ok := d.Data["image/png"]; ok {
+				img = v
+			}
+		}
+		if r.Status != cell.StatusOK || img == "" {
+			t.Fatalf("no PNG: %+v", r)
+		}
+		b, err := base64.StdEncoding.DecodeString(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := png.Decode(bytes.NewReader(b)); err != nil {
+			t.Fatalf("PNG does not decode: %v", err)
+		}
+	})
+	t.Run("dataframe html", func(t *testing.T) {
+		r := runCell(t, m, id, "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})", 2*time.Minute)
+		if r.MainResult() == nil || !strings.Contains(r.MainResult().Data["text/html"], "<table") {
+			t.Fatalf("no HTML table: %+v", r)
+		}
+	})
+	t.Run("exception", func(t *testing.T) {
+		r := runCell(t, m, id, "1/0", time.Minute)
+		if r.Status != cell.StatusError || r.Error == nil || r.Error.Name != "ZeroDivisionError" || len(r.Error.Traceback) == 0 {
+			t.Fatalf("%+v", r)
+		}
+		if strings.Contains(strings.Join(r.Error.Traceback, ""), "\x1b[") {
+			t.Error("traceback has terminal colour codes")
+		}
+	})
+	t.Run("timeout keeps state", func(t *testing.T) {
+		runCell(t, m, id, "kept = 'yes'", time.Minute)
+		r := runCell(t, m, id, "while True: pass", 2*time.Second)
+		if r.Status != cell.StatusTimeout || !r.StateKept {
+			t.Fatalf("%+v", r)
+		}
+		r = runCell(t, m, id, "kept", time.Minute)
+		if r.MainResult() == nil || r.MainResult().Data["text/plain"] != "'yes'" {
+			t.Fatalf("variable lost after timeout: %+v", r)
+		}
+	})
+	t.Run("ignored interrupt restarts", func(t *testing.T) {
+		r := runCell(t, m, id, "import time\nwhile True:\n    try:\n        time.sleep(1)\n    except KeyboardInterrupt:\n        pass", 2*time.Second)
+		if r.StateKept {
+			t.Fatalf("state_kept true for a cell that had to be killed: %+v", r)
+		}
+		r = runCell(t, m, id, "'kept' in dir()", time.Minute)
+		if r.Status != cell.StatusOK || r.MainResult().Data["text/plain"] != "False" {
+			t.Fatalf("next cell: %+v", r)
+		}
+	})
+	t.Run("memory bomb", func(t *testing.T) {
+		r := runCell(t, m, id, "b = []\nwhile True:\n    b.append(bytearray(50 << 20))", 2*time.Minute)
+		if r.KilledBy != cell.KilledByOOM || r.StateKept {
+			t.Errorf("memory bomb: status %s killed_by %q state_kept %v", r.Status, r.KilledBy, r.StateKept)
+		}
+		r = runCell(t, m, id, "1 + 1", time.Minute)
+		if r.Status != cell.StatusOK {
+			t.Fatalf("sandbox did not recover: %+v", r)
+		}
+	})
+	t.Run("output flood clipped", func(t *testing.T) {
+		r := runCell(t, m, id, "import sys\nline = 'x' * 999 + '\\n'\nfor _ in range(200_000): sys.stdout.write(line)", 5*time.Minute)
+		if r.Truncated.StdoutBytes < 190_000_000 || len(r.Stdout) > 1<<20 {
+			t.Fatalf("200 MB print: stdout %d bytes kept, %d cut", len(r.Stdout), r.Truncated.StdoutBytes)
+		}
+	})
+	t.Run("files", func(t *testing.T) {
+		data := make([]byte, 3<<20)
+		rand.Read(data)
+		if _, err := m.Upload(ctx, id, "workspace/in.bin", bytes.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+		r := runCell(t, m, id, "import hashlib\nd = open('/workspace/in.bin','rb').read()\nopen('/workspace/out.bin','wb').write(d[::-1])\nlen(d)", time.Minute)
+		if r.MainResult() == nil || r.MainResult().Data["text/plain"] != "3145728" {
+			t.Fatalf("cell did not read the upload: %+v", r)
+		}
+		var out bytes.Buffer
+		if _, err := m.Download(ctx, id, "workspace/out.bin", &out); err != nil {
+			t.Fatal(err)
+		}
+		rev := make([]byte, len(data))
+		for i := range data {
+			rev[len(data)-1-i] = data[i]
+		}
+		if !bytes.Equal(out.Bytes(), rev) {
+			t.Fatal("downloaded file differs")
+		}
+	})
+	if err := m.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(m.sandboxDir("")); len(entries) != 0 {
+		t.Errorf("state left after delete: %v", entries)
+	}
+}
