@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/guestinit/agent"
+	"github.com/cellvm/cellvm/guestinit/proto"
 )
 
 // maxHandshakeLine bounds the VMM's "OK <port>\n" answer.
@@ -92,9 +93,9 @@ func (c *Client) WaitReady(ctx context.Context) error {
 			return nil
 		}
 		last = err
-		var pe interface{ Unsupported() bool }
-		if errors.As(err, &pe) && pe.Unsupported() {
-			return err
+		var pe *proto.Error
+		if errors.As(err, &pe) && pe.Code == proto.CodeUnsupported {
+			return err // retrying will not help
 		}
 		t := time.NewTimer(backoff)
 		select {

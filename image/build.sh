@@ -151,12 +151,40 @@ in_root() {
 	' in_root "$root" "$debs" "$@"
 }
 
+# Empty packages that stand in for dependencies nothing in the image uses
+# at run time. python3-scipy depends on python3-pythran (an ahead-of-time
+# compiler used when scipy is built; scipy never imports it), and pythran
+# pulls g++, boost and the Python headers: ~400 MiB of toolchain.
+stub_packages=(python3-pythran)
+install_stubs() {
+	local pkg dir
+	for pkg in "${stub_packages[@]}"; do
+		dir="$root/tmp/cellvm-stub/$pkg"
+		mkdir -p "$dir/DEBIAN"
+		cat >"$dir/DEBIAN/control" <<-EOF
+			Package: $pkg
+			Version: 999:0+cellvm.stub
+			Architecture: all
+			Maintainer: cellvm image builder <nobody@invalid>
+			Description: empty stand-in installed by cellvm's image/build.sh
+			 The real package is not needed at run time in the guest image.
+		EOF
+		in_root dpkg-deb --root-owner-group -b "/tmp/cellvm-stub/$pkg" "/tmp/cellvm-stub/$pkg.deb" >/dev/null ||
+			die "building stub package $pkg failed"
+		in_root dpkg -i "/tmp/cellvm-stub/$pkg.deb" >/dev/null || die "installing stub $pkg failed"
+		in_root apt-mark hold "$pkg" >/dev/null
+		log "stub package: $pkg"
+	done
+	rm -rf "$root/tmp/cellvm-stub"
+}
+
 log "apt-get install: ${packages[*]}"
 mkdir -p "$debs/partial"
 in_root apt-get -q update 2>&1 | stages
 [[ ${PIPESTATUS[0]} == 0 ]] || die "apt-get update failed"
 in_root apt-get -q -y -o Dpkg::Progress-Fancy=0 dist-upgrade 2>&1 | stages
 [[ ${PIPESTATUS[0]} == 0 ]] || die "apt-get dist-upgrade failed"
+install_stubs
 in_root apt-get -q -y -o Dpkg::Progress-Fancy=0 install "${packages[@]}" 2>&1 | stages
 [[ ${PIPESTATUS[0]} == 0 ]] || die "apt-get install failed"
 log "packages installed after $(($(date +%s) - start))s"

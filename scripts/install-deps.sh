@@ -23,10 +23,16 @@ packages=(
 	python3-scipy python3-pil
 )
 
+# One dpkg-query for all: it prints the installed ones (unknown names go to
+# stderr), and anything not "installed" (absent, unpacked, half-configured)
+# counts as missing.
+declare -A installed=()
+while read -r name status; do
+	[[ "$status" == installed ]] && installed[$name]=1
+done < <(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${packages[@]}" 2>/dev/null || true)
 missing=()
 for p in "${packages[@]}"; do
-	status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
-	[[ "$status" == installed ]] || missing+=("$p")
+	[[ -n "${installed[$p]:-}" ]] || missing+=("$p")
 done
 
 if ((${#missing[@]} == 0)); then

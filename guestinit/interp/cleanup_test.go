@@ -1,6 +1,7 @@
 package interp
 
 import (
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -102,5 +103,35 @@ func TestCloseKillsEverything(t *testing.T) {
 	}
 	for _, pid := range append(pids, py) {
 		waitGone(t, pid, 3*time.Second)
+	}
+}
+
+func countFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func TestNoFDLeakAcrossRestarts(t *testing.T) {
+	before := countFDs(t)
+	in := newTestInterp(t, nil)
+	expectOK(t, run(t, in, "1"))
+	run(t, in, "import os\nos._exit(1)")
+	runT(t, in, "while True:\n    try:\n        import time; time.sleep(5)\n    except KeyboardInterrupt:\n        pass", 300*time.Millisecond)
+	if err := in.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	expectOK(t, run(t, in, "1"))
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := countFDs(t); after != before {
+		t.Errorf("open fds: %d before, %d after", before, after)
+	}
+	if _, err := os.Stat(in.runDir); !os.IsNotExist(err) {
+		t.Errorf("run dir %s left behind: %v", in.runDir, err)
 	}
 }

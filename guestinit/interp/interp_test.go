@@ -175,6 +175,13 @@ R()`)
 	if d.Data[cell.MIMEPNG] != base64.StdEncoding.EncodeToString([]byte("\x89PNG")) {
 		t.Errorf("png = %q", d.Data[cell.MIMEPNG])
 	}
+	// A huge repr is clipped like output.
+	res = run(t, in, "list(range(10**6))")
+	expectOK(t, res)
+	if text := mainText(t, res); len(text) > 2*(cell.DefaultHeadBytes+cell.DefaultTailBytes) ||
+		!strings.Contains(text, "characters cut") || !strings.HasSuffix(text, "999999]") {
+		t.Errorf("huge repr: %d bytes, ends %q", len(text), text[max(0, len(text)-20):])
+	}
 }
 
 func mainOf(t *testing.T, res cell.Result) cell.Display {

@@ -149,7 +149,8 @@ func (in *Interp) pythonEnv() []string {
 		"NO_COLOR=1",
 		"PYTHON_COLORS=0",
 		"TERM=dumb",
-		"CELLVM_MAX_TEXT="+strconv.Itoa(in.cfg.MaxFrameBytes/4),
+		// A text result (a long repr) is clipped like an output stream.
+		"CELLVM_MAX_TEXT="+strconv.Itoa(max(in.cfg.HeadBytes+in.cfg.TailBytes, 4096)),
 	)
 	if in.cfg.AddressSpaceLimit > 0 {
 		env = append(env, "CELLVM_RLIMIT_AS="+strconv.FormatInt(in.cfg.AddressSpaceLimit, 10))

@@ -379,7 +379,7 @@ func (r *cellRun) addResult(f frame) {
 func (r *cellRun) finish(oomBase int64) cell.Result {
 	in := r.in
 	res := cell.Result{Results: r.results}
-	if r.done {
+	if r.done && !r.killed {
 		res.StateKept = true
 		res.Error = r.pyErr
 		res.Status = cell.StatusOK

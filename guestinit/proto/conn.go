@@ -1,6 +1,7 @@
 package proto
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -22,13 +23,16 @@ type Conn struct {
 	wmu sync.Mutex
 }
 
-// NewConn returns a Conn on rw that accepts reassembled JSON messages of
+// NewConn returns a Conn on rw (which it reads ahead of the current
+// frame, so rw must not be read by others while the Conn is in use) that accepts reassembled JSON messages of
 // up to maxMessage bytes (<= 0: DefaultMaxMessage).
 func NewConn(rw io.ReadWriter, maxMessage int) *Conn {
 	if maxMessage <= 0 {
 		maxMessage = DefaultMaxMessage
 	}
-	return &Conn{r: rw, w: rw, maxMessage: maxMessage}
+	// Buffered reads: a frame header is 5 bytes, and reading it straight
+	// from a socket would cost a system call per header.
+	return &Conn{r: bufio.NewReaderSize(rw, 64<<10), w: rw, maxMessage: maxMessage}
 }
 
 // Message is one JSON message (reassembled from its frames) or one data

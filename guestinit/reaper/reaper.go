@@ -137,3 +137,13 @@ func (r *Reaper) Run(ctx context.Context) {
 		r.Reap()
 	}
 }
+
+// HasChildren reports whether the process has any child left, running or
+// not yet reaped; it reaps nothing.
+func (r *Reaper) HasChildren() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err != unix.ECHILD
+}

@@ -41,9 +41,10 @@ finish() {
 	t_end=$(cut -d' ' -f1 /proc/uptime)
 	printf '\ncellvm-rig-end %s exit=%s init_s=%s start_s=%s end_s=%s\n' \
 		"$nonce" "$code" "$t_init" "${t_start:-0}" "$t_end"
-	# stty waits for the tty to drain (TCSADRAIN) before poweroff cuts it.
-	stty -F /dev/console -onlcr 2>/dev/null
-	sleep 0.1
+	# On the UART, stty waits for the tty to drain (TCSADRAIN); on the
+	# virtio port, QEMU may still hold data the host pipe was too full for.
+	stty -onlcr 2>/dev/null <&1
+	sleep 0.3
 	poweroff -f
 	sleep 10
 	echo o >/proc/sysrq-trigger
@@ -63,6 +64,27 @@ while read -r mod; do
 done </etc/rig-modules
 
 [ -c /dev/kvm ] || echo "cellvm-rig: warning: /dev/kvm did not appear (no svm in L1 CPU?)"
+
+# CMD's output goes to a virtio-serial port (named cellvm.out) when there is
+# one: the emulated 8250 UART moves only about 55 KB/s under TCG, and hvc0
+# (16-byte writes) is slower still; the port takes page-sized writes. run.sh
+# muxes it and ttyS0 onto its stdout; kernel messages stay on ttyS0. The end
+# marker follows CMD's output on the same stream, so it cannot overtake it.
+out_port=""
+for _ in 1 2 3 4 5 6 7 8 9 10; do
+	for f in /sys/class/virtio-ports/*/name; do
+		[ -r "$f" ] && [ "$(cat "$f")" = cellvm.out ] || continue
+		p=${f%/name}
+		p=/dev/${p##*/}
+		[ -c "$p" ] && out_port=$p
+	done
+	[ -n "$out_port" ] && break
+	sleep 0.1
+done
+if [ -n "$out_port" ]; then
+	exec >"$out_port" 2>&1
+	step "output on $out_port"
+fi
 
 step "mount host root"
 mkdir -p /host /rw /newroot

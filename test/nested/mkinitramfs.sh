@@ -18,7 +18,8 @@ moddir=/lib/modules/$kver
 # reported by modinfo are inserted before their users.
 wanted=(irqbypass kvm ccp kvm-amd
 	virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci
-	netfs fscache 9pnet 9pnet_virtio 9p overlay)
+	netfs fscache 9pnet 9pnet_virtio 9p overlay
+	virtio_console)
 
 declare -A path_of=() done_=() builtin_=()
 while IFS= read -r -d '' f; do

@@ -150,16 +150,18 @@ cat "$base" "$work/run.cpio" >"$work/initrd"
 # quiet: the console carries CMD's output. panic=-1 with -no-reboot ends QEMU
 # at once on a panic. lpj skips a delay-loop calibration that takes seconds
 # under TCG (udelay uses the TSC anyway).
-cmdline="console=ttyS0 quiet loglevel=1 panic=-1 oops=panic mitigations=off lpj=8000000 tsc=reliable"
+cmdline="console=ttyS0 quiet loglevel=1 panic=-1 oops=panic mitigations=off lpj=8000000 tsc=reliable no_timer_check"
 if [[ ${RIG_DEBUG:-} == 1 ]]; then
-	cmdline="console=ttyS0 loglevel=7 panic=-1 oops=panic mitigations=off lpj=8000000 tsc=reliable cellvm.rigdebug"
+	cmdline="console=ttyS0 loglevel=7 panic=-1 oops=panic mitigations=off lpj=8000000 tsc=reliable no_timer_check cellvm.rigdebug"
 fi
 log=$work/console.log
 : >"$log"
 t0=$(date +%s.%N)
 qemu-system-x86_64 \
 	-accel tcg -cpu max -smp 2 -m "$mem" -M pc \
-	-nodefaults -no-user-config -display none -monitor none -serial stdio \
+	-nodefaults -no-user-config -display none -monitor none \
+	-chardev stdio,id=con,mux=on,signal=off -serial chardev:con \
+	-device virtio-serial-pci -device virtserialport,chardev=con,name=cellvm.out \
 	-net none -no-reboot \
 	-kernel "$boot_kernel" -initrd "$work/initrd" \
 	-append "$cmdline" \

@@ -235,6 +235,9 @@ func (d *Driver) Next() (Used, bool) {
 		d.tb.Fatalf("read used ring: %v", err)
 	}
 	d.lastUsed++
+	// Ask for an interrupt at the next used entry, as Linux's
+	// virtqueue_enable_cb does (ignored without EVENT_IDX).
+	d.SetUsedEvent(d.lastUsed)
 	u := Used{ID: uint16(binary.LittleEndian.Uint32(e[0:])), Len: binary.LittleEndian.Uint32(e[4:])}
 	left := u.Len
 	for _, b := range d.writable[u.ID] {

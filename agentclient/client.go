@@ -1,0 +1,394 @@
+package agentclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/guestinit/proto"
+)
+
+// DialFunc opens a byte stream to the agent.
+type DialFunc func(ctx context.Context) (net.Conn, error)
+
+// maxIdle is how many idle connections a Client keeps.
+const maxIdle = 2
+
+// Client talks to one agent. It is safe for concurrent use.
+type Client struct {
+	dial DialFunc
+	// Software names the client in the hello.
+	software string
+
+	mu     sync.Mutex
+	idle   []*session
+	closed bool
+}
+
+// New returns a Client that opens connections with dial.
+func New(dial DialFunc) *Client {
+	return &Client{dial: dial, software: "cellvm-agentclient"}
+}
+
+// Close closes the idle connections; calls in flight keep theirs.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for _, s := range c.idle {
+		s.nc.Close()
+	}
+	c.idle = nil
+	return nil
+}
+
+// ErrClosed is returned by calls on a closed Client.
+var ErrClosed = errors.New("agentclient: client closed")
+
+type session struct {
+	nc    net.Conn
+	c     *proto.Conn
+	agent string
+}
+
+// open dials and does the hello.
+func (c *Client) open(ctx context.Context) (*session, error) {
+	nc, err := c.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{nc: nc, c: proto.NewConn(nc, proto.DefaultMaxMessage)}
+	stop := closeOnDone(ctx, nc)
+	err = s.hello(c.software)
+	if stop() && err != nil {
+		err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *session) hello(software string) error {
+	s.nc.SetDeadline(time.Now().Add(10 * time.Second))
+	defer s.nc.SetDeadline(time.Time{})
+	if err := s.c.WriteJSON(proto.TypeHello, proto.Hello{Version: proto.Version, Software: software}); err != nil {
+		return fmt.Errorf("hello: %w", err)
+	}
+	m, err := s.c.ReadMessage()
+	if err != nil {
+		return fmt.Errorf("hello: %w", err)
+	}
+	switch m.Type {
+	case proto.TypeHello:
+		var h proto.Hello
+		if err := proto.DecodeJSON(m.Payload, &h); err != nil {
+			return fmt.Errorf("hello: %w", err)
+		}
+		if h.Version != proto.Version {
+			return fmt.Errorf("hello: agent answered version %d, want %d", h.Version, proto.Version)
+		}
+		s.agent = h.Software
+		return nil
+	case proto.TypeResponse:
+		var r proto.Response
+		if err := proto.DecodeJSON(m.Payload, &r); err != nil {
+			return fmt.Errorf("hello: %w", err)
+		}
+		if r.Error != nil {
+			return r.Error
+		}
+	}
+	return fmt.Errorf("hello: unexpected %v frame", m.Type)
+}
+
+// get returns an idle connection or opens one.
+func (c *Client) get(ctx context.Context) (*session, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if n := len(c.idle); n > 0 {
+		s := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		c.mu.Unlock()
+		return s, nil
+	}
+	c.mu.Unlock()
+	return c.open(ctx)
+}
+
+// put returns a healthy connection to the pool.
+func (c *Client) put(s *session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || len(c.idle) >= maxIdle {
+		s.nc.Close()
+		return
+	}
+	c.idle = append(c.idle, s)
+}
+
+// closeOnDone closes nc when ctx ends before stop is called; stop reports
+// whether it did.
+func closeOnDone(ctx context.Context, nc net.Conn) (stop func() bool) {
+	if ctx.Done() == nil {
+		return func() bool { return false }
+	}
+	done := make(chan struct{})
+	fired := make(chan bool, 1)
+	go func() {
+		select {
+		case <-ctx.Done():
+			nc.Close()
+			fired <- true
+		case <-done:
+			fired <- false
+		}
+	}()
+	return func() bool {
+		close(done)
+		return <-fired
+	}
+}
+
+// do runs one request: send writes the request (and any data stream),
+// recv reads up to and including the response. A connection that saw any
+// error is closed rather than reused.
+func (c *Client) do(ctx context.Context, req proto.Request, send func(*session) error, recv func(*session) (proto.Response, error)) (proto.Response, error) {
+	s, err := c.get(ctx)
+	if err != nil {
+		return proto.Response{}, err
+	}
+	stop := closeOnDone(ctx, s.nc)
+	reuse := true
+	resp, err := func() (proto.Response, error) {
+		if err := s.c.WriteJSON(proto.TypeRequest, &req); err != nil {
+			return proto.Response{}, err
+		}
+		var sendErr error
+		if send != nil {
+			sendErr = send(s)
+		}
+		if recv == nil {
+			recv = readResponse
+		}
+		resp, err := recv(s)
+		if err != nil && sendErr != nil {
+			return proto.Response{}, sendErr
+		}
+		if sendErr != nil {
+			reuse = false // the stream is in an unknown state
+		}
+		return resp, err
+	}()
+	cancelled := stop()
+	if cancelled {
+		return proto.Response{}, fmt.Errorf("agent %s: %w", req.Op, ctx.Err())
+	}
+	if err != nil {
+		s.nc.Close()
+		return proto.Response{}, fmt.Errorf("agent %s: %w", req.Op, err)
+	}
+	if resp.Error != nil && (resp.Error.Code == proto.CodeBadRequest || resp.Error.Code == proto.CodeTooLarge) {
+		reuse = false // the agent hangs up after these
+	}
+	if reuse {
+		c.put(s)
+	} else {
+		s.nc.Close()
+	}
+	if resp.Error != nil {
+		return resp, resp.Error
+	}
+	return resp, nil
+}
+
+func readResponse(s *session) (proto.Response, error) {
+	var r proto.Response
+	err := s.c.ReadJSON(proto.TypeResponse, &r)
+	return r, err
+}
+
+// RunCell runs code in the persistent interpreter. onEvent (may be nil)
+// receives the streamed events, then an end event with the result. A
+// timeout <= 0 means none. Cancelling ctx closes the connection, which
+// interrupts the cell.
+func (c *Client) RunCell(ctx context.Context, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+	if onEvent == nil {
+		onEvent = func(cell.Event) {}
+	}
+	req := proto.Request{Op: proto.OpRun, Code: code, TimeoutMS: timeout.Milliseconds()}
+	resp, err := c.do(ctx, req, nil, func(s *session) (proto.Response, error) {
+		for {
+			m, err := s.c.ReadMessage()
+			if err != nil {
+				return proto.Response{}, err
+			}
+			switch m.Type {
+			case proto.TypeEvent:
+				var e proto.Event
+				if err := proto.DecodeJSON(m.Payload, &e); err != nil {
+					return proto.Response{}, err
+				}
+				onEvent(e.Event)
+			case proto.TypeResponse:
+				var r proto.Response
+				if err := proto.DecodeJSON(m.Payload, &r); err != nil {
+					return proto.Response{}, err
+				}
+				return r, nil
+			default:
+				return proto.Response{}, fmt.Errorf("%w: %v frame while a cell runs", proto.ErrBadFrame, m.Type)
+			}
+		}
+	})
+	if err != nil {
+		return cell.Result{}, err
+	}
+	if resp.Result == nil {
+		return cell.Result{}, fmt.Errorf("agent run: %w: response without a result", proto.ErrBadFrame)
+	}
+	onEvent(cell.Event{Type: cell.EventEnd, End: resp.Result})
+	return *resp.Result, nil
+}
+
+// Interrupt interrupts the running cell and reports whether one was
+// running.
+func (c *Client) Interrupt(ctx context.Context) (bool, error) {
+	resp, err := c.do(ctx, proto.Request{Op: proto.OpInterrupt}, nil, nil)
+	if err != nil {
+		return false, err
+	}
+	if resp.Interrupted == nil {
+		return false, fmt.Errorf("agent interrupt: %w: no answer", proto.ErrBadFrame)
+	}
+	return *resp.Interrupted, nil
+}
+
+// Restart replaces the interpreter with a fresh one.
+func (c *Client) Restart(ctx context.Context) error {
+	_, err := c.do(ctx, proto.Request{Op: proto.OpRestart}, nil, nil)
+	return err
+}
+
+// Exec runs argv (no shell) in the guest. stdin may be nil; timeout <= 0
+// means none.
+func (c *Client) Exec(ctx context.Context, argv []string, stdin []byte, timeout time.Duration) (cell.ExecResult, error) {
+	resp, err := c.do(ctx, proto.Request{Op: proto.OpExec, Argv: argv, Stdin: stdin, TimeoutMS: timeout.Milliseconds()}, nil, nil)
+	if err != nil {
+		return cell.ExecResult{}, err
+	}
+	if resp.Exec == nil {
+		return cell.ExecResult{}, fmt.Errorf("agent exec: %w: response without a result", proto.ErrBadFrame)
+	}
+	return *resp.Exec, nil
+}
+
+// Upload writes r's bytes to the guest's absolute path name with mode
+// (permission bits; 0: 0644), replacing the file atomically, and returns
+// the number of bytes written.
+func (c *Client) Upload(ctx context.Context, name string, r io.Reader, mode uint32) (int64, error) {
+	send := func(s *session) error {
+		buf := make([]byte, proto.MaxFramePayload)
+		for {
+			n, rerr := r.Read(buf)
+			if n > 0 {
+				if err := s.c.WriteData(buf[:n]); err != nil {
+					return err
+				}
+			}
+			if rerr == io.EOF {
+				return s.c.WriteDataEnd(nil)
+			}
+			if rerr != nil {
+				// Tell the agent to discard what it got, then fail.
+				s.c.WriteDataEnd(&proto.Error{Code: proto.CodeIO, Message: "host read failed"})
+				return &sourceError{rerr}
+			}
+		}
+	}
+	var srcErr *sourceError
+	resp, err := c.do(ctx, proto.Request{Op: proto.OpUpload, Path: name, Mode: mode}, func(s *session) error {
+		err := send(s)
+		errors.As(err, &srcErr)
+		if err != nil {
+			// The agent may have refused and hung up: its answer says why.
+			s.nc.SetReadDeadline(time.Now().Add(2 * time.Second))
+		}
+		return err
+	}, nil)
+	if srcErr != nil {
+		return 0, srcErr
+	}
+	if err != nil {
+		return 0, err
+	}
+	if resp.Written == nil {
+		return 0, fmt.Errorf("agent upload: %w: no byte count", proto.ErrBadFrame)
+	}
+	return *resp.Written, nil
+}
+
+// sourceError is a failure to read the caller's upload source.
+type sourceError struct{ err error }
+
+func (e *sourceError) Error() string { return "read upload source: " + e.err.Error() }
+func (e *sourceError) Unwrap() error { return e.err }
+
+func isNetErr(err error) bool {
+	var ne net.Error
+	var oe *net.OpError
+	return errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrClosedPipe)
+}
+
+// Download writes the guest file name to w and returns its size. A short
+// stream (the file failed to read midway) is an error.
+func (c *Client) Download(ctx context.Context, name string, w io.Writer) (int64, error) {
+	var n int64
+	_, err := c.do(ctx, proto.Request{Op: proto.OpDownload, Path: name}, nil, func(s *session) (proto.Response, error) {
+		resp, err := readResponse(s)
+		if err != nil || resp.Error != nil {
+			return resp, err
+		}
+		if resp.File == nil {
+			return resp, fmt.Errorf("%w: download answer without file info", proto.ErrBadFrame)
+		}
+		n, err = io.CopyBuffer(w, s.c.DataReader(0), make([]byte, 256<<10))
+		return resp, err
+	})
+	return n, err
+}
+
+// Health returns the guest's uptime and memory.
+func (c *Client) Health(ctx context.Context) (proto.Health, error) {
+	resp, err := c.do(ctx, proto.Request{Op: proto.OpHealth}, nil, nil)
+	if err != nil {
+		return proto.Health{}, err
+	}
+	if resp.Health == nil {
+		return proto.Health{}, fmt.Errorf("agent health: %w: no answer", proto.ErrBadFrame)
+	}
+	return *resp.Health, nil
+}
+
+// Shutdown asks the guest to shut down (sync, unmount, reboot: the VMM
+// then ends). A connection that ends without an answer counts as done.
+func (c *Client) Shutdown(ctx context.Context) error {
+	_, err := c.do(ctx, proto.Request{Op: proto.OpShutdown}, nil, func(s *session) (proto.Response, error) {
+		resp, err := readResponse(s)
+		if errors.Is(err, io.EOF) || isNetErr(err) {
+			return proto.Response{}, nil
+		}
+		return resp, err
+	})
+	c.Close()
+	return err
+}

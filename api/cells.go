@@ -1,0 +1,158 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/sandbox"
+)
+
+// NDJSONType is the media type of a streamed cell: one cell.Event per line.
+const NDJSONType = "application/x-ndjson"
+
+// CellRequest is the body of POST /v1/sandboxes/{id}/cells.
+type CellRequest struct {
+	Code string `json:"code"`
+	// TimeoutMS nil means the server's default.
+	TimeoutMS *int64 `json:"timeout_ms,omitempty"`
+}
+
+// runCell runs a cell and answers with one cell.Result, or, when the
+// client asks for NDJSON (Accept: application/x-ndjson, or ?stream=1),
+// with cell.Event lines flushed as they happen and ending with "end".
+//
+// The streamed response's headers are sent with the first event, so a
+// refusal before the cell starts (unknown sandbox, busy) is still an
+// ordinary JSON error with its status. The request's context is the
+// cell's: a client that disconnects interrupts its cell.
+func (s *server) runCell(w http.ResponseWriter, r *http.Request) {
+	var req CellRequest
+	if err := decodeJSON(w, r, maxCodeBodyBytes, &req, false); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if len(req.Code) > sandbox.MaxCodeBytes {
+		s.writeError(w, fmt.Errorf("%w: code is %d bytes, at most %d", sandbox.ErrTooLarge, len(req.Code), sandbox.MaxCodeBytes))
+		return
+	}
+	timeout, err := s.timeoutFrom(req.TimeoutMS)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	if !wantsStream(r) {
+		res, err := s.m.RunCell(r.Context(), id, req.Code, timeout, nil)
+		if err != nil {
+			s.writeError(w, err)
+			return
+		}
+		s.writeJSON(w, http.StatusOK, res)
+		return
+	}
+
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	st := &eventStream{w: w, rc: http.NewResponseController(w), cancel: cancel, writeTimeout: s.streamWriteTimeout}
+	res, err := s.m.RunCell(ctx, id, req.Code, timeout, st.send)
+	st.mu.Lock()
+	started, ended := st.started, st.ended
+	st.mu.Unlock()
+	switch {
+	case err != nil && !started:
+		s.writeError(w, err)
+	case err != nil:
+		// The manager broke its contract (errors only before a cell
+		// starts). Give the client its end event anyway.
+		s.log.Error("cell failed after it started streaming", "sandbox", id, "err", err)
+		st.send(cell.Event{Type: cell.EventEnd, End: &cell.Result{
+			Status: cell.StatusLost,
+			Error:  &cell.Error{Name: "SandboxError", Value: err.Error()},
+		}})
+	case !ended:
+		// The manager returned without sending its end event.
+		st.send(cell.Event{Type: cell.EventEnd, End: &res})
+	}
+	st.close()
+}
+
+// wantsStream reports whether the client asked for NDJSON.
+func wantsStream(r *http.Request) bool {
+	switch r.URL.Query().Get("stream") {
+	case "1", "true":
+		return true
+	}
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == NDJSONType {
+			return true
+		}
+	}
+	return false
+}
+
+// eventStream writes cell events as NDJSON lines, each flushed at once.
+// After a failed write it drops further events and cancels the cell. The
+// mutex guards against a manager that calls onEvent after RunCell returned
+// or from two goroutines: the response writer must not be used then.
+type eventStream struct {
+	mu           sync.Mutex
+	w            http.ResponseWriter
+	rc           *http.ResponseController
+	cancel       context.CancelFunc
+	writeTimeout time.Duration
+	started      bool
+	ended        bool
+	failed       bool
+	closed       bool
+}
+
+func (st *eventStream) close() {
+	st.mu.Lock()
+	st.closed = true
+	st.mu.Unlock()
+}
+
+func (st *eventStream) send(ev cell.Event) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.failed || st.ended || st.closed {
+		return
+	}
+	line, err := json.Marshal(ev)
+	if err != nil {
+		st.fail()
+		return
+	}
+	if !st.started {
+		st.started = true
+		st.w.Header().Set("Content-Type", NDJSONType)
+		st.w.Header().Set("X-Content-Type-Options", "nosniff")
+		st.w.WriteHeader(http.StatusOK)
+	}
+	if st.writeTimeout > 0 {
+		_ = st.rc.SetWriteDeadline(time.Now().Add(st.writeTimeout))
+	}
+	if _, err := st.w.Write(append(line, '\n')); err != nil {
+		st.fail()
+		return
+	}
+	if err := st.rc.Flush(); err != nil {
+		st.fail()
+		return
+	}
+	if ev.Type == cell.EventEnd {
+		st.ended = true
+	}
+}
+
+func (st *eventStream) fail() {
+	st.failed = true
+	st.cancel()
+}

@@ -1,0 +1,36 @@
+// Package api is cellvm's HTTP/1.1 + JSON API on a Unix socket, its
+// OpenAPI 3 document, and a Go client.
+//
+// The server is a thin translation of sandbox.Manager: it decodes and
+// bounds requests, calls the manager, and maps sentinel errors to status
+// codes. It holds no sandbox state of its own, so the HTTP layer is tested
+// completely against a fake manager with no VM.
+//
+// Access control is the socket: ListenUnix creates it with mode 0600 and
+// refuses, by SO_PEERCRED, connections from users other than the daemon's
+// own and root. Anyone who can connect can run code in every sandbox, so
+// both checks are kept, each covering a mistake in the other (a permissive
+// parent directory, a socket passed to another user by a supervisor).
+//
+// Routes (the table in routes.go is the one source; the OpenAPI document is
+// tested to match it):
+//
+//	GET    /v1/openapi.json
+//	POST   /v1/sandboxes                      create
+//	GET    /v1/sandboxes                      list
+//	GET    /v1/sandboxes/{id}                 info
+//	DELETE /v1/sandboxes/{id}                 destroy
+//	POST   /v1/sandboxes/{id}/cells           run Python (NDJSON when asked)
+//	POST   /v1/sandboxes/{id}/interrupt
+//	POST   /v1/sandboxes/{id}/restart
+//	POST   /v1/sandboxes/{id}/exec
+//	PUT    /v1/sandboxes/{id}/files/{path...} upload (raw body)
+//	GET    /v1/sandboxes/{id}/files/{path...} download (raw body)
+//	PUT    /v1/sandboxes/{id}/network
+//	POST   /v1/sandboxes/{id}/pause
+//	POST   /v1/sandboxes/{id}/resume
+//	POST   /v1/sandboxes/{id}/snapshot
+//
+// Errors are {"error":{"code":...,"message":...}}; see errors.go for the
+// mapping of codes to statuses.
+package api

@@ -1,0 +1,89 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/cellvm/cellvm/sandbox"
+)
+
+// Error codes carried in {"error":{"code":...}}.
+const (
+	CodeInvalid      = "invalid"       // 400 (405 for a wrong method)
+	CodeForbidden    = "forbidden"     // 403: peer uid not allowed
+	CodeNotFound     = "not_found"     // 404
+	CodeBusy         = "busy"          // 409: a cell is running, or wrong state
+	CodeLost         = "lost"          // 410: the sandbox's VM died
+	CodeTooLarge     = "too_large"     // 413
+	CodeInternal     = "internal"      // 500
+	CodeNotSupported = "not_supported" // 501
+	CodeFull         = "full"          // 503: host capacity reached, retry later
+)
+
+// ErrForbidden matches an *Error with CodeForbidden.
+var ErrForbidden = errors.New("forbidden")
+
+// codeTable maps each code to its HTTP status and the sentinel error it
+// stands for. "full" is 503 rather than 507: the condition is capacity that
+// frees up when other sandboxes go, which is what 503 (and Retry-After)
+// means to clients and proxies; 507 is WebDAV's storage-quota status.
+var codeTable = []struct {
+	code     string
+	status   int
+	sentinel error
+}{
+	{CodeInvalid, http.StatusBadRequest, sandbox.ErrInvalid},
+	{CodeForbidden, http.StatusForbidden, ErrForbidden},
+	{CodeNotFound, http.StatusNotFound, sandbox.ErrNotFound},
+	{CodeBusy, http.StatusConflict, sandbox.ErrBusy},
+	{CodeLost, http.StatusGone, sandbox.ErrLost},
+	{CodeTooLarge, http.StatusRequestEntityTooLarge, sandbox.ErrTooLarge},
+	{CodeNotSupported, http.StatusNotImplemented, sandbox.ErrNotSupported},
+	{CodeFull, http.StatusServiceUnavailable, sandbox.ErrFull},
+	{CodeInternal, http.StatusInternalServerError, nil},
+}
+
+// Error is an error response from the API. It matches the sandbox sentinel
+// errors with errors.Is (a "not_found" Error is sandbox.ErrNotFound), so
+// code written against sandbox.Manager works the same over the client.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("cellvm api: %s (%d %s): %s", e.Code, e.Status, http.StatusText(e.Status), e.Message)
+}
+
+// Is reports whether target is the sentinel for e's code.
+func (e *Error) Is(target error) bool {
+	for _, c := range codeTable {
+		if c.code == e.Code {
+			return c.sentinel != nil && c.sentinel == target
+		}
+	}
+	return false
+}
+
+// errorBody is the JSON envelope of an error response.
+type errorBody struct {
+	Error *Error `json:"error"`
+}
+
+// errorFor maps an error from the manager (or from request decoding) to
+// the response to send.
+func errorFor(err error) *Error {
+	for _, c := range codeTable {
+		if c.sentinel != nil && errors.Is(err, c.sentinel) {
+			return &Error{Status: c.status, Code: c.code, Message: err.Error()}
+		}
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
+			Message: fmt.Sprintf("request body larger than %d bytes", mbe.Limit)}
+	}
+	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()}
+}

@@ -1,0 +1,35 @@
+package api
+
+import "net/http"
+
+// route is one entry of the API. The table below is the only place routes
+// are listed: NewServer registers it on the mux, and the OpenAPI test
+// checks the document against it.
+type route struct {
+	method string
+	// pattern is the path in http.ServeMux syntax ({path...} for the rest
+	// of the path); the OpenAPI document writes {path}.
+	pattern string
+	handler func(*server, http.ResponseWriter, *http.Request)
+}
+
+// routes returns the route table.
+func routes() []route {
+	return []route{
+		{"GET", "/v1/openapi.json", (*server).openAPI},
+		{"POST", "/v1/sandboxes", (*server).create},
+		{"GET", "/v1/sandboxes", (*server).list},
+		{"GET", "/v1/sandboxes/{id}", (*server).get},
+		{"DELETE", "/v1/sandboxes/{id}", (*server).delete},
+		{"POST", "/v1/sandboxes/{id}/cells", (*server).runCell},
+		{"POST", "/v1/sandboxes/{id}/interrupt", (*server).interrupt},
+		{"POST", "/v1/sandboxes/{id}/restart", (*server).restart},
+		{"POST", "/v1/sandboxes/{id}/exec", (*server).exec},
+		{"PUT", "/v1/sandboxes/{id}/files/{path...}", (*server).upload},
+		{"GET", "/v1/sandboxes/{id}/files/{path...}", (*server).download},
+		{"PUT", "/v1/sandboxes/{id}/network", (*server).setNetwork},
+		{"POST", "/v1/sandboxes/{id}/pause", (*server).pause},
+		{"POST", "/v1/sandboxes/{id}/resume", (*server).resume},
+		{"POST", "/v1/sandboxes/{id}/snapshot", (*server).snapshot},
+	}
+}

@@ -1,0 +1,108 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/cellvm/cellvm/sandbox"
+)
+
+// ListResponse is the body of GET /v1/sandboxes.
+type ListResponse struct {
+	Sandboxes []sandbox.Info `json:"sandboxes"`
+}
+
+// create: POST /v1/sandboxes with a sandbox.Config (an empty body means
+// all defaults). Validation happens here, before the manager is called, so
+// a bad request never starts anything.
+func (s *server) create(w http.ResponseWriter, r *http.Request) {
+	var cfg sandbox.Config
+	if err := decodeJSON(w, r, s.maxJSON, &cfg, true); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	info, err := s.m.Create(r.Context(), cfg)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/sandboxes/"+info.ID)
+	s.writeJSON(w, http.StatusCreated, info)
+}
+
+func (s *server) list(w http.ResponseWriter, r *http.Request) {
+	infos, err := s.m.List(r.Context())
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if infos == nil {
+		infos = []sandbox.Info{}
+	}
+	s.writeJSON(w, http.StatusOK, ListResponse{Sandboxes: infos})
+}
+
+func (s *server) get(w http.ResponseWriter, r *http.Request) {
+	info, err := s.m.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, info)
+}
+
+func (s *server) delete(w http.ResponseWriter, r *http.Request) {
+	s.noContent(w, s.m.Delete(r.Context(), r.PathValue("id")))
+}
+
+func (s *server) interrupt(w http.ResponseWriter, r *http.Request) {
+	s.noContent(w, s.m.Interrupt(r.Context(), r.PathValue("id")))
+}
+
+func (s *server) restart(w http.ResponseWriter, r *http.Request) {
+	s.noContent(w, s.m.Restart(r.Context(), r.PathValue("id")))
+}
+
+func (s *server) pause(w http.ResponseWriter, r *http.Request) {
+	s.noContent(w, s.m.Pause(r.Context(), r.PathValue("id")))
+}
+
+func (s *server) resume(w http.ResponseWriter, r *http.Request) {
+	s.noContent(w, s.m.Resume(r.Context(), r.PathValue("id")))
+}
+
+func (s *server) snapshot(w http.ResponseWriter, r *http.Request) {
+	snap, err := s.m.Snapshot(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, snap)
+}
+
+// setNetwork: PUT /v1/sandboxes/{id}/network with {"allow": [...]}.
+func (s *server) setNetwork(w http.ResponseWriter, r *http.Request) {
+	var p sandbox.NetworkPolicy
+	if err := decodeJSON(w, r, s.maxJSON, &p, false); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if err := p.Validate(); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	s.noContent(w, s.m.SetNetwork(r.Context(), r.PathValue("id"), p))
+}
+
+// noContent answers 204 for a nil error, the error otherwise.
+func (s *server) noContent(w http.ResponseWriter, err error) {
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,123 @@
+// Package netcfg configures the guest's network from the kernel command
+// line: loopback always, and eth0 with a static address, a default route
+// and name servers when the host gave the VM a network device. There is no
+// DHCP client: the host already knows the address it assigned, and a
+// static configuration costs no boot time.
+package netcfg
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+)
+
+// Iface is the interface the host's TAP device appears as.
+const Iface = "eth0"
+
+// Config is the static configuration of Iface.
+type Config struct {
+	Addr    netip.Prefix // invalid: no network
+	Gateway netip.Addr   // invalid: no default route
+}
+
+// Up brings up lo and, when cfg.Addr is valid, configures Iface, waiting
+// up to wait for it to appear.
+func Up(cfg Config, wait time.Duration) error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("find lo: %w", err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("bring up lo: %w", err)
+	}
+	if !cfg.Addr.IsValid() {
+		return nil
+	}
+	var link netlink.Link
+	deadline := time.Now().Add(wait)
+	for {
+		link, err = netlink.LinkByName(Iface)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("find %s: %w", Iface, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{
+		IP:   net.IP(cfg.Addr.Addr().AsSlice()),
+		Mask: net.CIDRMask(cfg.Addr.Bits(), cfg.Addr.Addr().BitLen()),
+	}}
+	if err := netlink.AddrReplace(link, addr); err != nil {
+		return fmt.Errorf("address %v on %s: %w", cfg.Addr, Iface, err)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("bring up %s: %w", Iface, err)
+	}
+	if cfg.Gateway.IsValid() {
+		route := &netlink.Route{LinkIndex: link.Attrs().Index, Gw: net.IP(cfg.Gateway.AsSlice())}
+		if err := netlink.RouteReplace(route); err != nil {
+			return fmt.Errorf("default route via %v: %w", cfg.Gateway, err)
+		}
+	}
+	return nil
+}
+
+// WriteResolvConf writes name servers to file (the overlay's
+// /etc/resolv.conf), replacing what is there, a symlink included.
+func WriteResolvConf(file string, dns []netip.Addr) error {
+	if len(dns) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("# written by cellvm-init from the kernel command line\n")
+	for _, a := range dns {
+		fmt.Fprintf(&b, "nameserver %s\n", a)
+	}
+	b.WriteString("options timeout:2 attempts:2\n")
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return fmt.Errorf("resolv.conf: %w", err)
+	}
+	if err := os.Remove(file); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("resolv.conf: %w", err)
+	}
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("resolv.conf: %w", err)
+	}
+	return nil
+}
+
+// AddHostsEntry makes hostname resolve locally (127.0.1.1, as Debian
+// does) so programs that look up their own name do not wait on DNS.
+func AddHostsEntry(file, hostname string) error {
+	old, err := os.ReadFile(file)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("hosts: %w", err)
+	}
+	for _, line := range strings.Split(string(old), "\n") {
+		f := strings.Fields(line)
+		for _, name := range f[min(1, len(f)):] {
+			if name == hostname {
+				return nil
+			}
+		}
+	}
+	if len(old) == 0 {
+		old = []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+	} else if old[len(old)-1] != '\n' {
+		old = append(old, '\n')
+	}
+	out := append(old, []byte("127.0.1.1\t"+hostname+"\n")...)
+	if err := os.WriteFile(file, out, 0o644); err != nil {
+		return fmt.Errorf("hosts: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package netcfg
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+func TestWriteResolvConfReplacesSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "elsewhere")
+	os.WriteFile(target, []byte("nameserver 9.9.9.9\n"), 0o644)
+	file := filepath.Join(dir, "etc", "resolv.conf")
+	os.MkdirAll(filepath.Dir(file), 0o755)
+	os.Symlink(target, file)
+	if err := WriteResolvConf(file, []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::53")}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(file)
+	if !strings.Contains(string(b), "nameserver 10.0.0.1\nnameserver fd00::53\n") {
+		t.Fatalf("resolv.conf = %q", b)
+	}
+	if fi, _ := os.Lstat(file); fi.Mode()&os.ModeSymlink != 0 {
+		t.Fatal("resolv.conf is still a symlink")
+	}
+	if b, _ := os.ReadFile(target); string(b) != "nameserver 9.9.9.9\n" {
+		t.Fatal("the symlink's target was written")
+	}
+}
+
+func TestAddHostsEntry(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "hosts")
+	os.WriteFile(file, []byte("127.0.0.1 localhost"), 0o644)
+	for range 2 {
+		if err := AddHostsEntry(file, "box"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := os.ReadFile(file)
+	if string(b) != "127.0.0.1 localhost\n127.0.1.1\tbox\n" {
+		t.Fatalf("hosts = %q", b)
+	}
+}
+
+// TestUpInNetns configures a dummy eth0 in a fresh network namespace, on a
+// locked thread that is thrown away afterwards.
+func TestUpInNetns(t *testing.T) {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the namespace
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- err
+			return
+		}
+		errc <- nil
+		errc <- func() error {
+			veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: Iface}, PeerName: "peer0"}
+			if err := netlink.LinkAdd(veth); err != nil {
+				return errSkip{err}
+			}
+			if peer, err := netlink.LinkByName("peer0"); err == nil {
+				netlink.LinkSetUp(peer) // so eth0's carrier is up and its routes usable
+			}
+			cfg := Config{Addr: netip.MustParsePrefix("10.200.1.2/24"), Gateway: netip.MustParseAddr("10.200.1.1")}
+			if err := Up(cfg, time.Second); err != nil {
+				return err
+			}
+			link, err := netlink.LinkByName(Iface)
+			if err != nil {
+				return err
+			}
+			if link.Attrs().Flags&net.FlagUp == 0 {
+				return fmt.Errorf("eth0 is down")
+			}
+			addrs, _ := netlink.AddrList(link, netlink.FAMILY_V4)
+			if len(addrs) != 1 || addrs[0].IPNet.String() != "10.200.1.2/24" {
+				return fmt.Errorf("addresses %v", addrs)
+			}
+			routes, _ := netlink.RouteList(link, netlink.FAMILY_V4)
+			for _, r := range routes {
+				if r.Dst == nil || r.Dst.String() == "0.0.0.0/0" {
+					if r.Gw.String() == "10.200.1.1" {
+						return nil
+					}
+				}
+			}
+			return fmt.Errorf("no default route via 10.200.1.1 in %v", routes)
+		}()
+	}()
+	if err := <-errc; err != nil {
+		t.Skipf("cannot create a network namespace: %v", err)
+	}
+	if err := <-errc; err != nil {
+		if s, ok := err.(errSkip); ok {
+			t.Skipf("cannot create a test link: %v", s.err)
+		}
+		t.Fatal(err)
+	}
+}
+
+type errSkip struct{ err error }
+
+func (e errSkip) Error() string { return e.err.Error() }
