@@ -13,7 +13,7 @@ while read -r dir bin; do
 	[[ -n $dir ]] || continue
 	echo "=== rig: $dir"
 	start=$(date +%s)
-	if (cd "$repo/$dir" && "$repo/$bin" -test.v -test.timeout 20m ${RIG_TEST_RUN:+-test.run "$RIG_TEST_RUN"}); then
+	if (cd "$repo/$dir" && "$repo/$bin" -test.v -test.timeout 20m ${CELLVM_TEST_RUN:+-test.run "$CELLVM_TEST_RUN"}); then
 		echo "=== rig: $dir ok ($(( $(date +%s) - start ))s)"
 	else
 		echo "=== rig: $dir FAILED ($(( $(date +%s) - start ))s)"
