@@ -45,6 +45,10 @@ func agentMain(args []string) int {
 	icfg := interp.Config{Python: *python, Dir: *dir, Logger: log}
 	if cgroupHasMemory("/sys/fs/cgroup") {
 		icfg.CgroupParent = "/sys/fs/cgroup"
+		// Leave the init and the agent room to answer when a cell eats
+		// all the memory it can: the interpreter's cgroup hits its
+		// limit and is OOM-killed there, not the whole guest.
+		icfg.MemoryMax = interpMemoryMax()
 	}
 	in, err := interp.New(icfg)
 	if err != nil && icfg.CgroupParent != "" {
@@ -116,6 +120,20 @@ func signalReady(log *slog.Logger) {
 	}
 	f.Close()
 	os.Unsetenv(pid1.EnvReadyFD) // not inherited by the interpreter
+}
+
+// interpReserve is the guest memory kept out of the interpreter's reach.
+const interpReserve = 96 << 20
+
+// interpMemoryMax is the guest's memory less interpReserve (never below
+// half of it).
+func interpMemoryMax() int64 {
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) != nil {
+		return 0
+	}
+	total := int64(si.Totalram) * int64(si.Unit)
+	return max(total-interpReserve, total/2)
 }
 
 func cgroupHasMemory(dir string) bool {
