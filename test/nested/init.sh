@@ -5,8 +5,8 @@
 # L1 VM emulated by QEMU TCG with an AMD-V CPU. This script makes /dev/kvm
 # appear (kvm-amd), puts the host's root filesystem (9p, read-only) under a
 # tmpfs-backed overlay so it is writable, chroots there, runs the command that
-# run.sh packed into /rig/cmd.sh, reports its exit code on the console with a
-# per-run nonce, and powers L1 off. Nothing it writes survives L1.
+# run.sh packed into /rig/cmd.sh, reports its exit code after CMD's output
+# with a per-run nonce, and powers L1 off. Nothing it writes survives L1.
 #
 # Files provided by the initramfs:
 #   /etc/rig-modules   module names, dependency order (built by mkinitramfs.sh)

@@ -11,8 +11,9 @@
 # CMD runs as root in the directory run.sh was called from, with
 # PATH, HOME=/root, CELLVM_RIG=1, and these variables passed through when set:
 # CELLVM_*, GOTRACEBACK, GODEBUG, GOMAXPROCS, GOFLAGS, TZ, LANG, LC_ALL.
-# stdin is /dev/null; stdout and stderr both arrive on L1's serial console,
-# which this script streams to its stdout.
+# stdin is /dev/null; stdout and stderr go to a virtio-serial port (not a
+# tty). This script streams that port, L1's serial console and QEMU's own
+# messages to its stdout; its own report goes to stderr.
 #
 # Exit codes: CMD's own; 124 when --timeout expired (QEMU is killed);
 # 125 when L1 ended without reporting (crash, panic, setup failure);
@@ -113,8 +114,10 @@ fi
 # --- per-run archive: the command, its directory and environment ------------
 work=$(mktemp -d "$cache/run.XXXXXX")
 qpid=""
+tail_pid=""
 cleanup() {
 	if [[ -n $qpid ]] && kill -0 "$qpid" 2>/dev/null; then kill -9 "$qpid" 2>/dev/null || true; fi
+	if [[ -n $tail_pid ]]; then wait "$tail_pid" 2>/dev/null || true; fi
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -154,53 +157,58 @@ cmdline="console=ttyS0 quiet loglevel=1 panic=-1 oops=panic mitigations=off lpj=
 if [[ ${RIG_DEBUG:-} == 1 ]]; then
 	cmdline="console=ttyS0 loglevel=7 panic=-1 oops=panic mitigations=off lpj=8000000 tsc=reliable no_timer_check cellvm.rigdebug"
 fi
-log=$work/console.log
-: >"$log"
+# Two output channels, each a file that tail streams to stdout: ttyS0 (kernel
+# and early init messages) and a virtio-serial port that carries CMD's output
+# and the end marker (the emulated UART moves only ~55 KB/s under TCG). They
+# cannot share QEMU's stdio: a mux chardev never tells the port that the host
+# side is open, and the guest's writes then block forever.
+console=$work/console.log
+output=$work/output.log
+qemu_log=$work/qemu.log
+: >"$console"
+: >"$output"
+: >"$qemu_log"
 t0=$(date +%s.%N)
 qemu-system-x86_64 \
 	-accel tcg -cpu max -smp 2 -m "$mem" -M pc \
 	-nodefaults -no-user-config -display none -monitor none \
-	-chardev stdio,id=con,mux=on,signal=off -serial chardev:con \
-	-device virtio-serial-pci -device virtserialport,chardev=con,name=cellvm.out \
+	-chardev file,id=ser,path="$console",append=on -serial chardev:ser \
+	-device virtio-serial-pci \
+	-chardev file,id=out,path="$output",append=on \
+	-device virtserialport,chardev=out,name=cellvm.out \
 	-net none -no-reboot \
 	-kernel "$boot_kernel" -initrd "$work/initrd" \
 	-append "$cmdline" \
 	-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
-	-pidfile "$work/qemu.pid" \
-	</dev/null 2>&1 | tee "$log" &
-tee_pid=$!
-# $! is tee; QEMU's own pid comes from its pidfile.
-for _ in $(seq 50); do
-	[[ -s $work/qemu.pid ]] && break
-	kill -0 "$tee_pid" 2>/dev/null || break
-	sleep 0.1
-done
-qpid=$(cat "$work/qemu.pid" 2>/dev/null || true)
+	</dev/null >"$qemu_log" 2>&1 &
+qpid=$!
+tail -q -n +1 -F --pid="$qpid" "$qemu_log" "$console" "$output" 2>/dev/null &
+tail_pid=$!
 
 t_started=""
 timed_out=0
 peak_kb=0
-while kill -0 "$tee_pid" 2>/dev/null; do
+while kill -0 "$qpid" 2>/dev/null; do
 	now=$(date +%s.%N)
-	if [[ -n $qpid ]]; then
-		hwm=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$qpid/status" 2>/dev/null || true)
-		[[ -n $hwm ]] && peak_kb=$hwm
-	fi
-	if [[ -z $t_started ]] && grep -aq "cellvm-rig-start $nonce" "$log"; then
+	hwm=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$qpid/status" 2>/dev/null || true)
+	[[ -n $hwm ]] && peak_kb=$hwm
+	if [[ -z $t_started ]] && grep -aq "cellvm-rig-start $nonce" "$output" "$console"; then
 		t_started=$now
 	fi
 	if awk -v a="$now" -v b="$t0" -v t="$timeout_s" 'BEGIN { exit !(a - b >= t) }'; then
 		timed_out=1
-		[[ -n $qpid ]] && kill -9 "$qpid" 2>/dev/null || true
+		kill -9 "$qpid" 2>/dev/null || true
 		break
 	fi
 	sleep 0.2
 done
-wait "$tee_pid" 2>/dev/null || true
+wait "$qpid" 2>/dev/null || true
 t1=$(date +%s.%N)
+# tail exits by itself once QEMU is gone, after printing what is left.
+wait "$tail_pid" 2>/dev/null || true
 
 # --- report ---------------------------------------------------------------
-marker=$(grep -a "^cellvm-rig-end $nonce " "$log" | tail -n1 | tr -d '\r' || true)
+marker=$(cat "$output" "$console" | grep -a "^cellvm-rig-end $nonce " | tail -n1 | tr -d '\r' || true)
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", a - b }'; }
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$marker"; }
 wall=$(secs "$t1" "$t0")
