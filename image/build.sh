@@ -239,9 +239,11 @@ rm -rf "$result.tmp"
 mkdir -p "$result.tmp"
 mkfs.ext4 -q -F -b 4096 -m 0 -N $((inodes * 11 / 10 + 1024)) -O ^has_journal \
 	-L cellvm-root -U "$uuid" -E root_owner=0:0 \
-	-d "$root" "$result.tmp/rootfs.ext4" "${size_kib}K" ||
+	-d "$root" "$result.tmp/rootfs.ext4" "${size_kib}K" >/dev/null ||
 	die "mkfs.ext4 failed"
-e2fsck -fn "$result.tmp/rootfs.ext4" >/dev/null || die "e2fsck found errors in the new image"
+fsck_out=$(e2fsck -fn "$result.tmp/rootfs.ext4" 2>&1) ||
+	{ printf '%s\n' "$fsck_out" >&2; die "e2fsck found errors in the new image"; }
+log "e2fsck -fn: clean"
 chmod 0444 "$result.tmp/rootfs.ext4"
 
 elapsed=$(($(date +%s) - start))

@@ -23,6 +23,8 @@ commands:
   exec      run a command in a daemon's sandbox: cellvm exec SANDBOX -- ARGV...
   cp        copy a file to or from a sandbox: cellvm cp LOCAL sb-ID:/path (or the reverse)
   doctor    check this host for what cellvm needs
+  chat      ask a model a question; it answers by running Python in a sandbox
+  mcp       serve the sandbox tools to an MCP client over stdio
   boot      boot a kernel with the serial console on stdin/stdout
   vmm       run one VM from a JSON config (started by the daemon)
   version   print the version
@@ -52,6 +54,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		code, err = cmdExec(args[1:], stdin, stdout, stderr)
 	case "cp":
 		code, err = cmdCp(args[1:], stdout, stderr)
+	case "chat":
+		code, err = cmdChat(args[1:], stdin, stdout, stderr)
+	case "mcp":
+		err = cmdMCP(args[1:], stdin, stdout, stderr)
 	case "serve":
 		err = cmdServe(args[1:], stderr)
 	case "doctor":

@@ -1,0 +1,274 @@
+// Package fakesandbox is a sandbox.Manager with no VM, for tests of the
+// front ends that drive sandboxes (the agent loop, the MCP server, the
+// chat command). Each sandbox keeps its own variables in a tiny stand-in
+// for a Python interpreter that understands "name = integer", "name" and
+// "print(name)", so tests can show that state persists within a sandbox
+// and not across sandboxes. Cells matching a Handler get scripted results
+// (an error with a coloured traceback, a figure, long output).
+package fakesandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/sandbox"
+)
+
+// Handler returns a scripted result for code, or false to let the
+// stand-in interpreter run it.
+type Handler func(code string) (cell.Result, bool)
+
+// Manager is the fake.
+type Manager struct {
+	Handler Handler
+
+	mu      sync.Mutex
+	next    int
+	boxes   map[string]*box
+	deleted []string
+	cells   []string
+}
+
+type box struct {
+	info  sandbox.Info
+	vars  map[string]int
+	files map[string][]byte
+	count int
+}
+
+// New returns an empty fake manager.
+func New(h Handler) *Manager { return &Manager{Handler: h, boxes: map[string]*box{}} }
+
+// Deleted returns the ids of deleted sandboxes, in order.
+func (m *Manager) Deleted() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.deleted...)
+}
+
+// Live returns the number of sandboxes not deleted.
+func (m *Manager) Live() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.boxes)
+}
+
+// Cells returns every cell's code, in order, as "sandbox-id: code".
+func (m *Manager) Cells() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.cells...)
+}
+
+func (m *Manager) get(id string) (*box, error) {
+	b, ok := m.boxes[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: sandbox %s", sandbox.ErrNotFound, id)
+	}
+	return b, nil
+}
+
+func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return sandbox.Info{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.next++
+	id := fmt.Sprintf("sb-fake%d", m.next)
+	b := &box{info: sandbox.Info{ID: id, State: sandbox.StateRunning, Config: cfg, CreatedAt: time.Now()}, vars: map[string]int{}, files: map[string][]byte{}}
+	m.boxes[id] = b
+	return b.info, nil
+}
+
+func (m *Manager) List(ctx context.Context) ([]sandbox.Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []sandbox.Info
+	for _, b := range m.boxes {
+		out = append(out, b.info)
+	}
+	return out, nil
+}
+
+func (m *Manager) Get(ctx context.Context, id string) (sandbox.Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.get(id)
+	if err != nil {
+		return sandbox.Info{}, err
+	}
+	return b.info, nil
+}
+
+func (m *Manager) Delete(ctx context.Context, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, err := m.get(id); err != nil {
+		return err
+	}
+	delete(m.boxes, id)
+	m.deleted = append(m.deleted, id)
+	return nil
+}
+
+func (m *Manager) RunCell(ctx context.Context, id, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+	if timeout <= 0 {
+		return cell.Result{}, fmt.Errorf("%w: timeout must be positive", sandbox.ErrInvalid)
+	}
+	m.mu.Lock()
+	b, err := m.get(id)
+	if err != nil {
+		m.mu.Unlock()
+		return cell.Result{}, err
+	}
+	b.count++
+	b.info.Cells++
+	m.cells = append(m.cells, id+": "+code)
+	n := b.count
+	m.mu.Unlock()
+	var res cell.Result
+	if m.Handler != nil {
+		if r, ok := m.Handler(code); ok {
+			res = r
+			res.ExecutionCount = n
+			if onEvent != nil {
+				onEvent(cell.Event{Type: cell.EventEnd, End: &res})
+			}
+			return res, nil
+		}
+	}
+	m.mu.Lock()
+	res = b.interpret(code)
+	m.mu.Unlock()
+	res.ExecutionCount = n
+	if onEvent != nil {
+		onEvent(cell.Event{Type: cell.EventEnd, End: &res})
+	}
+	return res, nil
+}
+
+// interpret runs the stand-in language, one statement per line.
+func (b *box) interpret(code string) cell.Result {
+	res := cell.Result{Status: cell.StatusOK, StateKept: true}
+	var out strings.Builder
+	for _, line := range strings.Split(code, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "import ") {
+			continue
+		}
+		if name, val, ok := strings.Cut(line, "="); ok {
+			v, err := strconv.Atoi(strings.TrimSpace(val))
+			if err != nil {
+				return nameError(res, out.String(), strings.TrimSpace(val))
+			}
+			b.vars[strings.TrimSpace(name)] = v
+			continue
+		}
+		name, printed := strings.CutPrefix(line, "print(")
+		name = strings.TrimSuffix(name, ")")
+		v, ok := b.vars[name]
+		if !ok {
+			return nameError(res, out.String(), name)
+		}
+		if printed {
+			fmt.Fprintf(&out, "%d\n", v)
+		} else {
+			res.Results = []cell.Display{{Main: true, Data: map[string]string{cell.MIMEText: strconv.Itoa(v)}}}
+		}
+	}
+	res.Stdout = out.String()
+	return res
+}
+
+func nameError(res cell.Result, stdout, name string) cell.Result {
+	res.Status = cell.StatusError
+	res.Stdout = stdout
+	res.Error = &cell.Error{Name: "NameError", Value: fmt.Sprintf("name '%s' is not defined", name),
+		Traceback: []string{"\x1b[0;31mNameError\x1b[0m: name '" + name + "' is not defined"}}
+	return res
+}
+
+func (m *Manager) Interrupt(ctx context.Context, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, err := m.get(id)
+	return err
+}
+
+func (m *Manager) Restart(ctx context.Context, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.get(id)
+	if err != nil {
+		return err
+	}
+	b.vars = map[string]int{}
+	return nil
+}
+
+func (m *Manager) Exec(ctx context.Context, id string, req sandbox.ExecRequest) (cell.ExecResult, error) {
+	if err := req.Validate(); err != nil {
+		return cell.ExecResult{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, err := m.get(id); err != nil {
+		return cell.ExecResult{}, err
+	}
+	if req.Argv[0] == "echo" {
+		return cell.ExecResult{Stdout: strings.Join(req.Argv[1:], " ") + "\n"}, nil
+	}
+	return cell.ExecResult{ExitCode: 127, Stderr: req.Argv[0] + ": not found\n"}, nil
+}
+
+func (m *Manager) Upload(ctx context.Context, id, guestPath string, r io.Reader) (int64, error) {
+	data, err := io.ReadAll(io.LimitReader(r, 64<<20))
+	if err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.get(id)
+	if err != nil {
+		return 0, err
+	}
+	b.files[guestPath] = data
+	return int64(len(data)), nil
+}
+
+func (m *Manager) Download(ctx context.Context, id, guestPath string, w io.Writer) (int64, error) {
+	m.mu.Lock()
+	b, err := m.get(id)
+	var data []byte
+	if err == nil {
+		var ok bool
+		if data, ok = b.files[guestPath]; !ok {
+			err = fmt.Errorf("%w: %s", sandbox.ErrNotFound, guestPath)
+		}
+	}
+	m.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return io.Copy(w, bytes.NewReader(data))
+}
+
+func (m *Manager) SetNetwork(ctx context.Context, id string, p sandbox.NetworkPolicy) error {
+	return sandbox.ErrNotSupported
+}
+func (m *Manager) Pause(ctx context.Context, id string) error  { return sandbox.ErrNotSupported }
+func (m *Manager) Resume(ctx context.Context, id string) error { return sandbox.ErrNotSupported }
+func (m *Manager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
+	return sandbox.SnapshotInfo{}, sandbox.ErrNotSupported
+}
+
+var _ sandbox.Manager = (*Manager)(nil)

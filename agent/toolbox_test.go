@@ -1,0 +1,76 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/cellvm/cellvm/agent"
+	"github.com/cellvm/cellvm/agent/fakesandbox"
+	"github.com/cellvm/cellvm/sandbox"
+)
+
+func TestToolboxCompanionsAndBadArguments(t *testing.T) {
+	ctx := context.Background()
+	m := fakesandbox.New(nil)
+	info, _ := m.Create(ctx, sandbox.Config{})
+	tb := &agent.Toolbox{Manager: m, SandboxID: info.ID, Companions: true}
+	call := func(name, args string) agent.ToolResult { return tb.Call(ctx, name, json.RawMessage(args)) }
+
+	if r := call("write_file", `{"path": "/workspace/a.txt", "content": "hello"}`); r.IsError || !strings.Contains(r.Text, "wrote 5 bytes to /workspace/a.txt") {
+		t.Errorf("write_file = %+v", r)
+	}
+	if r := call("read_file", `{"path": "workspace/a.txt"}`); r.IsError || r.Text != "hello" {
+		t.Errorf("read_file = %+v", r)
+	}
+	if r := call("read_file", `{"path": "/workspace/../etc/passwd"}`); !r.IsError || !strings.Contains(r.Text, `".."`) {
+		t.Errorf("read_file with .. = %+v", r)
+	}
+	if r := call("exec", `{"argv": ["echo", "a", "b"]}`); r.IsError || !strings.Contains(r.Text, "exit code: 0") || !strings.Contains(r.Text, "a b") {
+		t.Errorf("exec = %+v", r)
+	}
+	if r := call("exec", `{"argv": ["nope"]}`); !r.IsError || !strings.Contains(r.Text, "exit code: 127") {
+		t.Errorf("exec of a missing program = %+v", r)
+	}
+	for args, want := range map[string]string{
+		`{}`:                                `needs "code"`,
+		`{"code": 5}`:                       "do not match the tool's schema",
+		`{"code": "x", "timeout_s": -1}`:    "out of range",
+		`{"code": "x", "timeout_s": 99999}`: "out of range",
+	} {
+		if r := call("run_python", args); !r.IsError || !strings.Contains(r.Text, want) {
+			t.Errorf("run_python %s = %+v; want a tool error with %q", args, r, want)
+		}
+	}
+	if len(m.Cells()) != 0 {
+		t.Errorf("bad calls ran cells: %v", m.Cells())
+	}
+	gone := &agent.Toolbox{Manager: m, SandboxID: "sb-none"}
+	if r := gone.Call(ctx, "run_python", json.RawMessage(`{"code": "1"}`)); !r.IsError || !strings.Contains(r.Text, "not found") {
+		t.Errorf("missing sandbox = %+v", r)
+	}
+	plain := &agent.Toolbox{Manager: m, SandboxID: info.ID}
+	if r := plain.Call(ctx, "exec", json.RawMessage(`{"argv": ["echo"]}`)); !r.IsError || !strings.Contains(r.Text, "no tool named") {
+		t.Errorf("exec without companions = %+v", r)
+	}
+}
+
+func TestRunPythonDescriptionTellsTheTruth(t *testing.T) {
+	d := agent.RunPythonDescription(agent.SandboxFacts{TimeoutS: 60})
+	for _, w := range []string{"persists", "numpy, pandas, matplotlib, scipy, IPython, Pillow", "no network", "Print what you need", "images", "/workspace", "60 seconds"} {
+		if !strings.Contains(d, w) {
+			t.Errorf("description lacks %q", w)
+		}
+	}
+	d = agent.RunPythonDescription(agent.SandboxFacts{Network: []string{"pypi.org"}})
+	if strings.Contains(d, "no network") || !strings.Contains(d, "limited to: pypi.org") {
+		t.Errorf("description with a policy: %s", d)
+	}
+	for _, s := range agent.Specs(agent.SandboxFacts{}, true) {
+		var schema map[string]any
+		if err := json.Unmarshal(s.Schema, &schema); err != nil || schema["type"] != "object" {
+			t.Errorf("%s schema: %v %v", s.Name, schema, err)
+		}
+	}
+}

@@ -1,0 +1,631 @@
+package netpolicy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cellvm/cellvm/netpolicy/dnsproxy"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// ErrClosed is returned by an Attachment's methods after Close.
+var ErrClosed = errors.New("netpolicy: attachment closed")
+
+// AttachOption changes how Attach builds the link.
+type AttachOption func(*attachOptions)
+
+type attachOptions struct {
+	vethNS, vethPeer string
+}
+
+// WithVethPeer makes the link a veth pair instead of a TAP, its peer named
+// peer inside the network namespace at nsPath. It is for tests that stand
+// a network namespace in for the guest: a TAP passes no traffic until a
+// VMM reads it.
+func WithVethPeer(nsPath, peer string) AttachOption {
+	return func(o *attachOptions) { o.vethNS, o.vethPeer = nsPath, peer }
+}
+
+// Attachment is one VM's network: its link, rules and resolver. Its
+// exported fields do not change after Attach.
+type Attachment struct {
+	SandboxID string
+	// TAP is the link's name, for virtio/net.OpenTAP.
+	TAP string
+	// GuestAddr is the guest's address and prefix, Gateway the host side
+	// of the link, DNS the resolver (the gateway).
+	GuestAddr netip.Prefix
+	Gateway   netip.Addr
+	DNS       netip.Addr
+	// MAC is the address to give the guest's virtio-net device.
+	MAC net.HardwareAddr
+
+	h      *Host
+	names  objectNames
+	addrs  linkAddrs
+	policy atomic.Pointer[Policy]
+	dns    *dnsproxy.Server
+	stop   chan struct{}
+	done   chan struct{}
+
+	mu      sync.Mutex // the fields below and every change of rules
+	gen     int        // policy chain in use
+	pins    map[netip.Addr]*pin
+	closed  bool
+	built   bool      // Attach completed: teardown knows what exists
+	counted [2]uint64 // last counters read, returned if a read fails
+}
+
+// pin is an address DNS handed out, open until expires.
+type pin struct {
+	names   map[string]bool // names that resolved to it
+	ports   []uint16        // the ports its rules open; nil: all
+	applied bool            // its rules are in the pins chain
+	expires time.Time
+}
+
+// maxNamesPerPin bounds a pin's names (a wildcard can make many names
+// share an address).
+const maxNamesPerPin = 64
+
+// KernelArgs returns what the guest's kernel command line needs for its
+// network: "cellvm.ip=<addr/prefix> cellvm.gw=<ip> cellvm.dns=<ip>".
+func (a *Attachment) KernelArgs() string {
+	return fmt.Sprintf("cellvm.ip=%v cellvm.gw=%v cellvm.dns=%v", a.GuestAddr, a.Gateway, a.DNS)
+}
+
+// Policy returns the policy in force.
+func (a *Attachment) Policy() Policy { return *a.policy.Load() }
+
+// Attach gives a sandbox its network: it creates the chains and rules
+// first, then the link (so it never passes a packet unfiltered; the base
+// chains' catch-all drops cover the moments between), then the resolver.
+// A failed Attach leaves nothing behind. If Sweep found this sandbox's
+// link alive (the daemon restarted under a running VM), Attach adopts it
+// and replaces its rules.
+func (h *Host) Attach(ctx context.Context, sandboxID string, p Policy, opts ...AttachOption) (*Attachment, error) {
+	var o attachOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if sandboxID == "" {
+		return nil, errors.New("netpolicy: empty sandbox id")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	n := namesFor(Tag(sandboxID))
+	h.mu.Lock()
+	if _, ok := h.attached[n.tag]; ok {
+		h.mu.Unlock()
+		return nil, fmt.Errorf("netpolicy: sandbox %s (tag %s) already has a network", sandboxID, n.tag)
+	}
+	slot, adopt := h.survivors[n.tag]
+	if adopt {
+		delete(h.survivors, n.tag)
+	} else {
+		var err error
+		if slot, err = h.alloc.allocate(n.tag); err != nil {
+			h.mu.Unlock()
+			return nil, err
+		}
+	}
+	a := &Attachment{
+		SandboxID: sandboxID,
+		TAP:       n.link,
+		h:         h,
+		names:     n,
+		addrs:     h.alloc.slotAddrs(slot),
+		pins:      map[netip.Addr]*pin{},
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	h.attached[n.tag] = a
+	h.mu.Unlock()
+
+	a.GuestAddr = netip.PrefixFrom(a.addrs.Guest, 30)
+	a.Gateway = a.addrs.Gateway
+	a.DNS = a.addrs.Gateway
+	g := a.addrs.Guest.As4()
+	a.MAC = net.HardwareAddr{0x02, 0xc7, g[0], g[1], g[2], g[3]}
+	a.policy.Store(&p)
+
+	err := a.setup(ctx, adopt, o)
+	a.built = err == nil
+	if err != nil {
+		// An adopted link stays with its running VM; a new one goes.
+		if terr := a.teardown(!adopt); terr != nil {
+			h.log.Error("undoing a failed attach", "sandbox", sandboxID, "err", terr)
+		}
+		h.mu.Lock()
+		delete(h.attached, n.tag)
+		if adopt {
+			h.survivors[n.tag] = slot
+		} else {
+			h.alloc.release(n.tag)
+		}
+		h.mu.Unlock()
+		return nil, fmt.Errorf("netpolicy: attach %s: %w", sandboxID, err)
+	}
+	go a.expireLoop()
+	h.log.Info("sandbox network attached", "sandbox", sandboxID, "link", n.link,
+		"guest", a.GuestAddr, "entries", len(p.entries), "adopted", adopt)
+	return a, nil
+}
+
+func (a *Attachment) setup(ctx context.Context, adopt bool, o attachOptions) error {
+	h := a.h
+	if adopt {
+		// The old daemon's rules for this VM go; its link stays.
+		if err := h.purge(a.names, false); err != nil {
+			return err
+		}
+	}
+	err := a.build(adopt, o)
+	if err != nil && !adopt {
+		// Something a crashed run left under this tag is in the way
+		// (a link, a rule): remove it and try once more.
+		h.log.Warn("attach failed; removing leftovers and retrying", "sandbox", a.SandboxID, "err", err)
+		if perr := h.purge(a.names, true); perr != nil {
+			return errors.Join(err, perr)
+		}
+		err = a.build(adopt, o)
+	}
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return a.startDNS()
+}
+
+// build installs the chains and rules in one transaction, then the link.
+func (a *Attachment) build(adopt bool, o attachOptions) error {
+	h, n := a.h, a.names
+	var b batch
+	for _, c := range []string{n.accept, n.reject, n.pins, n.policy[0]} {
+		b.chain("filter", c)
+	}
+	b.appendRules(acceptRules(n))
+	b.appendRules(rejectRules(n, a.addrs))
+	b.appendRules(policyRules(n, 0, a.addrs, *a.policy.Load()))
+	b.insertRules(append(baseRules(n, a.addrs, h.cfg.Uplink), jumpRule(n, 0)))
+	if err := h.ns.do(func() error { return h.apply(&b) }); err != nil {
+		return fmt.Errorf("rules: %w", err)
+	}
+	if adopt {
+		return nil
+	}
+	if err := h.ns.do(func() error { return a.createLink(o) }); err != nil {
+		return fmt.Errorf("link %s: %w", n.link, err)
+	}
+	return nil
+}
+
+// createLink makes the TAP (or veth), names it for people, keeps IPv6 off
+// it, gives it the gateway address and brings it up.
+func (a *Attachment) createLink(o attachOptions) error {
+	h, n := a.h, a.names
+	var link netlink.Link
+	if o.vethNS != "" {
+		peerNS, err := netns.GetFromPath(o.vethNS)
+		if err != nil {
+			return fmt.Errorf("peer namespace: %w", err)
+		}
+		defer peerNS.Close()
+		link = &netlink.Veth{
+			LinkAttrs:        netlink.LinkAttrs{Name: n.link},
+			PeerName:         o.vethPeer,
+			PeerHardwareAddr: a.MAC,
+			PeerNamespace:    netlink.NsFd(peerNS),
+		}
+	} else {
+		link = &netlink.Tuntap{
+			LinkAttrs: netlink.LinkAttrs{Name: n.link},
+			Mode:      netlink.TUNTAP_MODE_TAP,
+			Flags:     netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR,
+			Owner:     h.cfg.TAPOwner,
+			Group:     h.cfg.TAPGroup,
+		}
+	}
+	if err := netlink.LinkAdd(link); err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	if err := netlink.LinkSetAlias(link, "cellvm sandbox "+clip(a.SandboxID, 200)); err != nil {
+		return fmt.Errorf("alias: %w", err)
+	}
+	err := os.WriteFile("/proc/sys/net/ipv6/conf/"+n.link+"/disable_ipv6", []byte("1"), 0o644)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("disable IPv6: %w", err)
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: a.addrs.Gateway.AsSlice(), Mask: net.CIDRMask(30, 32)}}
+	if err := netlink.AddrAdd(link, addr); err != nil {
+		return fmt.Errorf("address %v: %w", a.addrs.Gateway, err)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("up: %w", err)
+	}
+	return nil
+}
+
+// startDNS starts the resolver on the gateway's port 53, UDP and TCP.
+func (a *Attachment) startDNS() error {
+	h := a.h
+	addr := netip.AddrPortFrom(a.addrs.Gateway, 53).String()
+	var pc net.PacketConn
+	var l net.Listener
+	err := h.ns.do(func() error {
+		lc := net.ListenConfig{Control: freebind}
+		var err error
+		if pc, err = lc.ListenPacket(context.Background(), "udp4", addr); err != nil {
+			return err
+		}
+		if l, err = lc.Listen(context.Background(), "tcp4", addr); err != nil {
+			pc.Close()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("resolver on %s: %w", addr, err)
+	}
+	srv, err := dnsproxy.Serve(dnsproxy.Config{
+		Allowed: func(name string) bool {
+			_, ok := a.policy.Load().NamePorts(name)
+			return ok
+		},
+		Admit:     a.admit,
+		Upstreams: h.cfg.Upstreams,
+		Dial:      h.ns.dial,
+		MinTTL:    h.cfg.MinTTL,
+		MaxTTL:    h.cfg.MaxTTL,
+		Log:       h.log.With("sandbox", a.SandboxID),
+	}, pc, l)
+	if err != nil {
+		pc.Close()
+		l.Close()
+		return err
+	}
+	a.dns = srv
+	return nil
+}
+
+// admit opens the addresses DNS got for an allowed name, before the guest
+// sees them, and returns those it may see: never one in a denied range
+// unless an address entry lists it (then that entry's rule lets it
+// through), never more than MaxPins open at once.
+func (a *Attachment) admit(name string, addrs []netip.Addr, ttl time.Duration) ([]netip.Addr, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, ErrClosed
+	}
+	pol := a.policy.Load()
+	if _, ok := pol.NamePorts(name); !ok {
+		return nil, nil // the policy changed while the query was out
+	}
+	expires := time.Now().Add(ttl + a.h.cfg.PinGrace)
+	var kept []netip.Addr
+	var errs []error
+	for _, ip := range addrs {
+		if deniedAddr(ip, a.addrs.Pool) {
+			if pol.ListsAddr(ip) && !a.addrs.Pool.Contains(ip) {
+				kept = append(kept, ip)
+			} else {
+				a.h.log.Warn("DNS answer in a denied range removed", "sandbox", a.SandboxID, "name", name, "addr", ip)
+			}
+			continue
+		}
+		p := a.pins[ip]
+		if p == nil {
+			if len(a.pins) >= a.h.cfg.MaxPins {
+				a.h.log.Warn("too many DNS-opened addresses; answer withheld", "sandbox", a.SandboxID, "name", name, "addr", ip)
+				continue
+			}
+			p = &pin{names: map[string]bool{}}
+		}
+		if !p.names[name] && len(p.names) < maxNamesPerPin {
+			p.names[name] = true
+		}
+		ports, _ := pinPorts(pol, p.names)
+		if err := a.setPinRules(ip, p, ports); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if expires.After(p.expires) {
+			p.expires = expires
+		}
+		a.pins[ip] = p
+		kept = append(kept, ip)
+	}
+	if len(kept) == 0 && len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return kept, nil
+}
+
+// pinPorts is the union of the ports the policy gives names (nil: all),
+// and whether any of the names is still allowed.
+func pinPorts(pol *Policy, names map[string]bool) ([]uint16, bool) {
+	var ports []uint16
+	any := false
+	for name := range names {
+		ps, ok := pol.NamePorts(name)
+		if !ok {
+			continue
+		}
+		if ps == nil {
+			return nil, true
+		}
+		any = true
+		for _, p := range ps {
+			ports = appendUnique(ports, p)
+		}
+	}
+	return sortPorts(ports), any
+}
+
+func sortPorts(p []uint16) []uint16 {
+	for i := 1; i < len(p); i++ {
+		for j := i; j > 0 && p[j] < p[j-1]; j-- {
+			p[j], p[j-1] = p[j-1], p[j]
+		}
+	}
+	return p
+}
+
+// setPinRules makes ip's rules open ports: new rules first, then the old
+// ones go, so an open address never closes in between. a.mu is held.
+func (a *Attachment) setPinRules(ip netip.Addr, p *pin, ports []uint16) error {
+	if p.applied && samePorts(p.ports, ports) {
+		return nil
+	}
+	var b batch
+	b.appendRules(pinRules(a.names, ip, ports))
+	if p.applied {
+		b.deleteRules(pinRules(a.names, ip, p.ports))
+	}
+	if err := a.h.ns.do(func() error { return a.h.apply(&b) }); err != nil {
+		return fmt.Errorf("open %v: %w", ip, err)
+	}
+	p.ports, p.applied = ports, true
+	return nil
+}
+
+func samePorts(a, b []uint16) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// expireLoop closes addresses whose TTL has passed.
+func (a *Attachment) expireLoop() {
+	defer close(a.done)
+	t := time.NewTicker(a.h.cfg.ExpiryInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case now := <-t.C:
+			a.expire(now)
+		}
+	}
+}
+
+func (a *Attachment) expire(now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var b batch
+	var gone []netip.Addr
+	for ip, p := range a.pins {
+		if now.Before(p.expires) {
+			continue
+		}
+		b.deleteRules(pinRules(a.names, ip, p.ports))
+		gone = append(gone, ip)
+	}
+	if len(gone) == 0 {
+		return
+	}
+	if err := a.h.ns.do(func() error { return a.h.apply(&b) }); err != nil {
+		a.h.log.Error("closing expired DNS addresses", "sandbox", a.SandboxID, "addrs", gone, "err", err)
+		return
+	}
+	for _, ip := range gone {
+		delete(a.pins, ip)
+	}
+}
+
+// Update replaces the policy. The new policy chain is built beside the old
+// one and the jump to it swapped, so every packet sees one policy or the
+// other. Addresses DNS opened stay open only for names still allowed, on
+// the ports now allowed. Connections already established are kept.
+func (a *Attachment) Update(p Policy) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return ErrClosed
+	}
+	h, n := a.h, a.names
+	next := 1 - a.gen
+	// One transaction: the new chain, the jump swapped, the old chain
+	// gone, and the DNS-opened addresses no longer allowed closed.
+	var b batch
+	b.chain("filter", n.policy[next])
+	b.appendRules(policyRules(n, next, a.addrs, p))
+	b.insertRules([]rule{jumpRule(n, next)})
+	b.deleteRules([]rule{jumpRule(n, a.gen)})
+	b.deleteChains("filter", []string{n.policy[a.gen]})
+	type change struct {
+		ip    netip.Addr
+		ports []uint16
+		keep  bool
+	}
+	var changes []change
+	for ip, pn := range a.pins {
+		ports, ok := pinPorts(&p, pn.names)
+		if ok && samePorts(ports, pn.ports) {
+			continue
+		}
+		b.deleteRules(pinRules(n, ip, pn.ports))
+		if ok {
+			b.appendRules(pinRules(n, ip, ports))
+		}
+		changes = append(changes, change{ip, ports, ok})
+	}
+	if err := h.ns.do(func() error { return h.apply(&b) }); err != nil {
+		return fmt.Errorf("netpolicy: update %s: %w", a.SandboxID, err)
+	}
+	a.gen = next
+	a.policy.Store(&p)
+	for _, c := range changes {
+		if c.keep {
+			a.pins[c.ip].ports = c.ports
+		} else {
+			delete(a.pins, c.ip)
+		}
+	}
+	h.log.Info("sandbox network policy replaced", "sandbox", a.SandboxID, "entries", len(p.entries))
+	return nil
+}
+
+// Counters returns how many new connections (first packets) the policy
+// let through and how many packets it refused, since Attach. If reading
+// them fails the last values read are returned and the failure logged.
+func (a *Attachment) Counters() (allowed, dropped uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return a.counted[0], a.counted[1]
+	}
+	var acc, rej uint64
+	err := a.h.ns.do(func() error {
+		var err error
+		if acc, err = a.h.chainPackets(a.names.accept); err != nil {
+			return err
+		}
+		rej, err = a.h.chainPackets(a.names.reject)
+		return err
+	})
+	if err != nil {
+		a.h.log.Warn("reading network counters", "sandbox", a.SandboxID, "err", err)
+		return a.counted[0], a.counted[1]
+	}
+	a.counted = [2]uint64{acc, rej}
+	return acc, rej
+}
+
+// DNSStats returns the resolver's counts.
+func (a *Attachment) DNSStats() dnsproxy.Stats {
+	if a.dns == nil {
+		return dnsproxy.Stats{}
+	}
+	return a.dns.Stats()
+}
+
+// Close removes everything Attach made: resolver, rules, chains, link,
+// and gives the address back. It is safe to call more than once.
+func (a *Attachment) Close() error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	a.mu.Unlock()
+	close(a.stop)
+	<-a.done
+	err := a.teardown(true)
+	h := a.h
+	h.mu.Lock()
+	if h.attached[a.names.tag] == a {
+		delete(h.attached, a.names.tag)
+		h.alloc.release(a.names.tag)
+	}
+	h.mu.Unlock()
+	if err == nil {
+		h.log.Info("sandbox network removed", "sandbox", a.SandboxID, "link", a.TAP)
+	}
+	return err
+}
+
+// teardown removes the resolver, rules, chains and (if deleteLink) the
+// link. After a failed Attach what exists is unknown, so it searches
+// (purge); otherwise it removes what it knows it made in one transaction,
+// and searches only if that fails.
+func (a *Attachment) teardown(deleteLink bool) error {
+	var errs []error
+	if a.dns != nil {
+		if err := a.dns.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("resolver: %w", err))
+		}
+	}
+	h, n := a.h, a.names
+	if !a.built {
+		if err := h.purge(n, deleteLink); err != nil {
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	}
+	var b batch
+	b.deleteRules(append(baseRules(n, a.addrs, h.cfg.Uplink), jumpRule(n, a.gen)))
+	b.deleteChains("filter", []string{n.policy[a.gen], n.pins, n.accept, n.reject})
+	err := h.ns.do(func() error {
+		if err := h.apply(&b); err != nil {
+			return err
+		}
+		if !deleteLink {
+			return nil
+		}
+		l, err := netlink.LinkByName(n.link)
+		if err != nil {
+			return fmt.Errorf("find link %s: %w", n.link, err)
+		}
+		return netlink.LinkDel(l)
+	})
+	if err != nil {
+		h.log.Warn("removing sandbox network; searching for leftovers", "sandbox", a.SandboxID, "err", err)
+		if err := h.purge(n, deleteLink); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// chainPackets sums the packet counters of a chain's rules.
+func (h *Host) chainPackets(chain string) (uint64, error) {
+	stats, err := h.ipt.Stats("filter", chain)
+	if err != nil {
+		return 0, err
+	}
+	var sum uint64
+	for _, s := range stats {
+		if len(s) == 0 {
+			continue
+		}
+		v, err := strconv.ParseUint(s[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("counter %q of %s: %w", s[0], chain, err)
+		}
+		sum += v
+	}
+	return sum, nil
+}

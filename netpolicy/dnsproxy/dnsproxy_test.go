@@ -1,0 +1,272 @@
+package dnsproxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// fakeUpstream answers over net.Pipe, so no socket is opened.
+type fakeUpstream struct {
+	mu      sync.Mutex
+	answers map[string][]string // qname -> RRs in zone-file form; absent: NXDOMAIN
+	rcode   int
+	asked   []string
+	block   chan struct{} // if not nil, answers wait for it
+}
+
+func (f *fakeUpstream) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, s := net.Pipe()
+	go func() {
+		defer s.Close()
+		co := &dns.Conn{Conn: s}
+		q, err := co.ReadMsg()
+		if err != nil {
+			return
+		}
+		if f.block != nil {
+			<-f.block
+		}
+		f.mu.Lock()
+		f.asked = append(f.asked, network+" "+q.Question[0].Name)
+		rrs, ok := f.answers[q.Question[0].Name]
+		rcode := f.rcode
+		f.mu.Unlock()
+		m := new(dns.Msg)
+		m.SetReply(q)
+		if !ok {
+			m.Rcode = dns.RcodeNameError
+		}
+		if rcode != 0 {
+			m.Rcode = rcode
+		}
+		for _, r := range rrs {
+			rr, err := dns.NewRR(r)
+			if err != nil {
+				panic(err)
+			}
+			m.Answer = append(m.Answer, rr)
+		}
+		co.WriteMsg(m)
+	}()
+	return c, nil
+}
+
+type admitted struct {
+	mu    sync.Mutex
+	names []string
+	ttls  []time.Duration
+}
+
+func newTestServer(t *testing.T, up *fakeUpstream, allowed ...string) (*Server, *admitted) {
+	t.Helper()
+	ad := &admitted{}
+	s, err := newServer(Config{
+		Allowed: func(name string) bool {
+			for _, a := range allowed {
+				if name == a {
+					return true
+				}
+			}
+			return false
+		},
+		Admit: func(name string, addrs []netip.Addr, ttl time.Duration) ([]netip.Addr, error) {
+			ad.mu.Lock()
+			defer ad.mu.Unlock()
+			ad.names = append(ad.names, fmt.Sprintf("%s %v", name, addrs))
+			ad.ttls = append(ad.ttls, ttl)
+			var kept []netip.Addr
+			for _, a := range addrs {
+				if !a.IsPrivate() {
+					kept = append(kept, a)
+				}
+			}
+			return kept, nil
+		},
+		Upstreams:   []string{"192.0.2.53:53"},
+		Dial:        up.dial,
+		MinTTL:      10 * time.Second,
+		MaxTTL:      100 * time.Second,
+		MaxInflight: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, ad
+}
+
+func query(name string, qtype uint16) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), qtype)
+	return m
+}
+
+func answerStrings(m *dns.Msg) []string {
+	var out []string
+	for _, rr := range m.Answer {
+		out = append(out, strings.ReplaceAll(rr.String(), "\t", " "))
+	}
+	return out
+}
+
+func TestAnswerAllowed(t *testing.T) {
+	up := &fakeUpstream{answers: map[string][]string{
+		"pypi.org.": {
+			"pypi.org. 5 IN CNAME edge.cdn.test.",
+			"edge.cdn.test. 3600 IN A 203.0.113.9",
+			"edge.cdn.test. 3600 IN A 10.0.0.9",  // rebinding: Admit withholds it
+			"other.test. 3600 IN A 203.0.113.66", // off the chain: ignored
+		},
+	}}
+	s, ad := newTestServer(t, up, "pypi.org")
+	r := s.answer(query("PyPI.org", dns.TypeA))
+	if r.Rcode != dns.RcodeSuccess {
+		t.Fatalf("rcode %s", dns.RcodeToString[r.Rcode])
+	}
+	want := []string{
+		"pypi.org. 10 IN CNAME edge.cdn.test.",
+		"edge.cdn.test. 10 IN A 203.0.113.9",
+	}
+	if got := answerStrings(r); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("answer %q, want %q", got, want)
+	}
+	if fmt.Sprint(ad.names) != "[pypi.org [203.0.113.9 10.0.0.9]]" || ad.ttls[0] != 10*time.Second {
+		t.Errorf("Admit got %v %v; want the chain's addresses and the TTL clamped up to 10s", ad.names, ad.ttls)
+	}
+	if s.Stats().Forwarded != 1 {
+		t.Errorf("stats %+v", s.Stats())
+	}
+}
+
+func TestAnswerTTLClampedDown(t *testing.T) {
+	up := &fakeUpstream{answers: map[string][]string{"a.test.": {"a.test. 86400 IN A 203.0.113.1"}}}
+	s, ad := newTestServer(t, up, "a.test")
+	r := s.answer(query("a.test", dns.TypeA))
+	if len(r.Answer) != 1 || r.Answer[0].Header().Ttl != 100 || ad.ttls[0] != 100*time.Second {
+		t.Errorf("answer %v, admit TTL %v; want 100 s", r.Answer, ad.ttls)
+	}
+}
+
+func TestAnswerRefused(t *testing.T) {
+	up := &fakeUpstream{answers: map[string][]string{"evil.test.": {"evil.test. 60 IN A 203.0.113.1"}}}
+	s, ad := newTestServer(t, up, "pypi.org")
+	for _, q := range []*dns.Msg{query("evil.test", dns.TypeA), query("evil.test", dns.TypeAAAA), query("www.pypi.org", dns.TypeA)} {
+		r := s.answer(q)
+		if r.Rcode != dns.RcodeNameError || len(r.Answer) != 0 {
+			t.Errorf("%v: rcode %s %v, want NXDOMAIN", q.Question[0], dns.RcodeToString[r.Rcode], r.Answer)
+		}
+	}
+	if len(up.asked) != 0 || len(ad.names) != 0 {
+		t.Errorf("refused names reached the upstream %v or Admit %v", up.asked, ad.names)
+	}
+	if s.Stats().Refused != 3 {
+		t.Errorf("stats %+v", s.Stats())
+	}
+}
+
+func TestAnswerOtherTypesEmpty(t *testing.T) {
+	up := &fakeUpstream{answers: map[string][]string{}}
+	s, _ := newTestServer(t, up, "pypi.org")
+	for _, qt := range []uint16{dns.TypeAAAA, dns.TypeTXT, dns.TypeHTTPS, dns.TypeANY} {
+		r := s.answer(query("pypi.org", qt))
+		if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 0 {
+			t.Errorf("type %s: %s %v, want NOERROR and no data", dns.TypeToString[qt], dns.RcodeToString[r.Rcode], r.Answer)
+		}
+	}
+	if len(up.asked) != 0 {
+		t.Errorf("non-A queries reached the upstream: %v", up.asked)
+	}
+}
+
+func TestAnswerMalformed(t *testing.T) {
+	s, _ := newTestServer(t, &fakeUpstream{}, "pypi.org")
+	two := query("pypi.org", dns.TypeA)
+	two.Question = append(two.Question, two.Question[0])
+	if r := s.answer(two); r.Rcode != dns.RcodeFormatError {
+		t.Errorf("two questions: %s", dns.RcodeToString[r.Rcode])
+	}
+	none := query("pypi.org", dns.TypeA)
+	none.Question = nil
+	if r := s.answer(none); r.Rcode != dns.RcodeFormatError {
+		t.Errorf("no question: %s", dns.RcodeToString[r.Rcode])
+	}
+	chaos := query("pypi.org", dns.TypeA)
+	chaos.Question[0].Qclass = dns.ClassCHAOS
+	if r := s.answer(chaos); r.Rcode != dns.RcodeRefused {
+		t.Errorf("class CH: %s", dns.RcodeToString[r.Rcode])
+	}
+	upd := query("pypi.org", dns.TypeA)
+	upd.Opcode = dns.OpcodeUpdate
+	if r := s.answer(upd); r.Rcode != dns.RcodeNotImplemented {
+		t.Errorf("UPDATE: %s", dns.RcodeToString[r.Rcode])
+	}
+}
+
+func TestAnswerUpstreamErrors(t *testing.T) {
+	up := &fakeUpstream{answers: map[string][]string{}}
+	s, ad := newTestServer(t, up, "gone.test", "broken.test")
+	if r := s.answer(query("gone.test", dns.TypeA)); r.Rcode != dns.RcodeNameError {
+		t.Errorf("upstream NXDOMAIN: %s", dns.RcodeToString[r.Rcode])
+	}
+	up.rcode = dns.RcodeServerFailure
+	if r := s.answer(query("broken.test", dns.TypeA)); r.Rcode != dns.RcodeServerFailure {
+		t.Errorf("upstream SERVFAIL: %s", dns.RcodeToString[r.Rcode])
+	}
+	if len(ad.names) != 0 {
+		t.Errorf("Admit called without addresses: %v", ad.names)
+	}
+}
+
+func TestAnswerInflightBound(t *testing.T) {
+	up := &fakeUpstream{answers: map[string][]string{"a.test.": {"a.test. 60 IN A 203.0.113.1"}}, block: make(chan struct{})}
+	s, _ := newTestServer(t, up, "a.test") // MaxInflight 1
+	first := make(chan *dns.Msg)
+	go func() { first <- s.answer(query("a.test", dns.TypeA)) }()
+	deadline := time.Now().Add(2 * time.Second)
+	for len(s.inflight) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if r := s.answer(query("a.test", dns.TypeA)); r.Rcode != dns.RcodeServerFailure {
+		t.Errorf("second concurrent query: %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
+	}
+	close(up.block)
+	if r := <-first; r.Rcode != dns.RcodeSuccess {
+		t.Errorf("first query: %s", dns.RcodeToString[r.Rcode])
+	}
+}
+
+func TestServeValidates(t *testing.T) {
+	ok := Config{
+		Allowed:   func(string) bool { return true },
+		Admit:     func(string, []netip.Addr, time.Duration) ([]netip.Addr, error) { return nil, nil },
+		Upstreams: []string{"192.0.2.53:53"},
+	}
+	bad := []func(c *Config){
+		func(c *Config) { c.Allowed = nil },
+		func(c *Config) { c.Admit = nil },
+		func(c *Config) { c.Upstreams = nil },
+		func(c *Config) { c.Upstreams = []string{"resolver.example"} },
+		func(c *Config) { c.MinTTL, c.MaxTTL = time.Minute, time.Second },
+	}
+	for i, f := range bad {
+		c := ok
+		f(&c)
+		if _, err := Serve(c, nil, nil); err == nil {
+			t.Errorf("case %d: Serve accepted a bad config", i)
+		}
+	}
+	s, err := Serve(ok, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,294 @@
+package netpolicy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Limits on a policy. They bound the rules and the work a policy makes the
+// host do; they match sandbox.MaxAllowEntries and MaxAllowEntryBytes.
+const (
+	MaxEntries    = 256
+	MaxEntryBytes = 253 + len(":65535")
+	maxNameBytes  = 253
+	maxLabelBytes = 63
+)
+
+// ErrInvalidPolicy is wrapped by every error Parse returns.
+var ErrInvalidPolicy = errors.New("invalid network policy")
+
+// NetRule allows a destination prefix, on one port or on all.
+type NetRule struct {
+	// Prefix is an IPv4 prefix in canonical form (host bits zero); a single
+	// address is a /32.
+	Prefix netip.Prefix
+	// Port, if not zero, limits the rule to that TCP and UDP port.
+	Port uint16
+}
+
+// NameRule allows the addresses DNS hands out for a name.
+type NameRule struct {
+	// Name is lower case without a trailing dot. With Wildcard it is the
+	// suffix: "*.example.com" is {Name: "example.com", Wildcard: true}
+	// and matches any name below example.com, not example.com itself.
+	Name     string
+	Wildcard bool
+	// Port, if not zero, limits the rule to that TCP and UDP port.
+	Port uint16
+}
+
+// Policy is a parsed egress allowlist. The zero Policy allows nothing.
+type Policy struct {
+	Nets  []NetRule
+	Names []NameRule
+	// entries are the entries as given, for display.
+	entries []string
+}
+
+// Empty reports whether the policy allows nothing. An empty policy at
+// creation means the sandbox gets no network device at all.
+func (p Policy) Empty() bool { return len(p.Nets) == 0 && len(p.Names) == 0 }
+
+// Entries returns the entries as they were given to Parse.
+func (p Policy) Entries() []string { return append([]string(nil), p.entries...) }
+
+// neverListable are destinations no entry may name: they are not
+// destinations a guest can mean (this host's loopback, "this network",
+// multicast, reserved, broadcast).
+var neverListable = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+}
+
+// Parse checks and parses an allowlist. Entries are, each optionally
+// followed by ":port" (1-65535, TCP and UDP):
+//
+//	203.0.113.7             an IPv4 address
+//	198.51.100.0/24         an IPv4 prefix, host bits zero
+//	pypi.org                a DNS name (the addresses DNS hands out for it)
+//	*.pythonhosted.org      any name below pythonhosted.org
+//
+// IPv6 entries are refused: the guest's link is IPv4 only, and an entry
+// that silently did nothing would mislead. Errors wrap ErrInvalidPolicy and
+// name the entry's index, so they can be shown to the caller as they are.
+func Parse(allow []string) (Policy, error) {
+	if len(allow) > MaxEntries {
+		return Policy{}, fmt.Errorf("%w: %d entries, at most %d", ErrInvalidPolicy, len(allow), MaxEntries)
+	}
+	var p Policy
+	for i, e := range allow {
+		if err := p.add(e); err != nil {
+			return Policy{}, fmt.Errorf("%w: allow[%d] %q: %v", ErrInvalidPolicy, i, clip(e, 64), err)
+		}
+		p.entries = append(p.entries, e)
+	}
+	return p, nil
+}
+
+func (p *Policy) add(e string) error {
+	if e == "" {
+		return errors.New("empty entry")
+	}
+	if len(e) > MaxEntryBytes {
+		return fmt.Errorf("%d bytes, at most %d", len(e), MaxEntryBytes)
+	}
+	if strings.TrimSpace(e) != e {
+		return errors.New("leading or trailing white space")
+	}
+	host, port, err := splitPort(e)
+	if err != nil {
+		return err
+	}
+	if strings.Contains(host, "/") {
+		pfx, err := netip.ParsePrefix(host)
+		if err != nil {
+			return fmt.Errorf("malformed CIDR prefix: %v", err)
+		}
+		if pfx != pfx.Masked() {
+			return fmt.Errorf("host bits set in CIDR prefix (did you mean %v?)", pfx.Masked())
+		}
+		if err := checkDestination(pfx); err != nil {
+			return err
+		}
+		p.Nets = append(p.Nets, NetRule{Prefix: pfx, Port: port})
+		return nil
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		pfx := netip.PrefixFrom(a, a.BitLen())
+		if err := checkDestination(pfx); err != nil {
+			return err
+		}
+		p.Nets = append(p.Nets, NetRule{Prefix: pfx, Port: port})
+		return nil
+	}
+	r, err := parseName(host)
+	if err != nil {
+		return err
+	}
+	r.Port = port
+	p.Names = append(p.Names, r)
+	return nil
+}
+
+// splitPort splits "host:port". Entries with more than one colon or a
+// bracket are IPv6 and refused here, with or without a port.
+func splitPort(e string) (string, uint16, error) {
+	if strings.Count(e, ":") > 1 || strings.ContainsAny(e, "[]") {
+		return "", 0, errors.New("IPv6 destinations are not supported (the guest link is IPv4 only)")
+	}
+	host, ps, found := strings.Cut(e, ":")
+	if !found {
+		return e, 0, nil
+	}
+	if host == "" {
+		return "", 0, errors.New("port without a destination")
+	}
+	if ps == "" {
+		return "", 0, errors.New("empty port after ':'")
+	}
+	if strings.Trim(ps, "0123456789") != "" {
+		return "", 0, fmt.Errorf("port %q is not a number", clip(ps, 16))
+	}
+	n, err := strconv.Atoi(ps)
+	if err != nil || n < 1 || n > 65535 {
+		return "", 0, fmt.Errorf("port %s out of range 1-65535", clip(ps, 16))
+	}
+	return host, uint16(n), nil
+}
+
+func checkDestination(pfx netip.Prefix) error {
+	if !pfx.Addr().Is4() {
+		return errors.New("IPv6 destinations are not supported (the guest link is IPv4 only)")
+	}
+	for _, n := range neverListable {
+		if n.Overlaps(pfx) && n.Bits() <= pfx.Bits() {
+			return fmt.Errorf("%v is inside %v, which is never a destination", pfx, n)
+		}
+	}
+	if pfx.Addr() == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		return errors.New("the broadcast address is never a destination")
+	}
+	return nil
+}
+
+func parseName(s string) (NameRule, error) {
+	var r NameRule
+	if strings.HasPrefix(s, "*") {
+		if !strings.HasPrefix(s, "*.") {
+			return r, errors.New(`a wildcard must be "*." followed by a name`)
+		}
+		r.Wildcard = true
+		s = s[2:]
+		if s == "" || s == "." {
+			return r, errors.New("empty wildcard: nothing after \"*.\"")
+		}
+	}
+	s = strings.ToLower(strings.TrimSuffix(s, "."))
+	if s == "" {
+		return r, errors.New("empty name")
+	}
+	if len(s) > maxNameBytes {
+		return r, fmt.Errorf("name longer than %d bytes", maxNameBytes)
+	}
+	if strings.Contains(s, "*") {
+		return r, errors.New(`"*" is only allowed as the whole first label`)
+	}
+	labels := strings.Split(s, ".")
+	for _, l := range labels {
+		if err := checkLabel(l); err != nil {
+			return r, err
+		}
+	}
+	last := labels[len(labels)-1]
+	if strings.Trim(last, "0123456789") == "" {
+		return r, errors.New("not an IPv4 address, CIDR prefix or DNS name (all-numeric top-level label)")
+	}
+	if r.Wildcard && len(labels) < 2 {
+		return r, fmt.Errorf("wildcard over a whole top-level domain (*.%s) is refused", s)
+	}
+	r.Name = s
+	return r, nil
+}
+
+func checkLabel(l string) error {
+	if l == "" {
+		return errors.New("empty label in name")
+	}
+	if len(l) > maxLabelBytes {
+		return fmt.Errorf("label longer than %d bytes", maxLabelBytes)
+	}
+	for j := 0; j < len(l); j++ {
+		c := l[j]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '_':
+		case c == '-' && j > 0 && j < len(l)-1:
+		default:
+			return fmt.Errorf("character %q not allowed in a DNS name", c)
+		}
+	}
+	return nil
+}
+
+// NamePorts reports whether name (any case, trailing dot or not) is
+// allowed, and on which ports: nil with ok means every port.
+func (p Policy) NamePorts(name string) (ports []uint16, ok bool) {
+	name = strings.ToLower(strings.TrimSuffix(name, "."))
+	if name == "" || len(name) > maxNameBytes {
+		return nil, false
+	}
+	anyPort := false
+	for _, r := range p.Names {
+		if !r.matches(name) {
+			continue
+		}
+		ok = true
+		if r.Port == 0 {
+			anyPort = true
+		} else {
+			ports = appendUnique(ports, r.Port)
+		}
+	}
+	if anyPort {
+		return nil, ok
+	}
+	return ports, ok
+}
+
+func (r NameRule) matches(name string) bool {
+	if !r.Wildcard {
+		return name == r.Name
+	}
+	return len(name) > len(r.Name)+1 && strings.HasSuffix(name, r.Name) && name[len(name)-len(r.Name)-1] == '.'
+}
+
+// ListsAddr reports whether an address entry (not a name) covers a.
+func (p Policy) ListsAddr(a netip.Addr) bool {
+	for _, n := range p.Nets {
+		if n.Prefix.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func appendUnique(s []uint16, v uint16) []uint16 {
+	for _, x := range s {
+		if x == v {
+			return s
+		}
+	}
+	return append(s, v)
+}
+
+// clip shortens s for an error message.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,222 @@
+package netpolicy
+
+import (
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func testLink() (objectNames, linkAddrs) {
+	return namesFor("0123abcd"), linkAddrs{
+		Gateway: netip.MustParseAddr("10.222.0.5"),
+		Guest:   netip.MustParseAddr("10.222.0.6"),
+		Pool:    netip.MustParsePrefix("10.222.0.0/16"),
+	}
+}
+
+func specs(rs []rule) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Table+" "+r.Chain+" "+strings.Join(r.Spec, " "))
+	}
+	return out
+}
+
+func TestPolicyRules(t *testing.T) {
+	n, l := testLink()
+	p, err := Parse([]string{"pypi.org", "203.0.113.7", "198.51.100.0/24:443", "10.1.2.3", "0.0.0.0/0:22"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := specs(policyRules(n, 1, l, p))
+	want := []string{
+		"filter CELLVM-0123abcd-1 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+		"filter CELLVM-0123abcd-1 ! -s 10.222.0.6/32 -j CELLVM-0123abcd-R",
+		"filter CELLVM-0123abcd-1 -d 10.222.0.0/16 -j CELLVM-0123abcd-R",
+		// Listed inside a denied range: before the denied ranges.
+		"filter CELLVM-0123abcd-1 -d 10.1.2.3/32 -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-1 -d 10.0.0.0/8 -j CELLVM-0123abcd-R",
+		"filter CELLVM-0123abcd-1 -d 172.16.0.0/12 -j CELLVM-0123abcd-R",
+		"filter CELLVM-0123abcd-1 -d 192.168.0.0/16 -j CELLVM-0123abcd-R",
+		"filter CELLVM-0123abcd-1 -d 100.64.0.0/10 -j CELLVM-0123abcd-R",
+		"filter CELLVM-0123abcd-1 -d 169.254.0.0/16 -j CELLVM-0123abcd-R",
+		"filter CELLVM-0123abcd-1 -d 203.0.113.7/32 -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-1 -d 198.51.100.0/24 -p tcp --dport 443 -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-1 -d 198.51.100.0/24 -p udp --dport 443 -j CELLVM-0123abcd-A",
+		// 0.0.0.0/0 is after the denied ranges: it does not open them.
+		"filter CELLVM-0123abcd-1 -d 0.0.0.0/0 -p tcp --dport 22 -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-1 -d 0.0.0.0/0 -p udp --dport 22 -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-1 -j CELLVM-0123abcd-P",
+		"filter CELLVM-0123abcd-1 -j CELLVM-0123abcd-R",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("policy rules:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestPolicyRulesEmptyRefusesAll(t *testing.T) {
+	n, l := testLink()
+	got := specs(policyRules(n, 0, l, Policy{}))
+	for _, r := range got {
+		if strings.HasSuffix(r, "-j "+n.accept) {
+			t.Errorf("empty policy accepts: %s", r)
+		}
+	}
+	if last := got[len(got)-1]; last != "filter CELLVM-0123abcd-0 -j CELLVM-0123abcd-R" {
+		t.Errorf("last rule %q, want the reject", last)
+	}
+}
+
+func TestRejectAndAcceptRules(t *testing.T) {
+	n, l := testLink()
+	got := specs(append(acceptRules(n), rejectRules(n, l)...))
+	want := []string{
+		"filter CELLVM-0123abcd-A -j ACCEPT",
+		"filter CELLVM-0123abcd-R ! -s 10.222.0.6/32 -j DROP",
+		"filter CELLVM-0123abcd-R -p tcp -j REJECT --reject-with tcp-reset",
+		"filter CELLVM-0123abcd-R -j REJECT --reject-with icmp-port-unreachable",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestBaseRules(t *testing.T) {
+	n, l := testLink()
+	got := specs(append(baseRules(n, l, "eth0"), jumpRule(n, 0)))
+	want := []string{
+		"filter CELLVM-FWD -o cvm-0123abcd -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+		"filter CELLVM-IN -i cvm-0123abcd -d 10.222.0.5/32 -p udp --dport 53 -j ACCEPT",
+		"filter CELLVM-IN -i cvm-0123abcd -d 10.222.0.5/32 -p tcp --dport 53 -j ACCEPT",
+		"filter CELLVM-IN -i cvm-0123abcd -j CELLVM-0123abcd-R",
+		"nat CELLVM-POST -s 10.222.0.6/32 -o eth0 -m comment --comment cvm-0123abcd -j MASQUERADE",
+		"filter CELLVM-FWD -i cvm-0123abcd -j CELLVM-0123abcd-0",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	nat := specs(baseRules(n, l, ""))[4]
+	if nat != "nat CELLVM-POST -s 10.222.0.6/32 ! -o cvm-0123abcd -m comment --comment cvm-0123abcd -j MASQUERADE" {
+		t.Errorf("nat rule without uplink: %s", nat)
+	}
+}
+
+func TestPinRules(t *testing.T) {
+	n, _ := testLink()
+	a := netip.MustParseAddr("203.0.113.50")
+	if got := specs(pinRules(n, a, nil)); !reflect.DeepEqual(got, []string{
+		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -j CELLVM-0123abcd-A",
+	}) {
+		t.Errorf("all ports: %q", got)
+	}
+	if got := specs(pinRules(n, a, []uint16{80, 443})); !reflect.DeepEqual(got, []string{
+		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p tcp --dport 80 -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p udp --dport 80 -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p tcp --dport 443 -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p udp --dport 443 -j CELLVM-0123abcd-A",
+	}) {
+		t.Errorf("ports 80, 443: %q", got)
+	}
+}
+
+func TestDeniedAddr(t *testing.T) {
+	pool := netip.MustParsePrefix("10.222.0.0/16")
+	for a, want := range map[string]bool{
+		"169.254.169.254": true, "10.0.0.1": true, "172.31.255.255": true, "172.32.0.1": false,
+		"192.168.1.1": true, "100.64.0.1": true, "100.128.0.1": false, "127.0.0.1": true,
+		"0.0.0.0": true, "224.0.0.251": true, "255.255.255.255": true, "10.222.0.6": true,
+		"203.0.113.50": false, "8.8.8.8": false, "2001:db8::1": true, "::ffff:8.8.8.8": false,
+	} {
+		if got := deniedAddr(netip.MustParseAddr(a), pool); got != want {
+			t.Errorf("deniedAddr(%s) = %v, want %v", a, got, want)
+		}
+	}
+}
+
+func TestNames(t *testing.T) {
+	tag := Tag("sb-0123456789ab")
+	if !isTag(tag) || tag != Tag("sb-0123456789ab") || tag == Tag("sb-0123456789ac") {
+		t.Fatalf("Tag: %q", tag)
+	}
+	n := namesFor(tag)
+	if len(n.link) > 15 {
+		t.Errorf("link name %q longer than IFNAMSIZ-1", n.link)
+	}
+	for _, c := range n.chains() {
+		if len(c) > 28 {
+			t.Errorf("chain name %q longer than 28", c)
+		}
+		if tagOfChain(c) != tag {
+			t.Errorf("tagOfChain(%q) = %q", c, tagOfChain(c))
+		}
+	}
+	if tagOfLink(n.link) != tag {
+		t.Errorf("tagOfLink(%q) = %q", n.link, tagOfLink(n.link))
+	}
+	for _, c := range []string{fwdChain, inChain, postChain, "CELLVM-0123abcdX", "FORWARD", "CELLVM-0123ABCD", "CELLVM-0123abc"} {
+		if tagOfChain(c) != "" {
+			t.Errorf("tagOfChain(%q) = %q, want none", c, tagOfChain(c))
+		}
+	}
+	for _, l := range []string{"cvm-0123abc", "cvm-0123abcde", "eth0", "cvm-0123ABCD", "cvm+"} {
+		if tagOfLink(l) != "" {
+			t.Errorf("tagOfLink(%q) = %q, want none", l, tagOfLink(l))
+		}
+	}
+}
+
+func TestRuleOf(t *testing.T) {
+	n := namesFor("0123abcd")
+	for listed, want := range map[string]bool{
+		"-A CELLVM-FWD -i cvm-0123abcd -j CELLVM-0123abcd-0":                                          true,
+		"-A CELLVM-FWD -i cvm-99999999 -j CELLVM-99999999-0":                                          false,
+		"-A CELLVM-FWD -i cvm+ -j DROP":                                                               false,
+		"-A CELLVM-POST -s 10.222.0.6/32 -o eth0 -m comment --comment \"cvm-0123abcd\" -j MASQUERADE": true,
+		"-N CELLVM-FWD": false,
+	} {
+		spec, ok := ruleOf(listed, strings.Fields(listed)[1], n)
+		if ok != want {
+			t.Errorf("ruleOf(%q) = %v", listed, ok)
+		}
+		if ok && strings.Contains(strings.Join(spec, " "), `"`) {
+			t.Errorf("ruleOf(%q) kept quotes: %q", listed, spec)
+		}
+	}
+}
+
+func TestAllocator(t *testing.T) {
+	a, err := newAllocator(netip.MustParsePrefix("10.222.0.0/29"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s0, err := a.allocate("aaaaaaaa")
+	if err != nil || s0 != 0 {
+		t.Fatalf("first slot %d, %v", s0, err)
+	}
+	l := a.slotAddrs(0)
+	if l.Gateway.String() != "10.222.0.1" || l.Guest.String() != "10.222.0.2" {
+		t.Errorf("slot 0: %+v", l)
+	}
+	if s, err := a.allocate("bbbbbbbb"); err != nil || s != 1 || a.slotAddrs(1).Guest.String() != "10.222.0.6" {
+		t.Errorf("second slot %d, %v", s, err)
+	}
+	if _, err := a.allocate("cccccccc"); err != ErrPoolFull {
+		t.Errorf("third slot in a /29: %v, want ErrPoolFull", err)
+	}
+	if a.slotOf(netip.MustParseAddr("10.222.0.5")) != 1 || a.slotOf(netip.MustParseAddr("10.222.0.6")) != -1 {
+		t.Error("slotOf")
+	}
+	a.release("aaaaaaaa")
+	if s, err := a.allocate("cccccccc"); err != nil || s != 0 {
+		t.Errorf("after release: %d, %v", s, err)
+	}
+	if err := a.reserve("dddddddd", 1); err == nil {
+		t.Error("reserve of a used slot succeeded")
+	}
+	for _, bad := range []string{"203.0.113.0/24", "10.0.0.0/31", "10.0.0.1/16", "fd00::/64"} {
+		if _, err := newAllocator(netip.MustParsePrefix(bad)); err == nil {
+			t.Errorf("newAllocator(%s) succeeded", bad)
+		}
+	}
+}
