@@ -110,7 +110,7 @@ func TestConfigValidate(t *testing.T) {
 	good := mut(func(c *sandbox.Config) {
 		c.VCPUs, c.MemoryMiB = 32, 65536
 		c.Env = map[string]string{"_a9": "v", "PATH": "/bin"}
-		c.Network = &sandbox.NetworkPolicy{Allow: []string{"1.2.3.4", "::1", "10.0.0.0/8", "*.github.com", "pypi.org."}}
+		c.Network = &sandbox.NetworkPolicy{Allow: []string{"1.2.3.4", "198.51.100.0/24:443", "10.0.0.0/8", "*.github.com", "pypi.org."}}
 	})
 	if err := good.Validate(); err != nil {
 		t.Errorf("valid config refused: %v", err)

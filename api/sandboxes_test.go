@@ -157,8 +157,8 @@ func TestCreateRejectsInvalidConfigWithoutCallingManager(t *testing.T) {
 		{"negative ttl", `{"ttl_s": -1}`, "ttl_s"},
 		{"huge ttl", `{"ttl_s": 99999999999999}`, "ttl_s"},
 		{"negative idle", `{"idle_timeout_s": -5}`, "idle_timeout_s"},
-		{"bad allow entry", `{"network": {"allow": ["not a host!"]}}`, "network.allow[0]"},
-		{"bad cidr", `{"network": {"allow": ["10.0.0.0/99"]}}`, "network.allow[0]"},
+		{"bad allow entry", `{"network": {"allow": ["not a host!"]}}`, "allow[0]"},
+		{"bad cidr", `{"network": {"allow": ["10.0.0.0/99"]}}`, "allow[0]"},
 	}
 	for _, c := range cases {
 		status, _, body := e.do(t, "POST", "/v1/sandboxes", jsonBody(c.body))

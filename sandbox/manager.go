@@ -21,6 +21,7 @@ import (
 	"github.com/cellvm/cellvm/agentclient"
 	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/guestinit/proto"
+	"github.com/cellvm/cellvm/netpolicy"
 )
 
 // Options configure a VMManager.
@@ -40,7 +41,10 @@ type Options struct {
 	BootTimeout time.Duration
 	// MaxUploadBytes bounds one upload (default 1 GiB).
 	MaxUploadBytes int64
-	Log            *slog.Logger
+	// Net enforces network policies; without it a sandbox asking for
+	// network is refused (ErrNotSupported).
+	Net *netpolicy.Host
+	Log *slog.Logger
 }
 
 // VMManager is the Manager that runs each sandbox in its own microVM.
@@ -64,6 +68,7 @@ type vmSandbox struct {
 	cid     uint64
 	proc    *vmProc
 	agent   *agentclient.Client
+	net     *netpolicy.Attachment // nil: no network device
 
 	state       atomic.Value // State
 	cellRunning atomic.Bool
@@ -163,8 +168,14 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 	if err := cfg.Validate(); err != nil {
 		return Info{}, err
 	}
+	var policy netpolicy.Policy
 	if cfg.Network != nil && len(cfg.Network.Allow) > 0 {
-		return Info{}, fmt.Errorf("%w: network policies are not available yet; omit network", ErrNotSupported)
+		if m.opt.Net == nil {
+			return Info{}, fmt.Errorf("%w: this manager has no network policy support (run the daemon as root with iptables)", ErrNotSupported)
+		}
+		if policy, err = netpolicy.Parse(cfg.Network.Allow); err != nil {
+			return Info{}, fmt.Errorf("%w: network: %v", ErrInvalid, err)
+		}
 	}
 	id, cid, err := m.reserve(cfg)
 	if err != nil {
@@ -190,6 +201,14 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 		VCPUs: cfg.VCPUs, MemoryMiB: uint64(cfg.MemoryMiB),
 		Disks: []VMDisk{{Path: m.opt.RootFS, ReadOnly: true}},
 		Vsock: &VMVsock{CID: cid, UDS: uds},
+	}
+	if !policy.Empty() {
+		if s.net, err = m.opt.Net.Attach(ctx, id, policy); err != nil {
+			return Info{}, fmt.Errorf("network: %w", err)
+		}
+		spec.TAP = s.net.TAP
+		copy(spec.MAC[:], s.net.MAC)
+		spec.Cmdline += " " + s.net.KernelArgs()
 	}
 	start := time.Now()
 	if s.proc, err = startVM(m.opt.Exe, s.dir, spec); err != nil {
@@ -254,6 +273,11 @@ func (m *VMManager) destroy(s *vmSandbox) {
 	if s.agent != nil {
 		s.agent.Close()
 	}
+	if s.net != nil {
+		if err := s.net.Close(); err != nil {
+			m.log.Error("remove sandbox network", "id", s.id, "error", err)
+		}
+	}
 	if err := os.RemoveAll(s.dir); err != nil {
 		m.log.Error("remove sandbox directory", "id", s.id, "error", err)
 	}
@@ -312,6 +336,9 @@ func (m *VMManager) info(s *vmSandbox) Info {
 	}
 	if s.proc != nil && s.proc.alive() {
 		in.Usage = procUsage(s.proc.pid)
+	}
+	if s.net != nil {
+		in.Network.AllowedPackets, in.Network.DroppedPackets = s.net.Counters()
 	}
 	return in
 }
@@ -501,10 +528,25 @@ func (m *VMManager) SetNetwork(ctx context.Context, id string, p NetworkPolicy) 
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	if _, err := m.get(id); err != nil {
+	s, err := m.get(id)
+	if err != nil {
 		return err
 	}
-	return fmt.Errorf("%w: network policies are not available yet", ErrNotSupported)
+	pol, err := netpolicy.Parse(p.Allow)
+	if err != nil {
+		return fmt.Errorf("%w: network: %v", ErrInvalid, err)
+	}
+	if s.net == nil {
+		if pol.Empty() {
+			return nil
+		}
+		return fmt.Errorf("%w: sandbox %s was created without network and has no network device; create it with a network policy", ErrNotSupported, id)
+	}
+	if err := s.net.Update(pol); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	s.cfg.Network = &NetworkPolicy{Allow: pol.Entries()}
+	return nil
 }
 
 // Pause implements Manager by stopping the VMM process: its vCPU threads

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/agentclient"
+	"github.com/cellvm/cellvm/netpolicy"
 )
 
 // recover takes back the sandboxes an earlier manager (a daemon that died
@@ -16,6 +17,7 @@ import (
 // else (a dead process, a half-made directory) is cleaned up, so nothing
 // leaks across daemon restarts.
 func (m *VMManager) recover() {
+	defer m.recoverNetwork()
 	dirs, _ := filepath.Glob(filepath.Join(m.opt.StateDir, "sandboxes", "sb-*"))
 	for _, dir := range dirs {
 		id := filepath.Base(dir)
@@ -58,5 +60,32 @@ func (m *VMManager) recover() {
 		}
 		go m.watch(s)
 		m.log.Info("took back a running sandbox", "id", id, "pid", s.proc.pid)
+	}
+}
+
+// recoverNetwork removes the network objects of sandboxes that are gone and
+// re-attaches the policies of those taken back (their TAPs survive).
+func (m *VMManager) recoverNetwork() {
+	if m.opt.Net == nil {
+		return
+	}
+	var live []string
+	for id := range m.sandboxes {
+		live = append(live, id)
+	}
+	if err := m.opt.Net.Sweep(live); err != nil {
+		m.log.Error("sweep stale sandbox networks", "error", err)
+	}
+	for id, s := range m.sandboxes {
+		if s.cfg.Network == nil || len(s.cfg.Network.Allow) == 0 {
+			continue
+		}
+		p, err := netpolicy.Parse(s.cfg.Network.Allow)
+		if err == nil {
+			s.net, err = m.opt.Net.Attach(context.Background(), id, p)
+		}
+		if err != nil {
+			m.log.Error("re-attach a taken-back sandbox's network; it has none now", "id", id, "error", err)
+		}
 	}
 }

@@ -16,12 +16,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"path"
 	"strings"
 	"time"
 
 	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/netpolicy"
 )
 
 // Sentinel errors. Managers wrap them with context
@@ -88,49 +88,20 @@ type NetworkPolicy struct {
 	Allow []string `json:"allow"`
 }
 
-// Validate checks the entries' count, size and syntax.
+// Validate checks the entries' count, size and syntax with the same
+// parser the host's network policy uses (netpolicy.Parse), so what passes
+// here is exactly what the host can enforce.
 func (p NetworkPolicy) Validate() error {
 	if len(p.Allow) > MaxAllowEntries {
 		return fmt.Errorf("%w: network.allow has %d entries, at most %d", ErrInvalid, len(p.Allow), MaxAllowEntries)
 	}
 	for i, e := range p.Allow {
-		if err := validateAllowEntry(e); err != nil {
-			return fmt.Errorf("%w: network.allow[%d] %q: %v", ErrInvalid, i, clip(e, 64), err)
+		if len(e) > MaxAllowEntryBytes+6 {
+			return fmt.Errorf("%w: network.allow[%d] is longer than %d bytes", ErrInvalid, i, MaxAllowEntryBytes+6)
 		}
 	}
-	return nil
-}
-
-func validateAllowEntry(e string) error {
-	if e == "" {
-		return errors.New("empty")
-	}
-	if len(e) > MaxAllowEntryBytes {
-		return fmt.Errorf("longer than %d bytes", MaxAllowEntryBytes)
-	}
-	if _, err := netip.ParseAddr(e); err == nil {
-		return nil
-	}
-	if strings.Contains(e, "/") {
-		if _, err := netip.ParsePrefix(e); err != nil {
-			return fmt.Errorf("not a CIDR prefix: %v", err)
-		}
-		return nil
-	}
-	name := strings.TrimPrefix(e, "*.")
-	labels := strings.Split(strings.TrimSuffix(name, "."), ".")
-	for _, l := range labels {
-		if l == "" || len(l) > 63 {
-			return errors.New("not an IP address, CIDR prefix or DNS name")
-		}
-		for j := 0; j < len(l); j++ {
-			c := l[j]
-			ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-				c == '-' && j > 0 && j < len(l)-1
-			if !ok {
-				return errors.New("not an IP address, CIDR prefix or DNS name")
-			}
-		}
+	if _, err := netpolicy.Parse(p.Allow); err != nil {
+		return fmt.Errorf("%w: network: %v", ErrInvalid, err)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cellvm/cellvm/api"
 	"github.com/cellvm/cellvm/kvm"
+	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/sandbox"
 )
 
@@ -29,6 +30,8 @@ func cmdServe(args []string, stderr io.Writer) error {
 	stateDir := fs.String("state-dir", "", "where sandboxes keep their files (default: beside the socket)")
 	maxSandboxes := fs.Int("max-sandboxes", 64, "cap on sandboxes (0: none)")
 	maxMemory := fs.Int("max-memory", 0, "cap on total guest memory in MiB (default: 3/4 of the host's)")
+	withNet := fs.Bool("network", os.Geteuid() == 0, "enforce network policies (TAP, iptables, DNS; needs root)")
+	uplink := fs.String("uplink", "", "interface guest traffic leaves through (default: any)")
 	*b.logLevel = "info"
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
@@ -63,10 +66,16 @@ func cmdServe(args []string, stderr io.Writer) error {
 	if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
 		return fmt.Errorf("socket directory: %w", err)
 	}
+	var netHost *netpolicy.Host
+	if *withNet {
+		if netHost, err = netpolicy.NewHost(netpolicy.HostConfig{Uplink: *uplink}, log); err != nil {
+			return fmt.Errorf("network policies: %w (pass --network=false to run without them)", err)
+		}
+	}
 	m, err := sandbox.NewVMManager(sandbox.Options{
 		Exe: exe, Kernel: k, Initrd: i, RootFS: r, StateDir: *stateDir,
 		MaxSandboxes: *maxSandboxes, MaxMemoryMiB: *maxMemory, Log: log,
-		BootTimeout: bootTimeoutFromEnv(),
+		BootTimeout: bootTimeoutFromEnv(), Net: netHost,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,178 @@
+package netpolicy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Addresses opened by DNS ("pins"). The resolver calls admit before the
+// guest sees an answer; each address gets rules in the VM's pins chain on
+// the ports its names allow, and loses them when the clamped TTL (plus
+// grace) has passed or the policy no longer allows any of its names.
+
+// pin is an address DNS handed out, open until expires.
+type pin struct {
+	names   map[string]bool // names that resolved to it
+	ports   []uint16        // the ports its rules open; nil: all
+	applied bool            // its rules are in the pins chain
+	expires time.Time
+}
+
+// maxNamesPerPin bounds a pin's names (a wildcard can make many names
+// share an address).
+const maxNamesPerPin = 64
+
+// admit opens the addresses DNS got for an allowed name, before the guest
+// sees them, and returns those it may see: never one in a denied range
+// unless an address entry lists it (then that entry's rule lets it
+// through), never more than MaxPins open at once.
+func (a *Attachment) admit(name string, addrs []netip.Addr, ttl time.Duration) ([]netip.Addr, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, ErrClosed
+	}
+	pol := a.policy.Load()
+	if _, ok := pol.NamePorts(name); !ok {
+		return nil, nil // the policy changed while the query was out
+	}
+	expires := time.Now().Add(ttl + a.h.cfg.PinGrace)
+	var kept []netip.Addr
+	var errs []error
+	for _, ip := range addrs {
+		if deniedAddr(ip, a.addrs.Pool) {
+			if pol.ListsAddr(ip) && !a.addrs.Pool.Contains(ip) {
+				kept = append(kept, ip)
+			} else {
+				a.h.log.Warn("DNS answer in a denied range removed", "sandbox", a.SandboxID, "name", name, "addr", ip)
+			}
+			continue
+		}
+		p := a.pins[ip]
+		if p == nil {
+			if len(a.pins) >= a.h.cfg.MaxPins {
+				a.h.log.Warn("too many DNS-opened addresses; answer withheld", "sandbox", a.SandboxID, "name", name, "addr", ip)
+				continue
+			}
+			p = &pin{names: map[string]bool{}}
+		}
+		if !p.names[name] && len(p.names) < maxNamesPerPin {
+			p.names[name] = true
+		}
+		ports, _ := pinPorts(pol, p.names)
+		if err := a.setPinRules(ip, p, ports); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if expires.After(p.expires) {
+			p.expires = expires
+		}
+		a.pins[ip] = p
+		kept = append(kept, ip)
+	}
+	if len(kept) == 0 && len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return kept, nil
+}
+
+// pinPorts is the union of the ports the policy gives names (nil: all),
+// and whether any of the names is still allowed.
+func pinPorts(pol *Policy, names map[string]bool) ([]uint16, bool) {
+	var ports []uint16
+	any := false
+	for name := range names {
+		ps, ok := pol.NamePorts(name)
+		if !ok {
+			continue
+		}
+		if ps == nil {
+			return nil, true
+		}
+		any = true
+		for _, p := range ps {
+			ports = appendUnique(ports, p)
+		}
+	}
+	return sortPorts(ports), any
+}
+
+func sortPorts(p []uint16) []uint16 {
+	for i := 1; i < len(p); i++ {
+		for j := i; j > 0 && p[j] < p[j-1]; j-- {
+			p[j], p[j-1] = p[j-1], p[j]
+		}
+	}
+	return p
+}
+
+// setPinRules makes ip's rules open ports: new rules first, then the old
+// ones go, so an open address never closes in between. a.mu is held.
+func (a *Attachment) setPinRules(ip netip.Addr, p *pin, ports []uint16) error {
+	if p.applied && samePorts(p.ports, ports) {
+		return nil
+	}
+	var b batch
+	b.appendRules(pinRules(a.names, ip, ports))
+	if p.applied {
+		b.deleteRules(pinRules(a.names, ip, p.ports))
+	}
+	if err := a.h.ns.do(func() error { return a.h.apply(&b) }); err != nil {
+		return fmt.Errorf("open %v: %w", ip, err)
+	}
+	p.ports, p.applied = ports, true
+	return nil
+}
+
+func samePorts(a, b []uint16) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// expireLoop closes addresses whose TTL has passed.
+func (a *Attachment) expireLoop() {
+	defer close(a.done)
+	t := time.NewTicker(a.h.cfg.ExpiryInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case now := <-t.C:
+			a.expire(now)
+		}
+	}
+}
+
+func (a *Attachment) expire(now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var b batch
+	var gone []netip.Addr
+	for ip, p := range a.pins {
+		if now.Before(p.expires) {
+			continue
+		}
+		b.deleteRules(pinRules(a.names, ip, p.ports))
+		gone = append(gone, ip)
+	}
+	if len(gone) == 0 {
+		return
+	}
+	if err := a.h.ns.do(func() error { return a.h.apply(&b) }); err != nil {
+		a.h.log.Error("closing expired DNS addresses", "sandbox", a.SandboxID, "addrs", gone, "err", err)
+		return
+	}
+	for _, ip := range gone {
+		delete(a.pins, ip)
+	}
+}
