@@ -91,10 +91,14 @@ mkdir -p "$work"
 kmake() { make -C "$src" O="$work" ARCH=x86_64 "$@"; }
 
 log "configuring: tinyconfig + kernel/cellvm.config"
-kmake -s tinyconfig >/dev/null
+# Choice overrides ("changes choice state") are expected here; the logs are
+# shown only when a step fails.
+kmake -s tinyconfig >"$work/config.log" 2>&1 ||
+	{ cat "$work/config.log" >&2; die "make tinyconfig failed"; }
 "$src/scripts/kconfig/merge_config.sh" -m -O "$work" "$work/.config" "$fragment" >"$work/merge.log" 2>&1 ||
 	{ cat "$work/merge.log" >&2; die "merge_config.sh failed"; }
-kmake -s olddefconfig >/dev/null
+kmake -s olddefconfig >>"$work/config.log" 2>&1 ||
+	{ cat "$work/config.log" >&2; die "make olddefconfig failed"; }
 
 dropped=()
 while IFS= read -r line; do

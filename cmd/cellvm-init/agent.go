@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/mdlayher/vsock"
 	"golang.org/x/sys/unix"
@@ -42,7 +43,10 @@ func agentMain(args []string) int {
 		log.Error("listen", "err", err)
 		return 1
 	}
-	icfg := interp.Config{Python: *python, Dir: *dir, Logger: log}
+	// A guest on a loaded host (many VMs starting at once, or nested
+	// virtualization) can take far longer than usual to start Python; a
+	// slow start is still a start.
+	icfg := interp.Config{Python: *python, Dir: *dir, Logger: log, StartTimeout: 3 * time.Minute}
 	if cgroupHasMemory("/sys/fs/cgroup") {
 		icfg.CgroupParent = "/sys/fs/cgroup"
 		// Leave the init and the agent room to answer when a cell eats

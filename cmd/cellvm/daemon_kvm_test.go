@@ -76,11 +76,13 @@ func vmmProcesses(dir string) []int {
 	return pids
 }
 
+// mustCell runs a cell; a request error fails t (from any goroutine) and
+// returns an empty result.
 func mustCell(t *testing.T, c *api.Client, id, code string, timeout time.Duration) cell.Result {
 	t.Helper()
 	r, err := c.RunCell(context.Background(), id, code, timeout, nil)
 	if err != nil {
-		t.Fatalf("cell in %s: %v", id, err)
+		t.Errorf("cell %.30q in %s: %v", code, id, err)
 	}
 	return r
 }
@@ -130,7 +132,9 @@ func TestDaemonSandboxes(t *testing.T) {
 		wg.Add(1)
 		go func(i int, id string) {
 			defer wg.Done()
-			mustCell(t, c, id, fmt.Sprintf("me = %d\nv = 0", i), time.Minute)
+			if r := mustCell(t, c, id, fmt.Sprintf("me = %d\nv = 0", i), 3*time.Minute); r.Status != cell.StatusOK {
+				return
+			}
 			for k := 0; k < 9; k++ {
 				mustCell(t, c, id, "v += 1", time.Minute)
 			}

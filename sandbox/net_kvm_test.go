@@ -1,0 +1,139 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/netpolicy"
+	"github.com/cellvm/cellvm/test/kvmtest"
+)
+
+// Test servers on documentation addresses, inside a "world" network
+// namespace the test makes: traffic never leaves this machine (the rig's L1).
+const (
+	allowedServer  = "198.51.100.10"
+	unlistedServer = "203.0.113.10"
+	worldNS        = "cellvm-test-world"
+)
+
+func ip(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// makeWorld builds the world namespace with both servers and routes to it
+// from this namespace through a veth ("uplink" 192.0.2.1 <-> 192.0.2.2).
+func makeWorld(t *testing.T) {
+	t.Helper()
+	exec.Command("ip", "netns", "del", worldNS).Run()
+	exec.Command("ip", "link", "del", "cvt-up").Run()
+	ip(t, "netns", "add", worldNS)
+	t.Cleanup(func() {
+		exec.Command("ip", "netns", "del", worldNS).Run()
+		exec.Command("ip", "link", "del", "cvt-up").Run()
+	})
+	ip(t, "link", "add", "cvt-up", "type", "veth", "peer", "name", "cvt-down")
+	ip(t, "link", "set", "cvt-down", "netns", worldNS)
+	ip(t, "addr", "add", "192.0.2.1/24", "dev", "cvt-up")
+	ip(t, "link", "set", "cvt-up", "up")
+	ip(t, "-n", worldNS, "addr", "add", "192.0.2.2/24", "dev", "cvt-down")
+	ip(t, "-n", worldNS, "addr", "add", allowedServer+"/32", "dev", "cvt-down")
+	ip(t, "-n", worldNS, "addr", "add", unlistedServer+"/32", "dev", "cvt-down")
+	ip(t, "-n", worldNS, "link", "set", "cvt-down", "up")
+	ip(t, "-n", worldNS, "link", "set", "lo", "up")
+	ip(t, "route", "replace", "198.51.100.0/24", "via", "192.0.2.2")
+	ip(t, "route", "replace", "203.0.113.0/24", "via", "192.0.2.2")
+	srv := exec.Command("ip", "netns", "exec", worldNS, os.Args[0])
+	srv.Env = append(os.Environ(), "CELLVM_TEST_WORLD=1")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	for _, addr := range []string{allowedServer, unlistedServer} {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			c, err := net.DialTimeout("tcp", addr+":80", time.Second)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("world server %s not reachable from the host: %v", addr, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// worldServer is the test binary's role inside the world namespace.
+func worldServer() {
+	http.ListenAndServe(":80", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s", strings.Split(r.Host, ":")[0])
+	}))
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv("CELLVM_TEST_WORLD") == "1" {
+		worldServer()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func TestNetworkPolicyInMicroVM(t *testing.T) {
+	kvmtest.Require(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for TAPs and iptables")
+	}
+	makeWorld(t)
+	host, err := netpolicy.NewHost(netpolicy.HostConfig{Uplink: "cvt-up", Upstreams: []string{"192.0.2.2:53"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newRigManager(t)
+	m.opt.Net = host
+	ctx := context.Background()
+	info, err := m.Create(ctx, Config{MemoryMiB: 512, Network: &NetworkPolicy{Allow: []string{allowedServer}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetch := "import urllib.request, time\nt0 = time.time()\ntry:\n    r = urllib.request.urlopen('http://%s/', timeout=30).read().decode()\nexcept Exception as e:\n    r = 'ERR ' + type(e).__name__ + ' ' + str(e)\nprint(r)\nprint('SECONDS', round(time.time() - t0, 2))"
+	r := runCell(t, m, info.ID, fmt.Sprintf(fetch, allowedServer), time.Minute)
+	if r.Status != cell.StatusOK || !strings.Contains(r.Stdout, "hello from "+allowedServer) {
+		t.Errorf("allowed server: %+v", r)
+	}
+	r = runCell(t, m, info.ID, fmt.Sprintf(fetch, unlistedServer), time.Minute)
+	if !strings.Contains(r.Stdout, "ERR") {
+		t.Errorf("unlisted server reachable: %q", r.Stdout)
+	}
+	var secs float64
+	fmt.Sscanf(r.Stdout[strings.Index(r.Stdout, "SECONDS"):], "SECONDS %g", &secs)
+	if secs > 5 {
+		t.Errorf("unlisted server took %.1f s to fail, want < 5 s", secs)
+	}
+	t.Logf("unlisted: %s", strings.TrimSpace(r.Stdout))
+	got, _ := m.Get(ctx, info.ID)
+	if got.Network.DroppedPackets == 0 {
+		t.Errorf("no dropped packets counted: %+v", got.Network)
+	}
+	tag := netpolicy.Tag(info.ID)
+	if err := m.Delete(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := exec.Command("ip", "-o", "link").Output(); strings.Contains(string(out), "cvm-"+tag) {
+		t.Errorf("TAP cvm-%s left after delete", tag)
+	}
+	if out, _ := exec.Command("iptables-save").Output(); strings.Contains(string(out), "CELLVM-"+tag) {
+		t.Errorf("iptables chains CELLVM-%s left after delete", tag)
+	}
+}
