@@ -16,8 +16,10 @@ import (
 const maxHandshakeLine = 64
 
 // DefaultHandshakeTimeout bounds the CONNECT handshake when ctx has no
-// earlier deadline.
-const DefaultHandshakeTimeout = 2 * time.Second
+// deadline. A guest answers a connect as soon as its vsock driver runs, but
+// a loaded host (many guests, or nested virtualization) can delay that by
+// seconds; the caller's deadline, when it has one, is what counts.
+const DefaultHandshakeTimeout = 10 * time.Second
 
 // DialVsock connects to guest vsock port through the VMM's Unix socket at
 // uds: it writes "CONNECT <port>\n" and reads the "OK <hostport>\n" line,
@@ -29,7 +31,7 @@ func DialVsock(ctx context.Context, uds string, port uint32) (net.Conn, error) {
 		return nil, fmt.Errorf("dial %s: %w", uds, err)
 	}
 	deadline := time.Now().Add(DefaultHandshakeTimeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+	if dl, ok := ctx.Deadline(); ok {
 		deadline = dl
 	}
 	nc.SetDeadline(deadline)

@@ -185,7 +185,7 @@ func TestVirtioVsock(t *testing.T) {
 
 	// Host to guest, bulk.
 	dial := func(port uint32) (net.Conn, error) {
-		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+		dctx, dcancel := context.WithTimeout(ctx, 60*time.Second)
 		defer dcancel()
 		return agentclient.DialVsock(dctx, uds, port)
 	}

@@ -60,7 +60,7 @@ const (
 // Timeouts; variables only so tests can shorten them.
 var (
 	connectLineTimeout = 5 * time.Second
-	guestAcceptTimeout = 5 * time.Second
+	guestAcceptTimeout = 30 * time.Second
 	hostDialTimeout    = 2 * time.Second
 )
 
