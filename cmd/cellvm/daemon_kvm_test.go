@@ -38,7 +38,7 @@ type daemon struct {
 func startDaemon(t *testing.T, dir string) *daemon {
 	t.Helper()
 	d := &daemon{socket: filepath.Join(dir, "cellvm.sock"), state: filepath.Join(dir, "state"), log: &bytes.Buffer{}}
-	d.cmd = exec.Command(os.Args[0], "serve", "--socket", d.socket, "--state-dir", d.state)
+	d.cmd = exec.Command(os.Args[0], "serve", "--socket", d.socket, "--state-dir", d.state, "--network=false")
 	d.cmd.Env = guestEnv(t)
 	d.cmd.Stderr = d.log
 	if err := d.cmd.Start(); err != nil {

@@ -112,6 +112,13 @@ mount -t tmpfs -o mode=0755 run $R/run
 ip link set lo up 2>/dev/null
 hostname cellvm-rig
 
+# The kernel loads modules on demand (veth, tun, netfilter) by running
+# kernel.modprobe in init's root, which is this initramfs with no modules:
+# point it at a helper that runs the host's modprobe inside the chroot.
+printf '#!/bin/sh\nexec /bin/chroot %s /sbin/modprobe "$@"\n' "$R" >/bin/rig-modprobe
+chmod 755 /bin/rig-modprobe
+echo /bin/rig-modprobe >/proc/sys/kernel/modprobe
+
 mkdir -p $R/.cellvm-rig
 cp /rig/cmd.sh $R/.cellvm-rig/cmd.sh
 
