@@ -27,6 +27,10 @@ import (
 	"github.com/cellvm/cellvm/image/initramfs"
 )
 
+// Benchmarks beyond boot live in their own files: disk.go (virtio-blk
+// sequential read, cellvm vs QEMU) and sandbox.go (create to first cell
+// result, cells per second).
+
 const benchInit = `#!/bin/busybox sh
 /bin/busybox mount -t proc proc /proc
 echo BENCH-MARKER $(/bin/busybox cut -d' ' -f1 /proc/uptime)
@@ -51,6 +55,8 @@ func main() {
 	qemu := flag.String("qemu", "qemu-system-x86_64", "QEMU binary")
 	n := flag.Int("n", 5, "boots per VMM")
 	flag.Parse()
+	*cellvm, _ = filepath.Abs(*cellvm)
+	*build, _ = filepath.Abs(*build)
 	if err := run(*cellvm, *build, *qemu, *n); err != nil {
 		fmt.Fprintln(os.Stderr, "cellvm-bench:", err)
 		os.Exit(1)
@@ -121,6 +127,12 @@ func run(cellvm, build, qemu string, n int) error {
 	}
 	ratio("cellvm bzImage", "qemu microvm bzImage")
 	ratio("cellvm vmlinux", "qemu microvm vmlinux (PVH)")
+	if err := benchDisk(cellvm, qemu, bzImage, tmp); err != nil {
+		fmt.Println("bench: disk:", err)
+	}
+	if err := benchSandbox(cellvm, build); err != nil {
+		fmt.Println("bench: sandbox:", err)
+	}
 	return nil
 }
 
