@@ -8,11 +8,13 @@
 # writable overlay on top. Nothing may need writing at first use that could
 # have been written here (bytecode, font cache).
 #
-# Results are cached under ${CELLVM_CACHE:-$HOME/.cache/cellvm}/image/<key>/,
-# key = sha256(this script, image/packages.txt, image/files/ tree,
-# $CELLVM_IMAGE_EXTRA tree), so a second run only links the cached image.
-# Downloaded .debs are kept in the cache too, so a rebuild after changing
-# image/files/ does not download again.
+# Two cached stages under ${CELLVM_CACHE:-$HOME/.cache/cellvm}/image/:
+#   base/<base key>/root  the Debian tree (minutes: debootstrap, apt);
+#                         base key = sha256(this script, packages.txt, mirror)
+#   <key>/rootfs.ext4     base + image/files/ + $CELLVM_IMAGE_EXTRA, as ext4
+#                         (seconds); key = sha256(base key, both trees)
+# so editing image/files/ rebuilds only the second stage, and an unchanged
+# input only links the cached image. Downloaded .debs are kept in debs/.
 #
 # Environment:
 #   CELLVM_CACHE        cache root (default $HOME/.cache/cellvm)
@@ -31,6 +33,11 @@ out="$repo/build/rootfs.ext4"
 cache_root="${CELLVM_CACHE:-$HOME/.cache/cellvm}/image"
 mirror="${CELLVM_MIRROR:-http://deb.debian.org/debian}"
 suite=bookworm
+# Empty packages that stand in for dependencies nothing in the image uses at
+# run time. python3-scipy depends on python3-pythran (an ahead-of-time
+# compiler used when scipy is built; scipy never imports it), and pythran
+# pulls g++, boost and the Python headers: ~400 MiB of toolchain.
+stub_packages=(python3-pythran)
 
 log() { printf '[image %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -50,13 +57,17 @@ fi
 mapfile -t packages < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$pkg_list")
 ((${#packages[@]})) || die "$pkg_list lists no packages"
 
-key=$( {
+base_key=$( {
 	printf 'script\n'; cat "${BASH_SOURCE[0]}"
 	printf 'packages\n'; printf '%s\n' "${packages[@]}"
 	printf 'mirror %s suite %s\n' "$mirror" "$suite"
+} | sha256sum | cut -d' ' -f1)
+key=$( {
+	printf 'base %s\n' "$base_key"
 	printf 'files\n'; tree_digest "$files_dir"
 	printf 'extra\n'; tree_digest "$extra_dir"
 } | sha256sum | cut -d' ' -f1)
+base="$cache_root/base/$base_key"
 result="$cache_root/$key"
 
 install_result() {
@@ -65,7 +76,7 @@ install_result() {
 	# A hard link is instant; the cached file is read-only and the guest
 	# mounts it read-only. Fall back to a copy across file systems.
 	ln "$result/rootfs.ext4" "$out" 2>/dev/null || cp "$result/rootfs.ext4" "$out"
-	log "build/rootfs.ext4: $(du -h --apparent-size "$out" | cut -f1) (key ${key:0:12})"
+	log "build/rootfs.ext4: $(du -h --apparent-size "$out" | cut -f1) (key ${key:0:12}, base ${base_key:0:12})"
 }
 
 if [[ -f "$result/done" ]]; then
@@ -75,7 +86,7 @@ if [[ -f "$result/done" ]]; then
 fi
 
 ((EUID == 0)) || die "building the image needs root (debootstrap, chroot)"
-for tool in debootstrap mkfs.ext4 chroot unshare; do
+for tool in debootstrap mkfs.ext4 e2fsck chroot unshare; do
 	command -v "$tool" >/dev/null || die "$tool missing (run scripts/install-deps.sh)"
 done
 
@@ -89,19 +100,12 @@ if [[ -f "$result/done" ]]; then
 fi
 
 start=$(date +%s)
-log "cache miss (key ${key:0:12}); started $(date '+%Y-%m-%d %H:%M:%S')"
-
 work="$cache_root/work"
-root="$work/root"
 debs="$cache_root/debs"
-# Every mount below lives in a private mount namespace that dies with its
-# command, so an interrupted build leaves nothing mounted under $root.
-rm -rf "$work"
-mkdir -p "$root" "$debs"
 
 # stages: print a line when the first word(s) of debootstrap/apt output
-# change (Retrieving -> Validating -> Extracting ...), with how many lines
-# the previous stage had, instead of one line per package.
+# change (Retrieving -> Extracting -> ...), with how many lines the previous
+# stage had, instead of one line per package.
 stages() {
 	# mawk reads its input in blocks unless told otherwise.
 	local awk_cmd=(awk)
@@ -123,24 +127,10 @@ stages() {
 	END { flush_stage() }' >&2
 }
 
-log "debootstrap --variant=minbase $suite from $mirror"
-unshare -m --propagation private \
-	debootstrap --variant=minbase --cache-dir="$debs" "$suite" "$root" "$mirror" 2>&1 | stages
-[[ ${PIPESTATUS[0]} == 0 ]] || die "debootstrap failed"
-log "debootstrap done after $(($(date +%s) - start))s"
-
-cat >"$root/etc/apt/sources.list" <<EOF
-deb $mirror $suite main
-deb $mirror $suite-updates main
-deb ${mirror%/debian}/debian-security $suite-security main
-EOF
-cp /etc/resolv.conf "$root/etc/resolv.conf"
-printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
-chmod 755 "$root/usr/sbin/policy-rc.d"
-printf 'Dpkg::Use-Pty "0";\nAPT::Install-Recommends "0";\n' >"$root/etc/apt/apt.conf.d/90cellvm"
-
-# in_root CMD... runs CMD chrooted, with /proc mounted and the persistent
-# .deb cache bound over apt's archive directory.
+# in_root ROOT CMD... runs CMD chrooted into ROOT, with /proc mounted and the
+# persistent .deb cache bound over apt's archive directory. The mounts live
+# in a private mount namespace that dies with the command, so an interrupted
+# build leaves nothing mounted.
 in_root() {
 	unshare -m --propagation private sh -c '
 		root=$1 debs=$2; shift 2
@@ -148,16 +138,12 @@ in_root() {
 		mount --bind "$debs" "$root/var/cache/apt/archives" &&
 		exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
 			DEBIAN_FRONTEND=noninteractive chroot "$root" "$@"
-	' in_root "$root" "$debs" "$@"
+	' in_root "$1" "$debs" "${@:2}"
 }
 
-# Empty packages that stand in for dependencies nothing in the image uses
-# at run time. python3-scipy depends on python3-pythran (an ahead-of-time
-# compiler used when scipy is built; scipy never imports it), and pythran
-# pulls g++, boost and the Python headers: ~400 MiB of toolchain.
-stub_packages=(python3-pythran)
+# install_stubs ROOT builds and installs (held) the stub_packages.
 install_stubs() {
-	local pkg dir
+	local root=$1 pkg dir
 	for pkg in "${stub_packages[@]}"; do
 		dir="$root/tmp/cellvm-stub/$pkg"
 		mkdir -p "$dir/DEBIAN"
@@ -169,64 +155,109 @@ install_stubs() {
 			Description: empty stand-in installed by cellvm's image/build.sh
 			 The real package is not needed at run time in the guest image.
 		EOF
-		in_root dpkg-deb --root-owner-group -b "/tmp/cellvm-stub/$pkg" "/tmp/cellvm-stub/$pkg.deb" >/dev/null ||
+		in_root "$root" dpkg-deb --root-owner-group -b "/tmp/cellvm-stub/$pkg" "/tmp/cellvm-stub/$pkg.deb" >/dev/null ||
 			die "building stub package $pkg failed"
-		in_root dpkg -i "/tmp/cellvm-stub/$pkg.deb" >/dev/null || die "installing stub $pkg failed"
-		in_root apt-mark hold "$pkg" >/dev/null
+		in_root "$root" dpkg -i "/tmp/cellvm-stub/$pkg.deb" >/dev/null || die "installing stub $pkg failed"
+		in_root "$root" apt-mark hold "$pkg" >/dev/null
 		log "stub package: $pkg"
 	done
 	rm -rf "$root/tmp/cellvm-stub"
 }
 
-log "apt-get install: ${packages[*]}"
-mkdir -p "$debs/partial"
-in_root apt-get -q update 2>&1 | stages
-[[ ${PIPESTATUS[0]} == 0 ]] || die "apt-get update failed"
-in_root apt-get -q -y -o Dpkg::Progress-Fancy=0 dist-upgrade 2>&1 | stages
-[[ ${PIPESTATUS[0]} == 0 ]] || die "apt-get dist-upgrade failed"
-install_stubs
-in_root apt-get -q -y -o Dpkg::Progress-Fancy=0 install "${packages[@]}" 2>&1 | stages
-[[ ${PIPESTATUS[0]} == 0 ]] || die "apt-get install failed"
-log "packages installed after $(($(date +%s) - start))s"
+# build_base ROOT: debootstrap, packages, trimming, caches, guest layout.
+build_base() {
+	local root=$1
+	mkdir -p "$root" "$debs/partial"
 
-log "trimming: apt lists, docs, man pages, locales, logs, test suites"
-rm -f "$root/usr/sbin/policy-rc.d" "$root/etc/apt/apt.conf.d/90cellvm"
-rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin \
-	"$root"/var/cache/debconf/*-old "$root"/var/lib/dpkg/*-old \
-	"$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/* \
-	"$root"/usr/share/locale/* "$root"/usr/share/lintian "$root"/usr/share/bug \
-	"$root"/var/log/* "$root"/tmp/* "$root"/var/tmp/*
-# Upstream test suites: large, never imported by the libraries themselves.
-find "$root/usr/lib/python3/dist-packages" -depth -type d -name tests \
-	\( -path '*/numpy/*' -o -path '*/scipy/*' -o -path '*/pandas/*' -o -path '*/matplotlib/*' \) \
-	-exec rm -rf {} +
+	log "debootstrap --variant=minbase $suite from $mirror"
+	unshare -m --propagation private \
+		debootstrap --variant=minbase --cache-dir="$debs" "$suite" "$root" "$mirror" 2>&1 | stages
+	[[ ${PIPESTATUS[0]} == 0 ]] || die "debootstrap failed"
+	log "debootstrap done after $(($(date +%s) - start))s"
 
-log "pre-building matplotlib's font cache and compiling bytecode"
-# Two caches: root's default (~/.cache/matplotlib) and a shared one for an
-# interpreter started with MPLCONFIGDIR=/var/cache/matplotlib.
-mkdir -p "$root/var/cache/matplotlib"
-chmod 1777 "$root/var/cache/matplotlib"
-in_root python3 -c 'import matplotlib.pyplot' ||
-	die "importing matplotlib.pyplot failed in the image"
-in_root env MPLCONFIGDIR=/var/cache/matplotlib python3 -c 'import matplotlib.pyplot, numpy, pandas, scipy, IPython, PIL' ||
-	die "importing the data-science stack failed in the image"
-ls "$root/root/.cache/matplotlib/"fontlist-*.json "$root/var/cache/matplotlib/"fontlist-*.json >/dev/null ||
-	die "matplotlib font cache was not written"
-# Anything not yet compiled by the packages' postinst (py3compile). Test
-# data with deliberate syntax errors fails to compile; that is expected.
-in_root python3 -m compileall -q -j2 /usr/lib/python3/dist-packages /usr/lib/python3.11 \
-	>/dev/null 2>&1 || true
-log "$(find "$root/usr/lib" -name '*.pyc' | wc -l) .pyc files in the image"
+	cat >"$root/etc/apt/sources.list" <<-EOF
+		deb $mirror $suite main
+		deb $mirror $suite-updates main
+		deb ${mirror%/debian}/debian-security $suite-security main
+	EOF
+	cp /etc/resolv.conf "$root/etc/resolv.conf"
+	printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+	chmod 755 "$root/usr/sbin/policy-rc.d"
+	printf 'Dpkg::Use-Pty "0";\nAPT::Install-Recommends "0";\n' >"$root/etc/apt/apt.conf.d/90cellvm"
 
-log "guest layout: /workspace, /mnt/overlay, /opt/cellvm, image/files/"
-echo cellvm >"$root/etc/hostname"
-printf '127.0.0.1\tlocalhost\n127.0.1.1\tcellvm\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
-: >"$root/etc/resolv.conf" # the guest init writes it (through the overlay)
-mkdir -p "$root/workspace" "$root/mnt/overlay" "$root/opt/cellvm"
-cp -a "$files_dir/." "$root/"
-if [[ -n "$extra_dir" ]]; then cp -a "$extra_dir/." "$root/"; fi
+	log "apt-get install: ${packages[*]}"
+	in_root "$root" apt-get -q update 2>&1 | stages
+	[[ ${PIPESTATUS[0]} == 0 ]] || die "apt-get update failed"
+	in_root "$root" apt-get -q -y -o Dpkg::Progress-Fancy=0 dist-upgrade 2>&1 | stages
+	[[ ${PIPESTATUS[0]} == 0 ]] || die "apt-get dist-upgrade failed"
+	install_stubs "$root"
+	in_root "$root" apt-get -q -y -o Dpkg::Progress-Fancy=0 install "${packages[@]}" 2>&1 | stages
+	[[ ${PIPESTATUS[0]} == 0 ]] || die "apt-get install failed"
+	log "packages installed after $(($(date +%s) - start))s"
+
+	log "trimming: apt lists, docs, man pages, locales, logs, test suites"
+	rm -f "$root/usr/sbin/policy-rc.d" "$root/etc/apt/apt.conf.d/90cellvm"
+	rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin \
+		"$root"/var/cache/debconf/*-old "$root"/var/lib/dpkg/*-old \
+		"$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/* \
+		"$root"/usr/share/locale/* "$root"/usr/share/lintian "$root"/usr/share/bug \
+		"$root"/var/log/* "$root"/tmp/* "$root"/var/tmp/*
+	# Upstream test suites: large, never imported by the libraries themselves.
+	find "$root/usr/lib/python3/dist-packages" -depth -type d -name tests \
+		\( -path '*/numpy/*' -o -path '*/scipy/*' -o -path '*/pandas/*' -o -path '*/matplotlib/*' \) \
+		-exec rm -rf {} +
+
+	log "pre-building matplotlib's font cache and compiling bytecode"
+	# Two caches: root's default (~/.cache/matplotlib) and a shared one for an
+	# interpreter started with MPLCONFIGDIR=/var/cache/matplotlib.
+	mkdir -p "$root/var/cache/matplotlib"
+	chmod 1777 "$root/var/cache/matplotlib"
+	in_root "$root" python3 -c 'import matplotlib.pyplot' ||
+		die "importing matplotlib.pyplot failed in the image"
+	in_root "$root" env MPLCONFIGDIR=/var/cache/matplotlib \
+		python3 -c 'import matplotlib.pyplot, numpy, pandas, scipy, IPython, PIL' ||
+		die "importing the data-science stack failed in the image"
+	ls "$root/root/.cache/matplotlib/"fontlist-*.json "$root/var/cache/matplotlib/"fontlist-*.json >/dev/null ||
+		die "matplotlib font cache was not written"
+	# Anything not yet compiled by the packages' postinst (py3compile). Test
+	# data with deliberate syntax errors fails to compile; that is expected.
+	in_root "$root" python3 -m compileall -q -j2 /usr/lib/python3/dist-packages /usr/lib/python3.11 \
+		>/dev/null 2>&1 || true
+	log "$(find "$root/usr/lib" -name '*.pyc' | wc -l) .pyc files for $(find "$root/usr/lib" -name '*.py' | wc -l) .py files"
+
+	log "guest layout: /workspace, /mnt/overlay, /opt/cellvm"
+	echo cellvm >"$root/etc/hostname"
+	printf '127.0.0.1\tlocalhost\n127.0.1.1\tcellvm\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+	: >"$root/etc/resolv.conf" # the guest init writes it (through the overlay)
+	mkdir -p "$root/workspace" "$root/mnt/overlay" "$root/opt/cellvm"
+}
+
+rm -rf "$work"
+mkdir -p "$work"
+if [[ -f "$base/done" ]]; then
+	log "cache miss (key ${key:0:12}); base tree cached (${base_key:0:12})"
+else
+	log "cache miss (key ${key:0:12}, base ${base_key:0:12}); started $(date '+%Y-%m-%d %H:%M:%S')"
+	build_base "$work/base"
+	# One base at a time: each is ~700 MiB and cheap to rebuild from debs/.
+	rm -rf "$cache_root/base"
+	mkdir -p "$base"
+	mv "$work/base" "$base/root"
+	printf 'build_seconds %s\nfinished %s\n' "$(($(date +%s) - start))" "$(date '+%Y-%m-%d %H:%M:%S')" >"$base/done"
+	log "base tree done after $(($(date +%s) - start))s"
+fi
+
+# The final tree is a hard-link copy of the base (instant, no extra space);
+# anything written into it must replace files, never write through a link.
+root="$work/root"
+cp -al "$base/root" "$root"
+log "copying image/files/${extra_dir:+ and $extra_dir} onto the root"
+cp -a --remove-destination "$files_dir/." "$root/"
+if [[ -n "$extra_dir" ]]; then cp -a --remove-destination "$extra_dir/." "$root/"; fi
 # A marker that says which build this is, readable from inside the guest.
-printf 'key %s\nbuilt %s\nsuite %s\n' "$key" "$(date -u '+%Y-%m-%dT%H:%M:%SZ')" "$suite" >"$root/etc/cellvm-image"
+rm -f "$root/etc/cellvm-image"
+printf 'key %s\nbase %s\nbuilt %s\nsuite %s\n' "$key" "$base_key" \
+	"$(date -u '+%Y-%m-%dT%H:%M:%SZ')" "$suite" >"$root/etc/cellvm-image"
 
 content_kib=$(du -sxk "$root" | cut -f1)
 inodes=$(find "$root" -xdev | wc -l)
@@ -252,5 +283,9 @@ printf 'build_seconds %s\ncontent_kib %s\ninodes %s\nfinished %s\n' \
 rm -rf "$result"
 mv "$result.tmp" "$result"
 rm -rf "$work"
+# Keep one final image: rebuilding another from the cached base takes seconds,
+# and each is ~800 MiB. (A build/rootfs.ext4 link keeps its inode alive.)
+find "$cache_root" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended \
+	-regex '.*/[0-9a-f]{64}(\.tmp)?' ! -name "$key" -exec rm -rf {} +
 log "finished $(date '+%Y-%m-%d %H:%M:%S'); build time ${elapsed}s"
 install_result

@@ -50,7 +50,7 @@ install_result() {
 		cp -f "$result/$f" "$out/$f.tmp"
 		mv -f "$out/$f.tmp" "$out/$f"
 	done
-	log "build/kernel: $(du -h "$out/vmlinux" | cut -f1) vmlinux, $(du -h "$out/bzImage" | cut -f1) bzImage (key ${key:0:12}, $src_pkg $pkg_version)"
+	log "build/kernel: $(du -h --apparent-size "$out/vmlinux" | cut -f1) vmlinux, $(du -h --apparent-size "$out/bzImage" | cut -f1) bzImage (key ${key:0:12}, $src_pkg $pkg_version)"
 }
 
 if [[ -f "$result/done" ]]; then

@@ -118,6 +118,9 @@ hostname cellvm-rig
 printf '#!/bin/sh\nexec /bin/chroot %s /sbin/modprobe "$@"\n' "$R" >/bin/rig-modprobe
 chmod 755 /bin/rig-modprobe
 echo /bin/rig-modprobe >/proc/sys/kernel/modprobe
+# /dev/net/tun appears only once tun is loaded, and opening the missing
+# node cannot trigger the load: load it (and veth) up front.
+/bin/rig-modprobe -a tun veth 2>/dev/null
 
 mkdir -p $R/.cellvm-rig
 cp /rig/cmd.sh $R/.cellvm-rig/cmd.sh
