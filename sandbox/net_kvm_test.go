@@ -95,14 +95,6 @@ func TestNetworkPolicyInMicroVM(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for TAPs and iptables")
 	}
-	if os.Getenv("CELLVM_TEST_NET") != "1" {
-		// Known gap: in the rig the guest's ARP request reaches the host
-		// and the host answers, but the reply never shows up in the
-		// guest's eth0 (rx 0 packets). The same device passes
-		// virtio/net's TestRealTAPARP on the host. Set CELLVM_TEST_NET=1
-		// to run it while debugging.
-		t.Skip("virtio-net receive in a real guest is not working yet (set CELLVM_TEST_NET=1 to run)")
-	}
 	makeWorld(t)
 	host, err := netpolicy.NewHost(netpolicy.HostConfig{Uplink: "cvt-up", Upstreams: []string{"192.0.2.2:53"}}, nil)
 	if err != nil {

@@ -8,40 +8,36 @@ import (
 )
 
 // OpenTAP attaches to (or creates) the TAP interface name as a virtio-net
-// backend: IFF_TAP|IFF_NO_PI|IFF_VNET_HDR with a 12-byte vnet header. The
-// file is non-blocking under the Go poller, so Close interrupts a Read.
+// backend: IFF_TAP|IFF_NO_PI|IFF_VNET_HDR with a 12-byte vnet header.
+//
+// The descriptor is attached (TUNSETIFF) before it is handed to Go's
+// poller. A tun descriptor polled before it is attached reports EPOLLERR
+// without ever registering on the device's wait queue, so a poller that
+// registered it at open time would never hear that a frame arrived: reads
+// would block forever once the queue first ran dry. The file is
+// non-blocking under the poller, so Close interrupts a Read.
 func OpenTAP(name string) (*os.File, error) {
-	f, err := os.OpenFile("/dev/net/tun", os.O_RDWR|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open /dev/net/tun: %w", err)
 	}
 	ifr, err := unix.NewIfreq(name)
 	if err != nil {
-		f.Close()
+		unix.Close(fd)
 		return nil, fmt.Errorf("TAP name %q: %w", name, err)
 	}
 	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil, err
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("TUNSETIFF %s: %w", name, err)
 	}
-	var ioErr error
-	err = rc.Control(func(fd uintptr) {
-		if ioErr = unix.IoctlIfreq(int(fd), unix.TUNSETIFF, ifr); ioErr != nil {
-			ioErr = fmt.Errorf("TUNSETIFF %s: %w", name, ioErr)
-			return
-		}
-		if ioErr = unix.IoctlSetPointerInt(int(fd), unix.TUNSETVNETHDRSZ, HeaderLen); ioErr != nil {
-			ioErr = fmt.Errorf("TUNSETVNETHDRSZ: %w", ioErr)
-		}
-	})
-	if err == nil {
-		err = ioErr
+	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, HeaderLen); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("TUNSETVNETHDRSZ: %w", err)
 	}
-	if err != nil {
-		f.Close()
-		return nil, err
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("TAP %s non-blocking: %w", name, err)
 	}
-	return f, nil
+	return os.NewFile(uintptr(fd), "/dev/net/tun:"+name), nil
 }

@@ -35,6 +35,10 @@ func TestRealTAPARP(t *testing.T) {
 	for i := 0; i < 16; i++ {
 		h.Post(rxQueue, virtiotest.W(HeaderLen+1514))
 	}
+	// Let the device's reader find the TAP empty first: the frame must
+	// wake it through the poller, as in a guest that sends a while after
+	// boot.
+	time.Sleep(300 * time.Millisecond)
 	arp := make([]byte, HeaderLen)
 	arp = append(arp, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
 	arp = append(arp, mac[:]...)
