@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/cellvm/cellvm/image/initramfs"
 )
@@ -52,7 +53,7 @@ func benchDisk(cellvm, qemu, kernel, tmp string) error {
 			"--disk", disk + ",ro", "--memory", "256"}},
 		{"qemu microvm", []string{qemu, "-M", "microvm,acpi=off,pic=on,pit=on,rtc=off", "-accel", "kvm", "-cpu", "host",
 			"-m", "256", "-smp", "1", "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-serial", "stdio",
-			"-kernel", kernel, "-initrd", initrd, "-append", cmdline,
+			"-kernel", kernel, "-initrd", initrd, "-append", strings.Replace(cmdline, "reboot=k", "reboot=t", 1),
 			"-drive", "id=d0,file=" + disk + ",format=raw,if=none,readonly=on,cache=none,aio=threads",
 			"-device", "virtio-blk-device,drive=d0"}},
 	}
