@@ -54,11 +54,11 @@ func benchDisk(cellvm, qemu, kernel, tmp string) error {
 		{"qemu microvm", []string{qemu, "-M", "microvm,acpi=off,pic=on,pit=on,rtc=off", "-accel", "kvm", "-cpu", "host",
 			"-m", "256", "-smp", "1", "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-serial", "stdio",
 			"-kernel", kernel, "-initrd", initrd, "-append", strings.Replace(cmdline, "reboot=k", "reboot=t", 1),
-			"-drive", "id=d0,file=" + disk + ",format=raw,if=none,readonly=on,cache=none,aio=threads",
+			"-drive", "id=d0,file=" + disk + ",format=raw,if=none,readonly=on",
 			"-device", "virtio-blk-device,drive=d0"}},
 	}
 	re := regexp.MustCompile(`DISK-READ ([0-9.]+) ([0-9.]+)`)
-	fmt.Printf("\nvirtio-blk sequential read of %d MiB (guest dd bs=1M, O_DIRECT on the host for QEMU; page cache warm)\n", diskMiB)
+	fmt.Printf("\nvirtio-blk sequential read of %d MiB (guest dd bs=1M; host page cache warm)\n", diskMiB)
 	mbps := map[string]float64{}
 	for _, r := range runs {
 		var best float64
