@@ -70,6 +70,7 @@ type vmSandbox struct {
 	agent   *agentclient.Client
 	net     *netpolicy.Attachment // nil: no network device
 
+	netMu       sync.Mutex   // guards cfg.Network, which SetNetwork replaces
 	state       atomic.Value // State
 	cellRunning atomic.Bool
 	cells       atomic.Int64
@@ -330,8 +331,11 @@ func (m *VMManager) Delete(ctx context.Context, id string) error {
 }
 
 func (m *VMManager) info(s *vmSandbox) Info {
+	s.netMu.Lock()
+	cfg := s.cfg
+	s.netMu.Unlock()
 	in := Info{
-		ID: s.id, State: s.State(), Config: s.cfg, CreatedAt: s.created,
+		ID: s.id, State: s.State(), Config: cfg, CreatedAt: s.created,
 		UptimeS: time.Since(s.created).Seconds(), Cells: int(s.cells.Load()), CellRunning: s.cellRunning.Load(),
 	}
 	if s.proc != nil && s.proc.alive() {
@@ -545,7 +549,9 @@ func (m *VMManager) SetNetwork(ctx context.Context, id string, p NetworkPolicy) 
 	if err := s.net.Update(pol); err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
+	s.netMu.Lock()
 	s.cfg.Network = &NetworkPolicy{Allow: pol.Entries()}
+	s.netMu.Unlock()
 	return nil
 }
 

@@ -34,6 +34,10 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	if *timeout <= 0 {
 		return 2, usageError{fmt.Errorf("--timeout must be positive")}
 	}
+	cfg := sandbox.Config{VCPUs: *vcpus, MemoryMiB: *memory}
+	if err := cfg.WithDefaults().Validate(); err != nil {
+		return 2, usageError{err}
+	}
 	m, cleanup, err := b.backend(stderr)
 	if err != nil {
 		return 1, err
@@ -41,7 +45,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	defer cleanup()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	info, err := m.Create(ctx, sandbox.Config{VCPUs: *vcpus, MemoryMiB: *memory})
+	info, err := m.Create(ctx, cfg)
 	if err != nil {
 		return 1, fmt.Errorf("create sandbox: %w", err)
 	}

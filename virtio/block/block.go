@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/queue"
@@ -62,8 +61,7 @@ type Block struct {
 	config   [configSize]byte
 	log      *slog.Logger
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	workers virtio.Workers
 }
 
 // New returns a block device over f. Its capacity is f's size rounded down
@@ -123,20 +121,13 @@ func (b *Block) Activate(a *virtio.Activation) error {
 	if len(a.Queues) != 1 || a.Queues[0] == nil {
 		return errors.New("virtio-blk: request queue not set up")
 	}
-	b.stop = make(chan struct{})
-	b.wg.Add(1)
-	go b.run(a, b.stop)
+	b.workers.Start(func(stop <-chan struct{}) { b.run(a, stop) })
 	return nil
 }
 
 // Reset implements virtio.Device. It waits for the request in progress.
 func (b *Block) Reset() {
-	if b.stop == nil {
-		return
-	}
-	close(b.stop)
-	b.wg.Wait()
-	b.stop = nil
+	b.workers.Stop()
 }
 
 // Close closes the backing file. Call it after the transport has reset the
@@ -147,7 +138,6 @@ func (b *Block) Close() error {
 }
 
 func (b *Block) run(a *virtio.Activation, stop <-chan struct{}) {
-	defer b.wg.Done()
 	q := a.Queues[0]
 	for {
 		select {

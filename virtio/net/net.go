@@ -45,8 +45,7 @@ type Net struct {
 	done       chan struct{} // closed by Close: ends the TAP reader
 	readerWG   sync.WaitGroup
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	workers virtio.Workers
 }
 
 // New returns a network device over tap (a TAP file descriptor opened with
@@ -93,21 +92,13 @@ func (n *Net) Activate(a *virtio.Activation) error {
 		n.readerWG.Add(1)
 		go n.readTAP()
 	})
-	n.stop = make(chan struct{})
-	n.wg.Add(2)
-	go n.rxLoop(a, n.stop)
-	go n.txLoop(a, n.stop)
+	n.workers.Start(func(stop <-chan struct{}) { n.rxLoop(a, stop) }, func(stop <-chan struct{}) { n.txLoop(a, stop) })
 	return nil
 }
 
 // Reset implements virtio.Device.
 func (n *Net) Reset() {
-	if n.stop == nil {
-		return
-	}
-	close(n.stop)
-	n.wg.Wait()
-	n.stop = nil
+	n.workers.Stop()
 }
 
 // Close stops the device and closes the TAP.
@@ -147,7 +138,6 @@ func (n *Net) readTAP() {
 
 // rxLoop puts TAP frames into the guest's receive buffers.
 func (n *Net) rxLoop(a *virtio.Activation, stop <-chan struct{}) {
-	defer n.wg.Done()
 	q := a.Queues[rxQueue]
 	var chain *queue.Chain
 	for {
@@ -195,7 +185,6 @@ func (n *Net) rxLoop(a *virtio.Activation, stop <-chan struct{}) {
 
 // txLoop sends the guest's frames to the TAP.
 func (n *Net) txLoop(a *virtio.Activation, stop <-chan struct{}) {
-	defer n.wg.Done()
 	q := a.Queues[txQueue]
 	buf := make([]byte, MaxFrame)
 	for {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/queue"
@@ -24,9 +23,8 @@ const maxRequest = 64 << 10
 
 // RNG is a virtio entropy device.
 type RNG struct {
-	log  *slog.Logger
-	stop chan struct{}
-	wg   sync.WaitGroup
+	log     *slog.Logger
+	workers virtio.Workers
 }
 
 // New returns an entropy device.
@@ -57,24 +55,16 @@ func (r *RNG) Activate(a *virtio.Activation) error {
 	if len(a.Queues) != 1 || a.Queues[0] == nil {
 		return errors.New("virtio-rng: request queue not set up")
 	}
-	r.stop = make(chan struct{})
-	r.wg.Add(1)
-	go r.run(a, r.stop)
+	r.workers.Start(func(stop <-chan struct{}) { r.run(a, stop) })
 	return nil
 }
 
 // Reset implements virtio.Device.
 func (r *RNG) Reset() {
-	if r.stop == nil {
-		return
-	}
-	close(r.stop)
-	r.wg.Wait()
-	r.stop = nil
+	r.workers.Stop()
 }
 
 func (r *RNG) run(a *virtio.Activation, stop <-chan struct{}) {
-	defer r.wg.Done()
 	q := a.Queues[0]
 	for {
 		select {
