@@ -53,7 +53,7 @@ test-rig: cellvm
 ## bench: cellvm vs QEMU microvm in the same rig run (ratios, not promises)
 bench: cellvm
 	@mkdir -p $(BUILD)/bench
-	$(GO) build -o $(BUILD)/bench/cellvm-bench ./test/bench
+	CGO_ENABLED=0 $(GO) build -o $(BUILD)/bench/cellvm-bench ./test/bench
 	$(RIG) --timeout $(RIG_TIMEOUT) -- $(BUILD)/bench/cellvm-bench -cellvm $(BIN)/cellvm -build $(BUILD)
 
 ## fuzz: run every fuzz target for FUZZTIME (default 60s) each

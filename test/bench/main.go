@@ -28,8 +28,9 @@ import (
 )
 
 // Benchmarks beyond boot live in their own files: disk.go (virtio-blk
-// sequential read, cellvm vs QEMU) and sandbox.go (create to first cell
-// result, cells per second).
+// sequential read, cellvm vs QEMU), vsock.go (host-to-guest stream, cellvm
+// vs QEMU's vhost-vsock) and sandbox.go (create to first cell result,
+// cells per second).
 
 const benchInit = `#!/bin/busybox sh
 /bin/busybox mount -t proc proc /proc
@@ -54,6 +55,10 @@ func main() {
 	build := flag.String("build", "build", "build directory (kernel/vmlinux, kernel/bzImage)")
 	qemu := flag.String("qemu", "qemu-system-x86_64", "QEMU binary")
 	n := flag.Int("n", 5, "boots per VMM")
+	if os.Getenv("CELLVM_BENCH_GUEST") == "vsock" {
+		guestVsockSink()
+		return
+	}
 	flag.Parse()
 	*cellvm, _ = filepath.Abs(*cellvm)
 	*build, _ = filepath.Abs(*build)
@@ -132,6 +137,11 @@ func run(cellvm, build, qemu string, n int) error {
 	ratio("cellvm vmlinux", "qemu microvm vmlinux (PVH)")
 	if err := benchDisk(cellvm, qemu, bzImage, tmp); err != nil {
 		fmt.Println("bench: disk:", err)
+	}
+	if self, err := os.Executable(); err == nil {
+		if err := benchVsock(self, cellvm, qemu, bzImage, tmp); err != nil {
+			fmt.Println("bench: vsock:", err)
+		}
 	}
 	if err := benchSandbox(cellvm, build); err != nil {
 		fmt.Println("bench: sandbox:", err)
