@@ -21,6 +21,10 @@ const maxHandshakeLine = 64
 // seconds; the caller's deadline, when it has one, is what counts.
 const DefaultHandshakeTimeout = 10 * time.Second
 
+// AttemptTimeout bounds one connect attempt of Dial, whose deadline is
+// usually the whole boot's.
+const AttemptTimeout = 20 * time.Second
+
 // DialVsock connects to guest vsock port through the VMM's Unix socket at
 // uds: it writes "CONNECT <port>\n" and reads the "OK <hostport>\n" line,
 // after which the connection is a byte stream to the guest's listener.
@@ -74,7 +78,12 @@ func handshake(nc net.Conn, port uint32) error {
 // calls it right after starting the VM. Give ctx a deadline.
 func Dial(ctx context.Context, uds string) (*Client, error) {
 	c := New(func(ctx context.Context) (net.Conn, error) {
-		return DialVsock(ctx, uds, agent.Port)
+		// One attempt never takes the whole boot deadline: a connect the
+		// guest lost (its driver was still starting) is retried, not
+		// waited on.
+		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		defer cancel()
+		return DialVsock(actx, uds, agent.Port)
 	})
 	if err := c.WaitReady(ctx); err != nil {
 		return nil, err

@@ -124,6 +124,9 @@ func (s *server) logRequest(r *http.Request, rec *statusRecorder, start time.Tim
 	if rec.errCode != "" {
 		attrs = append(attrs, slog.String("error", rec.errCode))
 	}
+	if rec.errMsg != "" {
+		attrs = append(attrs, slog.String("detail", clipString(rec.errMsg, 4096)))
+	}
 	level := slog.LevelInfo
 	if status >= 500 {
 		level = slog.LevelError
@@ -185,6 +188,7 @@ type statusRecorder struct {
 	status  int
 	written int64
 	errCode string
+	errMsg  string // kept for the log when the error is the server's own (5xx)
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
@@ -229,6 +233,9 @@ func (s *server) writeError(w http.ResponseWriter, err error) {
 	}
 	if rec, ok := w.(*statusRecorder); ok {
 		rec.errCode = e.Code
+		if e.Status >= 500 {
+			rec.errMsg = e.Message
+		}
 	}
 	if e.Code == CodeFull {
 		w.Header().Set("Retry-After", "5")

@@ -251,7 +251,9 @@ func (m *VMManager) watch(s *vmSandbox) {
 	<-s.proc.done
 	if st := s.State(); st == StateRunning || st == StatePaused {
 		s.state.Store(StateLost)
-		m.log.Warn("sandbox lost: its VM exited", "id", s.id, "error", s.proc.err)
+		m.log.Warn("sandbox lost: its VM exited", "id", s.id, "error", s.proc.err,
+			"vmm_log", lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 4096), 10),
+			"console", lastLines(consoleTail(s.dir, 8192), 30))
 	}
 }
 
@@ -658,7 +660,10 @@ func readTail(path string, n int64) string {
 		return ""
 	}
 	defer f.Close()
-	fi, _ := f.Stat()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
 	off := max(fi.Size()-n, 0)
 	b := make([]byte, fi.Size()-off)
 	f.ReadAt(b, off)

@@ -20,12 +20,13 @@ import (
 func newRigManager(t *testing.T) *VMManager {
 	t.Helper()
 	kvmtest.Require(t)
+	state := t.TempDir()
 	m, err := NewVMManager(Options{
 		Exe:         kvmtest.BuildFile(t, "bin/cellvm"),
 		Kernel:      kvmtest.BuildFile(t, "kernel/vmlinux"),
 		Initrd:      kvmtest.BuildFile(t, "initramfs.cpio"),
 		RootFS:      kvmtest.BuildFile(t, "rootfs.ext4"),
-		StateDir:    t.TempDir(),
+		StateDir:    state,
 		BootTimeout: 3 * time.Minute,
 		Log:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
@@ -33,6 +34,11 @@ func newRigManager(t *testing.T) *VMManager {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
+	t.Cleanup(func() { // runs before Close removes the logs
+		if t.Failed() {
+			kvmtest.LogSandboxTails(t, state)
+		}
+	})
 	return m
 }
 

@@ -166,17 +166,5 @@ func (p *vmProc) stop(grace time.Duration) {
 
 // consoleTail returns the last n bytes of the VM's console, for errors.
 func consoleTail(dir string, n int64) string {
-	f, err := os.Open(filepath.Join(dir, consoleFile))
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	off := max(fi.Size()-n, 0)
-	b := make([]byte, fi.Size()-off)
-	f.ReadAt(b, off)
-	return string(b)
+	return readTail(filepath.Join(dir, consoleFile), n)
 }

@@ -57,6 +57,20 @@ func startDaemon(t *testing.T, dir string) *daemon {
 	return d
 }
 
+// stop ends the daemon; when t failed it first logs the sandboxes' VMM
+// logs and consoles (the daemon removes them as it shuts down), then the
+// daemon's own log.
+func (d *daemon) stop(t *testing.T) {
+	if t.Failed() {
+		kvmtest.LogSandboxTails(t, d.state)
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	d.cmd.Wait()
+	if t.Failed() {
+		t.Logf("daemon log:\n%s", d.log.String())
+	}
+}
+
 // vmmProcesses lists the `vmm --config` processes whose config is under dir.
 func vmmProcesses(dir string) []int {
 	var pids []int
@@ -98,13 +112,7 @@ func TestDaemonSandboxes(t *testing.T) {
 	kvmtest.Require(t)
 	dir := t.TempDir()
 	d := startDaemon(t, dir)
-	defer func() {
-		d.cmd.Process.Signal(syscall.SIGTERM)
-		d.cmd.Wait()
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", d.log.String())
-		}
-	}()
+	defer d.stop(t)
 	c := api.NewClient(d.socket)
 	ctx := context.Background()
 

@@ -170,14 +170,14 @@ func TestVirtioVsock(t *testing.T) {
 			select {
 			case l, ok := <-lines:
 				if !ok {
-					t.Fatalf("console ended before %q:\n%s", prefix, strings.Join(console, "\n"))
+					t.Fatalf("console ended before %q; its end:\n%s", prefix, lastN(console, 40))
 				}
 				console = append(console, l)
 				if strings.HasPrefix(l, prefix) {
 					return l
 				}
 			case <-ctx.Done():
-				t.Fatalf("timed out waiting for %q:\n%s", prefix, strings.Join(console, "\n"))
+				t.Fatalf("timed out waiting for %q; the console's end:\n%s", prefix, lastN(console, 40))
 			}
 		}
 	}
@@ -239,4 +239,9 @@ func TestVirtioVsock(t *testing.T) {
 	if done != "GUEST-DONE ok" {
 		t.Errorf("guest side: %s", done)
 	}
+}
+
+// lastN joins the last n lines.
+func lastN(lines []string, n int) string {
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }

@@ -13,14 +13,26 @@ while read -r dir bin; do
 	[[ -n $dir ]] || continue
 	echo "=== rig: $dir"
 	start=$(date +%s)
-	if (cd "$repo/$dir" && "$repo/$bin" -test.v -test.timeout 20m ${CELLVM_TEST_RUN:+-test.run "$CELLVM_TEST_RUN"}); then
+	if (cd "$repo/$dir" && "$repo/$bin" -test.v -test.timeout ${CELLVM_TEST_TIMEOUT:-20m} ${CELLVM_TEST_RUN:+-test.run "$CELLVM_TEST_RUN"} ${CELLVM_TEST_COUNT:+-test.count "$CELLVM_TEST_COUNT"}); then
 		echo "=== rig: $dir ok ($(( $(date +%s) - start ))s)"
 	else
 		echo "=== rig: $dir FAILED ($(( $(date +%s) - start ))s)"
 		failed+=("$dir")
 	fi
+	# A VMM a failed test left behind would eat the memory the next
+	# package's guests need: report it, and stop it.
+	if left=$(pgrep -a -f '[ ]vmm --config') ; then
+		echo "=== rig: $dir left VMM processes behind:"; echo "$left"
+		pkill -KILL -f '[ ]vmm --config'
+		failed+=("$dir(leftovers)")
+	fi
 done <"$list"
 if ((${#failed[@]})); then
+	# What the L1 kernel saw (OOM kills, lockups, KVM complaints) and the
+	# memory left: the first things to look at when a guest hung or died.
+	echo "=== rig: L1 memory"; free -m
+	echo "=== rig: L1 kernel log (filtered)"
+	dmesg 2>/dev/null | grep -iE 'oom|killed process|lockup|hung|blocked for|kvm|segfault|traps:|warn' | tail -n 40
 	echo "rig: FAILED: ${failed[*]}"
 	exit 1
 fi
