@@ -76,7 +76,7 @@ func TestGuestNotebook(t *testing.T) {
 		}
 	})
 	t.Run("matplotlib png", func(t *testing.T) {
-		r := runCell(t, m, id, "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('chart')", 2*time.Minute)
+		r := runCell(t, m, id, "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('chart')", 5*time.Minute)
 		var img string
 		for _, d := range r.Results {
 			if v, ok := d.Data["image/png"]; ok {
@@ -95,7 +95,7 @@ func TestGuestNotebook(t *testing.T) {
 		}
 	})
 	t.Run("dataframe html", func(t *testing.T) {
-		r := runCell(t, m, id, "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})", 2*time.Minute)
+		r := runCell(t, m, id, "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})", 5*time.Minute)
 		if r.MainResult() == nil || !strings.Contains(r.MainResult().Data["text/html"], "<table") {
 			t.Fatalf("no HTML table: %+v", r)
 		}
@@ -131,7 +131,7 @@ func TestGuestNotebook(t *testing.T) {
 		}
 	})
 	t.Run("memory bomb", func(t *testing.T) {
-		r := runCell(t, m, id, "b = []\nwhile True:\n    b.append(bytearray(50 << 20))", 2*time.Minute)
+		r := runCell(t, m, id, "b = []\nwhile True:\n    b.append(bytearray(50 << 20))", 5*time.Minute)
 		if r.KilledBy != cell.KilledByOOM || r.StateKept {
 			t.Errorf("memory bomb: status %s killed_by %q state_kept %v", r.Status, r.KilledBy, r.StateKept)
 		}

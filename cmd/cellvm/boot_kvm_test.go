@@ -19,7 +19,7 @@ import (
 
 // bootTimeout bounds one guest boot; the rig runs under TCG, so it is
 // generous, but a hang still fails instead of blocking the suite.
-const bootTimeout = 120 * time.Second
+const bootTimeout = 4 * time.Minute
 
 // testInit is the /init of the boot tests' initramfs: it prints a marker,
 // sleeps a second, prints the uptime and the online CPUs, and reboots,

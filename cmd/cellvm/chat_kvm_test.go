@@ -25,7 +25,10 @@ func TestChatInMicroVM(t *testing.T) {
 	out := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "chat", "--provider", "openai", "--out-dir", out, "what is the mean of b? then chart it")
+	// --timeout: the first pandas import alone can take a minute in the
+	// rig's nested emulation on a loaded host; the loop is under test here,
+	// not the speed.
+	cmd := exec.CommandContext(ctx, os.Args[0], "chat", "--provider", "openai", "--timeout", "4m", "--out-dir", out, "what is the mean of b? then chart it")
 	cmd.Env = append(guestEnv(t), "OPENAI_BASE_URL="+srv.URL+"/v1", "OPENAI_API_KEY=test")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

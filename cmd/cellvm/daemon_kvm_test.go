@@ -140,7 +140,7 @@ func TestDaemonSandboxes(t *testing.T) {
 		wg.Add(1)
 		go func(i int, id string) {
 			defer wg.Done()
-			if r := mustCell(t, c, id, fmt.Sprintf("me = %d\nv = 0", i), 3*time.Minute); r.Status != cell.StatusOK {
+			if r := mustCell(t, c, id, fmt.Sprintf("me = %d\nv = 0", i), 5*time.Minute); r.Status != cell.StatusOK {
 				return
 			}
 			for k := 0; k < 9; k++ {
@@ -154,7 +154,7 @@ func TestDaemonSandboxes(t *testing.T) {
 	wg.Wait()
 
 	id := ids[0]
-	if r := mustCell(t, c, id, "import matplotlib.pyplot as plt\nplt.bar([1,2],[3,4])", 2*time.Minute); len(r.Results) == 0 || r.Results[len(r.Results)-1].Data["image/png"] == "" {
+	if r := mustCell(t, c, id, "import matplotlib.pyplot as plt\nplt.bar([1,2],[3,4])", 5*time.Minute); len(r.Results) == 0 || r.Results[len(r.Results)-1].Data["image/png"] == "" {
 		t.Errorf("chart cell: %+v", r)
 	}
 	if r := mustCell(t, c, id, "{}['x']", time.Minute); r.Error == nil || r.Error.Name != "KeyError" {

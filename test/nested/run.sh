@@ -170,7 +170,7 @@ qemu_log=$work/qemu.log
 : >"$qemu_log"
 t0=$(date +%s.%N)
 qemu-system-x86_64 \
-	-accel tcg -cpu max -smp 2 -m "$mem" -M pc \
+	-accel tcg -cpu "${RIG_CPU:-max}" -smp 2 -m "$mem" -M pc \
 	-nodefaults -no-user-config -display none -monitor none \
 	-chardev file,id=ser,path="$console",append=on -serial chardev:ser \
 	-device virtio-serial-pci \

@@ -212,7 +212,7 @@ func (v *Vsock) hostConnect(c *net.UnixConn) {
 		return
 	}
 	if v.sess == nil {
-		v.log.Info("host connection while the guest driver is not running", "port", port)
+		v.log.Debug("host connection while the guest driver is not running", "port", port)
 		c.Close()
 		return
 	}
