@@ -153,9 +153,15 @@ cat "$base" "$work/run.cpio" >"$work/initrd"
 # quiet: the console carries CMD's output. panic=-1 with -no-reboot ends QEMU
 # at once on a panic. lpj skips a delay-loop calibration that takes seconds
 # under TCG (udelay uses the TSC anyway).
-cmdline="console=ttyS0 quiet loglevel=1 panic=-1 oops=panic mitigations=off lpj=8000000 tsc=reliable no_timer_check"
+#
+# transparent_hugepage=never: with THP, L1 keeps collapsing and splitting the
+# huge pages behind L2's memory, and every change makes its KVM rewrite the
+# nested page tables that TCG's AMD-V emulation walks; L2 guests crashed far
+# more often (a double fault at the syscall entry, triple faults) with it on.
+cmdline="console=ttyS0 quiet loglevel=1 panic=-1 oops=panic mitigations=off lpj=8000000 tsc=reliable no_timer_check transparent_hugepage=never"
+cmdline+=" ${RIG_L1_ARGS:-}"
 if [[ ${RIG_DEBUG:-} == 1 ]]; then
-	cmdline="console=ttyS0 loglevel=7 panic=-1 oops=panic mitigations=off lpj=8000000 tsc=reliable no_timer_check cellvm.rigdebug"
+	cmdline="console=ttyS0 loglevel=7 panic=-1 oops=panic mitigations=off lpj=8000000 tsc=reliable no_timer_check transparent_hugepage=never cellvm.rigdebug ${RIG_L1_ARGS:-}"
 fi
 # Two output channels, each a file that tail streams to stdout: ttyS0 (kernel
 # and early init messages) and a virtio-serial port that carries CMD's output
@@ -170,7 +176,7 @@ qemu_log=$work/qemu.log
 : >"$qemu_log"
 t0=$(date +%s.%N)
 qemu-system-x86_64 \
-	-accel tcg -cpu "${RIG_CPU:-max}" -smp 2 -m "$mem" -M pc \
+	-accel tcg,thread="${RIG_TCG_THREAD:-multi}" -cpu "${RIG_CPU:-max}" -smp "${RIG_SMP:-2}" -m "$mem" -M pc \
 	-nodefaults -no-user-config -display none -monitor none \
 	-chardev file,id=ser,path="$console",append=on -serial chardev:ser \
 	-device virtio-serial-pci \
