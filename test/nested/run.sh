@@ -16,7 +16,9 @@
 # messages to its stdout; its own report goes to stderr.
 #
 # Exit codes: CMD's own; 124 when --timeout expired (QEMU is killed);
-# 125 when L1 ended without reporting (crash, panic, setup failure);
+# 123 when L1 printed nothing for RIG_STALL seconds (default 600; 0 off) and
+# was killed; 125 when L1 ended without reporting (crash, panic, setup
+# failure);
 # 2 for bad usage or missing tools.
 set -euo pipefail
 
@@ -193,6 +195,10 @@ tail_pid=$!
 
 t_started=""
 timed_out=0
+stalled=0
+stall_s=${RIG_STALL:-600}
+last_size=-1
+last_progress=$t0
 peak_kb=0
 while kill -0 "$qpid" 2>/dev/null; do
 	now=$(date +%s.%N)
@@ -203,6 +209,19 @@ while kill -0 "$qpid" 2>/dev/null; do
 	fi
 	if awk -v a="$now" -v b="$t0" -v t="$timeout_s" 'BEGIN { exit !(a - b >= t) }'; then
 		timed_out=1
+		kill -9 "$qpid" 2>/dev/null || true
+		break
+	fi
+	# Stall watchdog: L1 itself was seen to wedge (both vCPUs busy, no
+	# output, the test's own timeouts never firing: a process stuck in
+	# KVM). Tests print at least every few minutes; silence this long means
+	# L1 is gone.
+	size=$(( $(stat -c %s "$output") + $(stat -c %s "$console") ))
+	if [[ $size != "$last_size" ]]; then
+		last_size=$size
+		last_progress=$now
+	elif ((stall_s > 0)) && awk -v a="$now" -v b="$last_progress" -v t="$stall_s" 'BEGIN { exit !(a - b >= t) }'; then
+		stalled=1
 		kill -9 "$qpid" 2>/dev/null || true
 		break
 	fi
@@ -223,6 +242,11 @@ if ((timed_out)); then
 	echo "run.sh: TIMEOUT: L1 killed after ${timeout_s}s (--timeout); the command did not finish" >&2
 	echo "cellvm-rig: wall ${wall}s, timed out" >&2
 	exit 124
+fi
+if ((stalled)); then
+	echo "run.sh: STALLED: no output from L1 for ${stall_s}s (RIG_STALL); L1 killed" >&2
+	echo "cellvm-rig: wall ${wall}s, stalled" >&2
+	exit 123
 fi
 if [[ -z $marker ]]; then
 	echo "run.sh: L1 ended without reporting an exit code (kernel panic, crash or setup failure; see console above)" >&2
