@@ -104,6 +104,8 @@ mount -t devtmpfs devtmpfs $R/dev
 mkdir -p $R/dev/pts $R/dev/shm
 mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts $R/dev/pts
 [ -e $R/dev/ptmx ] || ln -s pts/ptmx $R/dev/ptmx
+# devtmpfs has no /dev/fd: bash's process substitution needs it.
+[ -e $R/dev/fd ] || ln -s /proc/self/fd $R/dev/fd
 mount -t tmpfs -o mode=1777 shm $R/dev/shm
 mount -t tmpfs -o mode=0755 run $R/run
 # /tmp: the host's /tmp stays visible (read through 9p, writes to the tmpfs

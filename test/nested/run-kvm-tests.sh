@@ -18,8 +18,11 @@ run_tests() {
 	shift 2
 	(cd "$repo/$dir" && "$repo/$bin" -test.v -test.timeout "${CELLVM_TEST_TIMEOUT:-20m}" "$@" </dev/null) 2>&1 | tee "$log"
 }
+want=0
+finished=0
 while read -r dir bin; do
 	[[ -n $dir ]] || continue
+	want=$((want + 1))
 	echo "=== rig: $dir"
 	start=$(date +%s)
 	args=(${CELLVM_TEST_RUN:+-test.run "$CELLVM_TEST_RUN"} ${CELLVM_TEST_COUNT:+-test.count "$CELLVM_TEST_COUNT"})
@@ -31,7 +34,9 @@ while read -r dir bin; do
 		# can cause): a failed test runs once more, and a pass the second
 		# time is reported as flaky, never hidden. A test that fails
 		# twice fails the run. CELLVM_RIG_RERUN=0 turns this off.
-		mapfile -t tests < <(sed -n 's/^--- FAIL: \(Test[^ ]*\) .*/\1/p' "$log" | sort -u)
+		# (No process substitution: it needs /dev/fd, which L1 once lacked;
+		# the script then skipped its own verdict.)
+		tests=($(sed -n 's/^--- FAIL: \(Test[^ ]*\) .*/\1/p' "$log" | sort -u))
 		if ((${#tests[@]})) && [[ ${CELLVM_RIG_RERUN:-1} != 0 ]] && ! grep -q '^panic: test timed out' "$log"; then
 			re="^($(IFS='|'; echo "${tests[*]}"))\$"
 			echo "=== rig: $dir: ${tests[*]} failed; running them once more to tell a flaky emulator from a bug"
@@ -54,7 +59,14 @@ while read -r dir bin; do
 		pkill -KILL -f '[ ]vmm --config'
 		failed+=("$dir(leftovers)")
 	fi
+	finished=$((finished + 1))
 done <"$list"
+# Fail safe: a package whose iteration did not reach its end (an error in
+# this script) must not pass silently.
+if ((finished != want)); then
+	echo "rig: only $finished of $want test packages reached a verdict"
+	failed+=("run-kvm-tests.sh")
+fi
 if ((${#failed[@]})); then
 	# What the L1 kernel saw (OOM kills, lockups, KVM complaints) and the
 	# memory left: the first things to look at when a guest hung or died.
