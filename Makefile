@@ -45,13 +45,13 @@ vet:
 
 # A wedged or crashed L1 (exit 123: no output for RIG_STALL seconds; 125: no
 # result) is the emulator's failure, not a test's: the rig boots a fresh L1
-# once and runs the tests again, and says so.
+# and runs the tests again (at most three attempts), and says so.
 test-rig: cellvm
 	test/nested/build-kvm-tests.sh
 	@start=$$(date +%s); \
-	for attempt in 1 2; do \
+	for attempt in 1 2 3; do \
 	  $(RIG) --mem $(RIG_MEM) --timeout $(RIG_TIMEOUT) -- test/nested/run-kvm-tests.sh; rc=$$?; \
-	  case $$rc in 123|125) [ $$attempt = 1 ] && echo "make test-rig: L1 wedged or died (exit $$rc); booting a fresh L1 to run the KVM tests again" && continue;; esac; \
+	  case $$rc in 123|125) [ $$attempt != 3 ] && echo "make test-rig: L1 wedged or died (exit $$rc, attempt $$attempt of 3); booting a fresh L1 to run the KVM tests again" && continue;; esac; \
 	  break; \
 	done; \
 	echo "make test-rig: nested rig took $$(( $$(date +%s) - start ))s (exit $$rc)"; \
