@@ -125,15 +125,16 @@ const (
 
 // Capabilities, for CheckExtension.
 const (
-	CapIRQChip       = 0
-	CapUserMemory    = 3
-	CapSetTSSAddr    = 4
-	CapExtCPUID      = 7
-	CapNrVCPUs       = 9
-	CapNrMemSlots    = 10
-	CapIRQFD         = 32
-	CapPIT2          = 33
-	CapIOEventFD     = 36
-	CapMaxVCPUs      = 66
-	CapImmediateExit = 136
+	CapIRQChip          = 0
+	CapUserMemory       = 3
+	CapSetTSSAddr       = 4
+	CapExtCPUID         = 7
+	CapNrVCPUs          = 9
+	CapNrMemSlots       = 10
+	CapIRQFD            = 32
+	CapPIT2             = 33
+	CapIOEventFD        = 36
+	CapMaxVCPUs         = 66
+	CapTSCDeadlineTimer = 72
+	CapImmediateExit    = 136
 )

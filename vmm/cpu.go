@@ -34,14 +34,36 @@ const (
 	eferLMA = 1 << 10
 )
 
+// CPUID bits the VMM sets itself.
+const (
+	cpuid1ECXTSCDeadline = 1 << 24
+	cpuid1ECXHypervisor  = 1 << 31
+)
+
+// cpuFeatures are the features KVM emulates but leaves out of
+// KVM_GET_SUPPORTED_CPUID, to be offered only when KVM says it has them.
+type cpuFeatures struct {
+	// tscDeadline: the in-kernel LAPIC's TSC-deadline timer
+	// (KVM_CAP_TSC_DEADLINE_TIMER). With it (and ARAT, which KVM reports),
+	// Linux neither calibrates the LAPIC timer against the PIT nor keeps the
+	// PIT as a clock event, so the guest's timer interrupts come from one
+	// source that is programmed, not periodic. Without it a slow or nested
+	// host can fail the calibration and leave the guest ticking on the PIT.
+	tscDeadline bool
+}
+
 // guestCPUID adapts the host-supported CPUID for vCPU id of n: it says a
-// hypervisor is present and gives each vCPU its APIC ID.
-func guestCPUID(supported []kvm.CPUIDEntry, id, n int) []kvm.CPUIDEntry {
+// hypervisor is present, gives each vCPU its APIC ID, and adds the features
+// in f.
+func guestCPUID(supported []kvm.CPUIDEntry, id, n int, f cpuFeatures) []kvm.CPUIDEntry {
 	out := make([]kvm.CPUIDEntry, 0, len(supported))
 	for _, e := range supported {
 		switch e.Function {
 		case 1:
-			e.ECX |= 1 << 31 // hypervisor
+			e.ECX |= cpuid1ECXHypervisor
+			if f.tscDeadline {
+				e.ECX |= cpuid1ECXTSCDeadline
+			}
 			e.EBX = e.EBX&0x0000ffff | uint32(id)<<24 | uint32(n)<<16
 			if n > 1 {
 				e.EDX |= 1 << 28 // HTT: several logical processors
@@ -84,8 +106,8 @@ func longModeSregs(s *kvm.Sregs, gdtLimit uint16) {
 
 // setupVCPU prepares one vCPU. The boot processor gets the 64-bit entry
 // state; the others wait in the in-kernel LAPIC for the guest's INIT/SIPI.
-func setupVCPU(c *kvm.VCPU, supported []kvm.CPUIDEntry, n int, entry uint64, gdtLimit uint16) error {
-	if err := c.SetCPUID(guestCPUID(supported, c.ID, n)); err != nil {
+func setupVCPU(c *kvm.VCPU, supported []kvm.CPUIDEntry, f cpuFeatures, n int, entry uint64, gdtLimit uint16) error {
+	if err := c.SetCPUID(guestCPUID(supported, c.ID, n, f)); err != nil {
 		return err
 	}
 	if err := c.SetMSRs(bootMSRs()); err != nil {

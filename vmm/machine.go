@@ -260,13 +260,14 @@ func (m *Machine) Run() error {
 	if err != nil {
 		return err
 	}
+	features := cpuFeatures{tscDeadline: m.sys.CheckExtension(kvm.CapTSCDeadlineTimer) != 0}
 	for i := 0; i < m.cfg.VCPUs; i++ {
 		c, err := m.vm.CreateVCPU(i)
 		if err != nil {
 			return err
 		}
 		m.vcpus = append(m.vcpus, c)
-		if err := setupVCPU(c, supported, m.cfg.VCPUs, m.kernel.Entry, gdtLimit); err != nil {
+		if err := setupVCPU(c, supported, features, m.cfg.VCPUs, m.kernel.Entry, gdtLimit); err != nil {
 			return fmt.Errorf("set up vcpu %d: %w", i, err)
 		}
 	}
@@ -275,7 +276,7 @@ func (m *Machine) Run() error {
 	}
 	m.started = time.Now()
 	m.marker.start = m.started
-	m.log.Info("vm starting", "vcpus", m.cfg.VCPUs, "memory_mib", m.cfg.MemoryMiB, "kernel", m.cfg.Kernel, "format", m.kernel.Format, "cmdline", m.cmdline)
+	m.log.Info("vm starting", "vcpus", m.cfg.VCPUs, "tsc_deadline_timer", features.tscDeadline, "memory_mib", m.cfg.MemoryMiB, "kernel", m.cfg.Kernel, "format", m.kernel.Format, "cmdline", m.cmdline)
 	var wg sync.WaitGroup
 	for _, c := range m.vcpus {
 		wg.Add(1)

@@ -22,7 +22,8 @@ import (
 const bootTimeout = 4 * time.Minute
 
 // testInit is the /init of the boot tests' initramfs: it prints a marker,
-// sleeps a second, prints the uptime and the online CPUs, and reboots,
+// sleeps a second, prints the uptime, the online CPUs and the boot CPU's
+// timer (its clock event device), and reboots,
 // which is how a guest without ACPI ends.
 const testInit = `#!/bin/busybox sh
 /bin/busybox mkdir -p /proc /sys
@@ -34,6 +35,7 @@ echo UPTIME1 $(/bin/busybox cut -d' ' -f1 /proc/uptime)
 echo UPTIME2 $(/bin/busybox cut -d' ' -f1 /proc/uptime)
 echo ONLINE $(/bin/busybox cat /sys/devices/system/cpu/online)
 echo NPROC $(/bin/busybox grep -c ^processor /proc/cpuinfo)
+echo CLOCKEVENT $(/bin/busybox cat /sys/devices/system/clockevents/clockevent0/current_device)
 /bin/busybox reboot -f
 `
 
@@ -103,6 +105,12 @@ func TestBootKernelFormats(t *testing.T) {
 			u2, _ := strconv.ParseFloat(field(t, out, "UPTIME2"), 64)
 			if u2-u1 < 0.9 {
 				t.Errorf("uptime went from %.2f to %.2f across a 1 s sleep: timers are not running", u1, u2)
+			}
+			// The VMM offers the TSC-deadline timer whenever KVM has it (as it
+			// always does on x86), so the guest needs neither the PIT nor a
+			// calibration of its LAPIC timer against it.
+			if got := field(t, out, "CLOCKEVENT"); got != "lapic-deadline" {
+				t.Errorf("the guest's timer is %q, want lapic-deadline (the TSC-deadline timer)", got)
 			}
 			if !strings.Contains(errs, "vm ended") {
 				t.Errorf("no 'vm ended' log line:\n%s", errs)

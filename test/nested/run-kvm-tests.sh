@@ -26,6 +26,15 @@ while read -r dir bin; do
 	echo "=== rig: $dir"
 	start=$(date +%s)
 	args=(${CELLVM_TEST_RUN:+-test.run "$CELLVM_TEST_RUN"} ${CELLVM_TEST_COUNT:+-test.count "$CELLVM_TEST_COUNT"})
+	# Tests that passed in an earlier L1 of the same make test-rig (see
+	# test-rig.sh) are skipped, and the skip is said.
+	if [[ -n ${CELLVM_RIG_PASSED:-} && -s $CELLVM_RIG_PASSED ]]; then
+		done_tests=($(awk -v d="$dir" '$1 == d { print $2 }' "$CELLVM_RIG_PASSED"))
+		if ((${#done_tests[@]})); then
+			echo "=== rig: $dir: skipping what passed in an earlier L1: ${done_tests[*]}"
+			args+=(-test.skip "^($(IFS='|'; echo "${done_tests[*]}"))\$")
+		fi
+	fi
 	if run_tests "$dir" "$bin" "${args[@]}"; then
 		echo "=== rig: $dir ok ($(( $(date +%s) - start ))s)"
 	else
