@@ -3,9 +3,12 @@
 # `make test-rig` compiled on the host (listed in build/rig/tests.txt as
 # "<package dir> <binary>"), each in its package directory, so tests that
 # need /dev/kvm run for real. Exits non-zero if any binary fails.
+# CELLVM_RIG_LIST names another list (tests of this script use it);
+# CELLVM_RIG_PASSED names a file of "<package dir> <TestName>" lines to skip
+# (test-rig.sh writes it when a fresh L1 takes over from a wedged one).
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-list=$repo/build/rig/tests.txt
+list=${CELLVM_RIG_LIST:-$repo/build/rig/tests.txt}
 [[ -f $list ]] || { echo "run-kvm-tests: $list is missing (make test-rig builds it)" >&2; exit 2; }
 export CELLVM_RIG=1 CELLVM_BUILD=$repo/build
 failed=()
@@ -16,7 +19,8 @@ log=$(mktemp)
 run_tests() {
 	local dir=$1 bin=$2
 	shift 2
-	(cd "$repo/$dir" && "$repo/$bin" -test.v -test.timeout "${CELLVM_TEST_TIMEOUT:-20m}" "$@" </dev/null) 2>&1 | tee "$log"
+	[[ $bin == /* ]] || bin=$repo/$bin
+	(cd "$repo/$dir" && "$bin" -test.v -test.timeout "${CELLVM_TEST_TIMEOUT:-20m}" "$@" </dev/null) 2>&1 | tee "$log"
 }
 want=0
 finished=0

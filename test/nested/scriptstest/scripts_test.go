@@ -1,0 +1,199 @@
+// Package scriptstest tests the nested-KVM rig's scripts (test/nested/*.sh):
+// their own logic (attempts, skips, reruns), over fakes, without a rig.
+package scriptstest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// script writes an executable bash script into dir.
+func script(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte("#!/bin/bash\n"+body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// step is what one call of a fake prints and its exit code.
+type step struct {
+	out  string
+	exit int
+}
+
+// fake writes a script whose Nth call prints steps[N-1].out and exits with
+// steps[N-1].exit, after saving its arguments to args-N and, when
+// CELLVM_RIG_PASSED is set, that file to passed-N.
+func fake(t *testing.T, dir, name string, steps ...step) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "n=$(cat %[1]s/%[2]s.count 2>/dev/null || echo 0); n=$((n+1)); echo $n >%[1]s/%[2]s.count\n", dir, name)
+	fmt.Fprintf(&b, "printf '%%s\\n' \"$@\" >%s/args-$n\n", dir)
+	fmt.Fprintf(&b, "[[ -n ${CELLVM_RIG_PASSED:-} ]] && cp \"$CELLVM_RIG_PASSED\" %s/passed-$n\n", dir)
+	b.WriteString("case $n in\n")
+	for i, s := range steps {
+		fmt.Fprintf(&b, "%d) cat <<'OUT'\n%sOUT\nexit %d;;\n", i+1, s.out, s.exit)
+	}
+	b.WriteString("esac\necho 'fake called too often'; exit 99\n")
+	return script(t, dir, name, b.String())
+}
+
+func calls(t *testing.T, dir, name string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, name+".count"))
+	if err != nil {
+		return 0
+	}
+	var n int
+	fmt.Sscan(string(b), &n)
+	return n
+}
+
+// runScript runs one of this directory's scripts with extra environment.
+func runScript(t *testing.T, env []string, name string, args ...string) (string, int) {
+	t.Helper()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash is not installed")
+	}
+	cmd := exec.Command("../"+name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	code := cmd.ProcessState.ExitCode()
+	if err != nil && code < 0 {
+		t.Fatalf("%s: %v\n%s", name, err, out)
+	}
+	return string(out), code
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+const wedgedAttempt = `=== rig: cmd/cellvm
+=== RUN   TestA
+--- PASS: TestA (1.00s)
+    --- PASS: TestA/sub (1.00s)
+--- FAIL: TestB (1.00s)
+=== rig: cmd/cellvm FAILED twice (3s)
+=== rig: sandbox
+--- PASS: TestC (2.00s)
+`
+
+func TestRigAttemptAfterAWedgedL1RunsOnlyWhatDidNotPass(t *testing.T) {
+	dir := t.TempDir()
+	rig := fake(t, dir, "rig", step{wedgedAttempt, 123}, step{"=== rig: sandbox\n--- PASS: TestD (1.00s)\n", 0})
+	out, code := runScript(t, []string{"RIG_RUN=" + rig, "RIG_STATE=" + dir}, "test-rig.sh")
+	if code != 0 {
+		t.Fatalf("exit %d, want 0 (the second attempt passed)\n%s", code, out)
+	}
+	if n := calls(t, dir, "rig"); n != 2 {
+		t.Fatalf("rig ran %d times, want 2\n%s", n, out)
+	}
+	if got := readFile(t, filepath.Join(dir, "passed-1")); got != "" {
+		t.Errorf("first attempt skipped %q, want nothing", got)
+	}
+	if got, want := readFile(t, filepath.Join(dir, "passed-2")), "cmd/cellvm TestA\nsandbox TestC\n"; got != want {
+		t.Errorf("second attempt skipped %q, want %q (top-level passes only, by package)", got, want)
+	}
+	for _, want := range []string{"L1 went silent (wedged)", "attempt 2 of 3 in a fresh L1", "in 2 attempt(s) (exit 0)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestRigVerdictIsFinal(t *testing.T) {
+	dir := t.TempDir()
+	rig := fake(t, dir, "rig", step{"=== rig: sandbox\n--- FAIL: TestC (1.00s)\n", 1})
+	out, code := runScript(t, []string{"RIG_RUN=" + rig, "RIG_STATE=" + dir}, "test-rig.sh")
+	if code != 1 || calls(t, dir, "rig") != 1 {
+		t.Fatalf("exit %d after %d attempts, want 1 after 1 (a failed test is not the emulator's doing)\n%s", code, calls(t, dir, "rig"), out)
+	}
+}
+
+func TestRigStopsAtItsBudgetAndAttempts(t *testing.T) {
+	dir := t.TempDir()
+	rig := fake(t, dir, "rig", step{"", 125}, step{"", 124}, step{"", 123}, step{"", 0})
+	out, code := runScript(t, []string{"RIG_RUN=" + rig, "RIG_STATE=" + dir, "RIG_BUDGET=1000", "RIG_MIN_ATTEMPT=1"}, "test-rig.sh")
+	if code != 123 || calls(t, dir, "rig") != 3 {
+		t.Fatalf("exit %d after %d attempts, want 123 after 3 (RIG_ATTEMPTS)\n%s", code, calls(t, dir, "rig"), out)
+	}
+	if args := readFile(t, filepath.Join(dir, "args-1")); !strings.Contains(args, "--timeout\n1000\n") {
+		t.Errorf("first attempt's arguments %q: its timeout should be capped by the budget (1000 s)", args)
+	}
+
+	dir = t.TempDir()
+	rig = fake(t, dir, "rig", step{"", 125}, step{"", 0})
+	out, code = runScript(t, []string{"RIG_RUN=" + rig, "RIG_STATE=" + dir, "RIG_BUDGET=100", "RIG_MIN_ATTEMPT=420"}, "test-rig.sh")
+	if code != 125 || calls(t, dir, "rig") != 1 || !strings.Contains(out, "not starting attempt 2") {
+		t.Fatalf("exit %d after %d attempts, want 125 after 1 and a word about the budget\n%s", code, calls(t, dir, "rig"), out)
+	}
+
+	if out, code := runScript(t, []string{"RIG_STATE=" + dir, "RIG_BUDGET=soon"}, "test-rig.sh"); code != 2 || !strings.Contains(out, "budget must be a whole number") {
+		t.Errorf("RIG_BUDGET=soon: exit %d, want 2 with a clear message\n%s", code, out)
+	}
+}
+
+// kvmTests runs run-kvm-tests.sh over one fake test binary in this package.
+func kvmTests(t *testing.T, dir, bin string, env ...string) (string, int) {
+	t.Helper()
+	list := filepath.Join(dir, "tests.txt")
+	if err := os.WriteFile(list, []byte("test/nested "+bin+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return runScript(t, append(env, "CELLVM_RIG_LIST="+list), "run-kvm-tests.sh")
+}
+
+func TestKVMTestsSkipWhatPassedInAnEarlierL1(t *testing.T) {
+	dir := t.TempDir()
+	bin := fake(t, dir, "pkg.test", step{"--- PASS: TestC (1.00s)\nPASS\n", 0})
+	passed := filepath.Join(dir, "passed.txt")
+	if err := os.WriteFile(passed, []byte("other/pkg TestZ\ntest/nested TestA\ntest/nested TestB\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := kvmTests(t, dir, bin, "CELLVM_RIG_PASSED="+passed)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	args := readFile(t, filepath.Join(dir, "args-1"))
+	if !strings.Contains(args, "-test.skip\n^(TestA|TestB)$\n") {
+		t.Errorf("test binary's arguments %q lack -test.skip ^(TestA|TestB)$", args)
+	}
+	if !strings.Contains(out, "skipping what passed in an earlier L1: TestA TestB") {
+		t.Errorf("the skip is not said:\n%s", out)
+	}
+}
+
+func TestKVMTestsRerunAFailedTestOnceAndSayFlaky(t *testing.T) {
+	dir := t.TempDir()
+	bin := fake(t, dir, "pkg.test",
+		step{"--- PASS: TestA (1.00s)\n--- FAIL: TestB (1.00s)\nFAIL\n", 1},
+		step{"--- PASS: TestB (1.00s)\nPASS\n", 0})
+	out, code := kvmTests(t, dir, bin)
+	if code != 0 || !strings.Contains(out, "FLAKY: TestB") {
+		t.Fatalf("exit %d, want 0 and TestB reported FLAKY\n%s", code, out)
+	}
+	if args := readFile(t, filepath.Join(dir, "args-2")); !strings.Contains(args, "-test.run\n^(TestB)$\n") {
+		t.Errorf("the rerun's arguments %q: want only TestB", args)
+	}
+
+	dir = t.TempDir()
+	bin = fake(t, dir, "pkg.test",
+		step{"--- FAIL: TestB (1.00s)\nFAIL\n", 1},
+		step{"--- FAIL: TestB (1.00s)\nFAIL\n", 1})
+	out, code = kvmTests(t, dir, bin)
+	if code != 1 || !strings.Contains(out, "FAILED twice") || !strings.Contains(out, "rig: FAILED: test/nested") {
+		t.Fatalf("exit %d, want 1 with the package named as failed twice\n%s", code, out)
+	}
+}
