@@ -82,6 +82,61 @@ func TestDialRetriesUntilAgentIsUp(t *testing.T) {
 	}
 }
 
+// TestDialRetriesALostConnect: the VMM accepts the first connection but the
+// guest never answers it (its vsock driver was not up yet); Dial must give
+// up on that attempt and retry, not wait out the whole boot deadline.
+func TestDialRetriesALostConnect(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "vsock.sock")
+	srv := agent.NewServer(agent.Config{Interp: newFake(), Software: "test-agent", Logger: quiet()})
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close(); srv.Close() })
+	lost := make(chan net.Conn, 1)
+	go func() {
+		first := true
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if first { // swallowed: no OK, no close
+				first = false
+				lost <- nc
+				continue
+			}
+			go func() {
+				r := bufio.NewReader(nc)
+				if line, err := r.ReadString('\n'); err != nil || line != "CONNECT 1024\n" {
+					nc.Close()
+					return
+				}
+				nc.Write([]byte("OK 1073741824\n"))
+				srv.ServeConn(nc)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		select {
+		case nc := <-lost:
+			nc.Close()
+		default:
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	c, err := dial(ctx, sock, 300*time.Millisecond)
+	if err != nil {
+		t.Fatalf("dial after a lost connect: %v (after %v)", err, time.Since(start))
+	}
+	c.Close()
+	if len(lost) != 1 {
+		t.Fatalf("the first connection was not the lost one")
+	}
+}
+
 func TestDialGivesUpAtDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()

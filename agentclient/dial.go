@@ -77,11 +77,16 @@ func handshake(nc net.Conn, port uint32) error {
 // uds, retrying until the agent answers a hello or ctx ends: the host
 // calls it right after starting the VM. Give ctx a deadline.
 func Dial(ctx context.Context, uds string) (*Client, error) {
+	return dial(ctx, uds, AttemptTimeout)
+}
+
+// dial is Dial with each connect attempt bounded by attempt.
+func dial(ctx context.Context, uds string, attempt time.Duration) (*Client, error) {
 	c := New(func(ctx context.Context) (net.Conn, error) {
 		// One attempt never takes the whole boot deadline: a connect the
 		// guest lost (its driver was still starting) is retried, not
 		// waited on.
-		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, attempt)
 		defer cancel()
 		return DialVsock(actx, uds, agent.Port)
 	})
