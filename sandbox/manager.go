@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -249,16 +250,69 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 // watch marks a sandbox lost when its VMM process dies on its own.
 func (m *VMManager) watch(s *vmSandbox) {
 	<-s.proc.done
-	if st := s.State(); st == StateRunning || st == StatePaused {
-		s.state.Store(StateLost)
-		m.log.Warn("sandbox lost: its VM exited", "id", s.id, "error", s.proc.err,
-			"vmm_log", lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 4096), 10),
-			"console", lastLines(consoleTail(s.dir, 8192), 30))
+	m.markLost(s)
+}
+
+// markLost moves a running or paused sandbox whose VMM has exited to
+// StateLost, once, and logs why with the ends of its VMM log and console:
+// they are the only account of what happened, and deleting the sandbox
+// removes them.
+func (m *VMManager) markLost(s *vmSandbox) {
+	for _, st := range []State{StateRunning, StatePaused} {
+		if s.state.CompareAndSwap(st, StateLost) {
+			m.log.Warn("sandbox lost: its VM exited", "id", s.id, "error", s.proc.err,
+				"vmm_log", lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 4096), 10),
+				"console", lastLines(consoleTail(s.dir, 8192), 30))
+			return
+		}
 	}
+}
+
+// vmGone reports whether the sandbox's VMM has exited, waiting up to wait
+// for it: a VM that is going down closes its agent connection a moment
+// before its process ends.
+func vmGone(s *vmSandbox, wait time.Duration) bool {
+	if s.proc == nil {
+		return false
+	}
+	select {
+	case <-s.proc.done:
+		return true
+	default:
+	}
+	if wait <= 0 {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-s.proc.done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// lostGrace is how long a call whose agent stream ended waits for the VMM
+// to exit before it reports an agent error instead of a lost sandbox.
+const lostGrace = 3 * time.Second
+
+// streamEnded reports whether err says the agent's connection ended, as it
+// does when the VM goes down.
+func streamEnded(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
 }
 
 // destroy stops the VM and removes everything the sandbox had.
 func (m *VMManager) destroy(s *vmSandbox) {
+	if s.proc != nil {
+		select {
+		case <-s.proc.done: // died on its own before watch noticed: say so
+			m.markLost(s)
+		default:
+		}
+	}
 	s.state.Store(StateStopping)
 	if s.proc != nil {
 		syscall.Kill(s.proc.pid, syscall.SIGCONT) // a paused VM must run to stop
@@ -417,7 +471,18 @@ func (m *VMManager) RunCell(ctx context.Context, id, code string, timeout time.D
 		if ctx.Err() != nil {
 			return cell.Result{}, ctx.Err()
 		}
-		if !s.proc.alive() || errors.Is(err, io.ErrUnexpectedEOF) {
+		// A VM going down ends the agent's stream first (EOF); give the
+		// process a moment to end so that the result says "lost", not a
+		// bare EOF.
+		wait := time.Duration(0)
+		if streamEnded(err) {
+			wait = lostGrace
+		}
+		gone := vmGone(s, wait)
+		if gone {
+			m.markLost(s)
+		}
+		if gone || errors.Is(err, io.ErrUnexpectedEOF) {
 			lost := cell.Result{Status: cell.StatusLost, StateKept: false, DurationMS: time.Since(start).Milliseconds(),
 				Stderr: "the sandbox's VM stopped while the cell ran; its state is gone"}
 			if onEvent != nil {

@@ -87,6 +87,9 @@ func TestMain(m *testing.M) {
 		worldServer()
 		return
 	}
+	if os.Getenv("CELLVM_TEST_FAKE_VMM") == "agent" {
+		os.Exit(fakeAgentVMM(os.Args[1:]))
+	}
 	os.Exit(m.Run())
 }
 
@@ -132,6 +135,9 @@ func TestNetworkPolicyInMicroVM(t *testing.T) {
 		t.Errorf("no dropped packets counted: %+v", got.Network)
 	}
 	tag := netpolicy.Tag(info.ID)
+	if t.Failed() { // the sandbox's logs go with it
+		kvmtest.LogSandboxTails(t, m.opt.StateDir)
+	}
 	if err := m.Delete(ctx, info.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -168,6 +168,9 @@ func TestGuestNotebook(t *testing.T) {
 			t.Fatal("downloaded file differs")
 		}
 	})
+	if t.Failed() { // the sandbox's logs go with it
+		kvmtest.LogSandboxTails(t, m.opt.StateDir)
+	}
 	if err := m.Delete(ctx, id); err != nil {
 		t.Fatal(err)
 	}
