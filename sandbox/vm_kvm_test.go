@@ -133,7 +133,7 @@ func TestGuestNotebook(t *testing.T) {
 	t.Run("memory bomb", func(t *testing.T) {
 		r := runCell(t, m, id, "b = []\nwhile True:\n    b.append(bytearray(50 << 20))", 5*time.Minute)
 		if r.KilledBy != cell.KilledByOOM || r.StateKept {
-			t.Errorf("memory bomb: status %s killed_by %q state_kept %v", r.Status, r.KilledBy, r.StateKept)
+			t.Errorf("memory bomb: status %s killed_by %q state_kept %v error %+v stderr %q", r.Status, r.KilledBy, r.StateKept, r.Error, lastBytes(r.Stderr, 2000))
 		}
 		r = runCell(t, m, id, "1 + 1", time.Minute)
 		if r.Status != cell.StatusOK {
@@ -177,4 +177,12 @@ func TestGuestNotebook(t *testing.T) {
 	if entries, _ := os.ReadDir(m.sandboxDir("")); len(entries) != 0 {
 		t.Errorf("state left after delete: %v", entries)
 	}
+}
+
+// lastBytes is the end of s, at most n bytes of it.
+func lastBytes(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
 }
