@@ -207,24 +207,46 @@ func run(log *slog.Logger, cfg cmdline.Config) {
 
 	ready := make(chan struct{}, 1)
 	s := supervisor{log: log, r: r, sigs: sigs, ready: ready}
-	var crashes []time.Time
+	var crashes crashWindow
 	for {
+		// A failed start (fork refused while a cell has the guest's memory,
+		// say) counts like a crash: retried with backoff, fatal only when
+		// it keeps happening.
 		exits, err := startAgent(log, r, cfg, ready)
 		if err != nil {
-			fatal(fmt.Errorf("start agent: %w", err))
+			log.Error("could not start the agent; retrying", "err", err)
+		} else {
+			e := s.watch(exits)
+			log.Error("agent died; restarting it", "status", e.String())
 		}
-		e := s.watch(exits)
-		log.Error("agent died; restarting it", "status", e.String())
-		now := time.Now()
-		crashes = append(crashes, now)
-		for len(crashes) > 0 && now.Sub(crashes[0]) > time.Minute {
-			crashes = crashes[1:]
+		delay, tooMany := crashes.add(time.Now())
+		if tooMany {
+			fatal(fmt.Errorf("the agent died or failed to start %d times within %v (last start error: %v)", maxCrashes, crashWindowSpan, err))
 		}
-		if len(crashes) >= 10 {
-			fatal(errors.New("agent died 10 times within a minute"))
-		}
-		time.Sleep(time.Duration(len(crashes)) * 100 * time.Millisecond)
+		time.Sleep(delay)
 	}
+}
+
+// Agent restarts: at most maxCrashes within crashWindowSpan before PID 1
+// gives up (and the VM ends, which the host reports as lost).
+const (
+	maxCrashes      = 10
+	crashWindowSpan = time.Minute
+	crashBackoff    = 100 * time.Millisecond
+)
+
+// crashWindow counts the agent's recent crashes.
+type crashWindow struct{ at []time.Time }
+
+// add records a crash at now and returns how long to wait before the next
+// start (longer the more recent crashes there are) and whether there were
+// too many.
+func (w *crashWindow) add(now time.Time) (delay time.Duration, tooMany bool) {
+	w.at = append(w.at, now)
+	for len(w.at) > 0 && now.Sub(w.at[0]) > crashWindowSpan {
+		w.at = w.at[1:]
+	}
+	return time.Duration(len(w.at)) * crashBackoff, len(w.at) >= maxCrashes
 }
 
 type supervisor struct {
