@@ -16,8 +16,9 @@
 # messages to its stdout; its own report goes to stderr.
 #
 # Exit codes: CMD's own; 124 when --timeout expired (QEMU is killed);
-# 123 when L1 printed nothing for RIG_STALL seconds (default 600; 0 off) and
-# was killed; 125 when L1 ended without reporting (crash, panic, setup
+# 123 when L1 printed nothing for RIG_STALL seconds (default 600; 0 off), or
+# its kernel reported a soft lockup of RIG_LOCKUP seconds (default 150; 0
+# off), and was killed; 125 when L1 ended without reporting (crash, panic, setup
 # failure);
 # 2 for bad usage or missing tools.
 set -euo pipefail
@@ -197,6 +198,8 @@ t_started=""
 timed_out=0
 stalled=0
 stall_s=${RIG_STALL:-600}
+lockup_s=${RIG_LOCKUP:-150}
+loops=0
 last_size=-1
 last_progress=$t0
 peak_kb=0
@@ -227,6 +230,18 @@ while kill -0 "$qpid" 2>/dev/null; do
 		kill -9 "$qpid" 2>/dev/null || true
 		break
 	fi
+	# A soft lockup that lasts (L1's kernel reports it on the console every
+	# ~28 s, with the time stuck) has never been seen to end: waiting out
+	# RIG_STALL would only waste minutes. RIG_LOCKUP=0 turns this off.
+	loops=$((loops + 1))
+	if ((lockup_s > 0 && loops % 25 == 0)); then
+		stuck=$(grep -aoE 'soft lockup - CPU#[0-9]+ stuck for [0-9]+s' "$console" 2>/dev/null | sed -E 's/.* ([0-9]+)s$/\1/' | sort -n | tail -n1 || true)
+		if [[ -n $stuck ]] && ((stuck >= lockup_s)); then
+			stalled=2
+			kill -9 "$qpid" 2>/dev/null || true
+			break
+		fi
+	fi
 	sleep 0.2
 done
 wait "$qpid" 2>/dev/null || true
@@ -244,6 +259,11 @@ if ((timed_out)); then
 	echo "run.sh: TIMEOUT: L1 killed after ${timeout_s}s (--timeout); the command did not finish" >&2
 	echo "cellvm-rig: wall ${wall}s, timed out" >&2
 	exit 124
+fi
+if ((stalled == 2)); then
+	echo "run.sh: STALLED: L1's kernel reported a soft lockup of ${stuck}s (RIG_LOCKUP=${lockup_s}); L1 killed" >&2
+	echo "cellvm-rig: wall ${wall}s, stalled" >&2
+	exit 123
 fi
 if ((stalled)); then
 	echo "run.sh: STALLED: no output from L1 for ${stall_s}s (RIG_STALL); L1 killed" >&2
