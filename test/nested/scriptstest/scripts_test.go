@@ -188,12 +188,37 @@ func TestKVMTestsRerunAFailedTestOnceAndSayFlaky(t *testing.T) {
 		t.Errorf("the rerun's arguments %q: want only TestB", args)
 	}
 
+	// A test that fails, fails again, then passes: flaky, after two reruns.
 	dir = t.TempDir()
-	bin = fake(t, dir, "pkg.test",
-		step{"--- FAIL: TestB (1.00s)\nFAIL\n", 1},
-		step{"--- FAIL: TestB (1.00s)\nFAIL\n", 1})
+	fail := step{"--- FAIL: TestB (1.00s)\nFAIL\n", 1}
+	bin = fake(t, dir, "pkg.test", fail, fail, step{"--- PASS: TestB (1.00s)\nPASS\n", 0})
 	out, code = kvmTests(t, dir, bin)
-	if code != 1 || !strings.Contains(out, "FAILED twice") || !strings.Contains(out, "rig: FAILED: test/nested") {
-		t.Fatalf("exit %d, want 1 with the package named as failed twice\n%s", code, out)
+	if code != 0 || !strings.Contains(out, "ok after 2 rerun(s); FLAKY: TestB") {
+		t.Fatalf("exit %d, want 0 and TestB FLAKY after 2 reruns\n%s", code, out)
+	}
+}
+
+func TestKVMTestsFailATestThatFailsEveryRun(t *testing.T) {
+	dir := t.TempDir()
+	fail := step{"--- FAIL: TestB (1.00s)\nFAIL\n", 1}
+	bin := fake(t, dir, "pkg.test", fail, fail, fail, step{"--- PASS: TestB (1.00s)\nPASS\n", 0})
+	out, code := kvmTests(t, dir, bin)
+	if code != 1 || calls(t, dir, "pkg.test") != 3 || !strings.Contains(out, "FAILED, in 3 run(s): TestB") || !strings.Contains(out, "rig: FAILED: test/nested") {
+		t.Fatalf("exit %d after %d runs, want 1 after 3 with TestB named\n%s", code, calls(t, dir, "pkg.test"), out)
+	}
+
+	dir = t.TempDir()
+	bin = fake(t, dir, "pkg.test", fail, step{"--- PASS: TestB (1.00s)\nPASS\n", 0})
+	out, code = kvmTests(t, dir, bin, "CELLVM_RIG_RERUN=0")
+	if code != 1 || calls(t, dir, "pkg.test") != 1 {
+		t.Fatalf("CELLVM_RIG_RERUN=0: exit %d after %d runs, want 1 after 1\n%s", code, calls(t, dir, "pkg.test"), out)
+	}
+
+	// A binary that dies without naming a test is not rerun, and fails.
+	dir = t.TempDir()
+	bin = fake(t, dir, "pkg.test", step{"panic: boom\n", 2}, step{"PASS\n", 0})
+	out, code = kvmTests(t, dir, bin)
+	if code != 1 || calls(t, dir, "pkg.test") != 1 || !strings.Contains(out, "the test binary") {
+		t.Fatalf("crashed binary: exit %d after %d runs, want 1 after 1\n%s", code, calls(t, dir, "pkg.test"), out)
 	}
 }
