@@ -234,7 +234,7 @@ while kill -0 "$qpid" 2>/dev/null; do
 	# ~28 s, with the time stuck) has never been seen to end: waiting out
 	# RIG_STALL would only waste minutes. RIG_LOCKUP=0 turns this off.
 	loops=$((loops + 1))
-	if ((lockup_s > 0 && loops % 25 == 0)); then
+	if ((lockup_s > 0 && loops % 10 == 0)); then
 		stuck=$(grep -aoE 'soft lockup - CPU#[0-9]+ stuck for [0-9]+s' "$console" 2>/dev/null | sed -E 's/.* ([0-9]+)s$/\1/' | sort -n | tail -n1 || true)
 		if [[ -n $stuck ]] && ((stuck >= lockup_s)); then
 			stalled=2
@@ -242,7 +242,7 @@ while kill -0 "$qpid" 2>/dev/null; do
 			break
 		fi
 	fi
-	sleep 0.2
+	sleep 0.5
 done
 wait "$qpid" 2>/dev/null || true
 t1=$(date +%s.%N)
