@@ -105,7 +105,7 @@ func TestVMThatDiesDuringACellIsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, state := newFakeManager(t, exe, 30*time.Second)
-	var logs strings.Builder
+	var logs lockedBuffer
 	m.log = slog.New(slog.NewTextHandler(&logs, nil))
 	ctx := context.Background()
 	info, err := m.Create(ctx, Config{})
@@ -143,4 +143,23 @@ func TestVMThatDiesDuringACellIsLost(t *testing.T) {
 		t.Errorf("the lost log lacks the console's end:\n%s", logs.String())
 	}
 	assertNothingLeft(t, m, state)
+}
+
+// lockedBuffer is a log sink safe to read while the manager's goroutines
+// write to it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -74,6 +74,7 @@ type vmSandbox struct {
 	netMu       sync.Mutex   // guards cfg.Network, which SetNetwork replaces
 	state       atomic.Value // State
 	cellRunning atomic.Bool
+	exitSeen    sync.Once // markLost's: the VMM's own exit is handled once
 	cells       atomic.Int64
 	lastUsed    atomic.Int64 // unix nanoseconds
 }
@@ -254,18 +255,23 @@ func (m *VMManager) watch(s *vmSandbox) {
 }
 
 // markLost moves a running or paused sandbox whose VMM has exited to
-// StateLost, once, and logs why with the ends of its VMM log and console:
-// they are the only account of what happened, and deleting the sandbox
-// removes them.
+// StateLost and logs why with the ends of its VMM log and console: they are
+// the only account of what happened, and deleting the sandbox removes them.
+// Call it only after the VMM exited. It acts once; a concurrent caller
+// returns only when the first is done, so that whoever saw the VM go (a
+// cell, a delete) never races the log against the sandbox's removal.
 func (m *VMManager) markLost(s *vmSandbox) {
-	for _, st := range []State{StateRunning, StatePaused} {
-		if s.state.CompareAndSwap(st, StateLost) {
-			m.log.Warn("sandbox lost: its VM exited", "id", s.id, "error", s.proc.err,
-				"vmm_log", lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 4096), 10),
-				"console", lastLines(consoleTail(s.dir, 8192), 30))
-			return
+	s.exitSeen.Do(func() {
+		for _, st := range []State{StateRunning, StatePaused} {
+			if s.state.CompareAndSwap(st, StateLost) {
+				m.log.Warn("sandbox lost: its VM exited", "id", s.id, "error", s.proc.err,
+					"vmm_log", lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 4096), 10),
+					"console", lastLines(consoleTail(s.dir, 8192), 30))
+				return
+			}
 		}
-	}
+		// Stopping: it was stopped on purpose.
+	})
 }
 
 // vmGone reports whether the sandbox's VMM has exited, waiting up to wait
