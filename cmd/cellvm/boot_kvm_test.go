@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,6 +64,11 @@ func cellvm(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	// A hung VMM is asked for its goroutines' stacks first (Go prints
+	// them on SIGQUIT): they tell a vCPU stuck inside KVM_RUN (the guest
+	// or the emulator) from one stuck in the VMM.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 10 * time.Second
 	cmd.Env = append(os.Environ(), "CELLVM_TEST_MAIN=1")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
