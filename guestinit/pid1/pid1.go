@@ -221,7 +221,11 @@ func run(log *slog.Logger, cfg cmdline.Config) {
 		}
 		delay, tooMany := crashes.add(time.Now())
 		if tooMany {
-			fatal(fmt.Errorf("the agent died or failed to start %d times within %v (last start error: %v)", maxCrashes, crashWindowSpan, err))
+			why := fmt.Errorf("the agent died or failed to start %d times within %v", maxCrashes, crashWindowSpan)
+			if err != nil {
+				why = fmt.Errorf("%w; the last start failed: %w", why, err)
+			}
+			fatal(why)
 		}
 		time.Sleep(delay)
 	}
