@@ -152,7 +152,9 @@ func kvmTests(t *testing.T, dir, bin string, env ...string) (string, int) {
 	if err := os.WriteFile(list, []byte("test/nested "+bin+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return runScript(t, append(env, "CELLVM_RIG_LIST="+list), "run-kvm-tests.sh")
+	// CELLVM_RIG_REAP=0: never kill the VMMs (real or fake) of other
+	// packages' tests running beside this one.
+	return runScript(t, append(env, "CELLVM_RIG_LIST="+list, "CELLVM_RIG_REAP=0"), "run-kvm-tests.sh")
 }
 
 func TestKVMTestsSkipWhatPassedInAnEarlierL1(t *testing.T) {
