@@ -34,11 +34,27 @@ initramfs:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/cellvm-init ./cmd/cellvm-init
 	$(GO) run ./image/mkinitramfs -init $(BIN)/cellvm-init -o $(BUILD)/initramfs.cpio
 
-## test: unit tests on the host, then the KVM tests inside the nested rig
-test: test-unit test-rig
+## test: the host's tests (the KVM tests among them run natively where this
+## host's KVM can run cellvm guests), then, where it cannot, the KVM tests in
+## the nested rig. `cellvm doctor --kvm` decides, by a probe guest.
+test: cellvm
+	@$(MAKE) --no-print-directory test-unit
+	@echo "make test: does this host's KVM run cellvm guests? (cellvm doctor --kvm)"
+	@if $(BIN)/cellvm doctor --kvm; then \
+	  echo "make test: KVM path: native. The KVM tests ran on this host in test-unit above; the nested rig is skipped ('make test-rig' forces it)."; \
+	else \
+	  echo "make test: KVM path: nested rig (this host's KVM cannot run cellvm guests, as said above; the KVM tests skipped on the host)."; \
+	  $(MAKE) --no-print-directory test-rig; \
+	fi
 
+# The host guard records the host's network namespace (links, addresses,
+# routes, iptables, sysctls) before the tests and fails the run if they
+# changed it: tests build their networks in namespaces of their own.
 test-unit: vet
-	$(GO) test ./...
+	@mkdir -p $(BUILD)
+	$(GO) run ./test/hostguard save $(BUILD)/hostguard.json
+	@rc=0; $(GO) test -timeout 30m ./... || rc=$$?; \
+	$(GO) run ./test/hostguard check $(BUILD)/hostguard.json || rc=1; exit $$rc
 
 vet:
 	$(GO) vet ./...

@@ -53,6 +53,9 @@ var (
 	ioctlSetFPU              = iow(0x8d, sizeOf[FPU]())
 	ioctlSetCPUID2           = iow(0x90, 8)
 	ioctlGetMPState          = ior(0x98, 4)
+	ioctlEnableCap           = iow(0xa3, sizeOf[enableCap]())
+	ioctlGetXCRS             = ior(0xa6, sizeOf[xcrs]())
+	ioctlSetXCRS             = iow(0xa7, sizeOf[xcrs]())
 )
 
 // ioctl issues one ioctl and names it in the error.

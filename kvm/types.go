@@ -137,4 +137,36 @@ const (
 	CapMaxVCPUs         = 66
 	CapTSCDeadlineTimer = 72
 	CapImmediateExit    = 136
+	CapXCRS             = 56
+	CapPMUCapability    = 212
 )
+
+// PMUCapDisable is KVM_PMU_CAP_DISABLE, the argument of KVM_ENABLE_CAP for
+// CapPMUCapability that turns the VM's virtual PMU off.
+const PMUCapDisable = 1 << 0
+
+// enableCap is struct kvm_enable_cap.
+type enableCap struct {
+	Cap   uint32
+	Flags uint32
+	Args  [4]uint64
+	_     [64]uint8
+}
+
+// XCR is struct kvm_xcr: one extended control register (XCR0 is 0).
+type XCR struct {
+	Index uint32
+	_     uint32
+	Value uint64
+}
+
+// maxXCRs is KVM_MAX_XCRS.
+const maxXCRs = 16
+
+// xcrs is struct kvm_xcrs.
+type xcrs struct {
+	N     uint32
+	Flags uint32
+	XCRs  [maxXCRs]XCR
+	_     [16]uint64
+}

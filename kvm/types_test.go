@@ -25,6 +25,9 @@ func TestStructSizes(t *testing.T) {
 		{"kvm_pit_config", unsafe.Sizeof(pitConfig{}), 64},
 		{"kvm_irqfd", unsafe.Sizeof(irqfd{}), 32},
 		{"kvm_ioeventfd", unsafe.Sizeof(ioeventfd{}), 64},
+		{"kvm_enable_cap", unsafe.Sizeof(enableCap{}), 104},
+		{"kvm_xcr", unsafe.Sizeof(XCR{}), 16},
+		{"kvm_xcrs", unsafe.Sizeof(xcrs{}), 392},
 	} {
 		if c.got != c.want {
 			t.Errorf("sizeof(%s) = %d, want %d", c.name, c.got, c.want)
@@ -50,6 +53,9 @@ func TestIoctlNumbers(t *testing.T) {
 		{"KVM_CREATE_PIT2", ioctlCreatePIT2, 0x4040AE77},
 		{"KVM_SET_CPUID2", ioctlSetCPUID2, 0x4008AE90},
 		{"KVM_SET_MSRS", ioctlSetMSRs, 0x4008AE89},
+		{"KVM_ENABLE_CAP", ioctlEnableCap, 0x4068AEA3},
+		{"KVM_GET_XCRS", ioctlGetXCRS, 0x8188AEA6},
+		{"KVM_SET_XCRS", ioctlSetXCRS, 0x4188AEA7},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %#x, want %#x", c.name, c.got, c.want)

@@ -122,3 +122,24 @@ func (c *VCPU) MSRs(indexes ...uint32) ([]MSR, error) {
 	}
 	return out, nil
 }
+
+// XCRs returns the vCPU's extended control registers (XCR0).
+func (c *VCPU) XCRs() ([]XCR, error) {
+	var x xcrs
+	if err := c.get("KVM_GET_XCRS", ioctlGetXCRS, unsafe.Pointer(&x)); err != nil {
+		return nil, err
+	}
+	n := min(int(x.N), maxXCRs)
+	return append([]XCR(nil), x.XCRs[:n]...), nil
+}
+
+// SetXCRs sets extended control registers. KVM checks each against the
+// CPUID set before (SetCPUID first).
+func (c *VCPU) SetXCRs(regs []XCR) error {
+	if len(regs) > maxXCRs {
+		return fmt.Errorf("vcpu %d: KVM_SET_XCRS: %d registers, at most %d", c.ID, len(regs), maxXCRs)
+	}
+	x := xcrs{N: uint32(len(regs))}
+	copy(x.XCRs[:], regs)
+	return c.get("KVM_SET_XCRS", ioctlSetXCRS, unsafe.Pointer(&x))
+}

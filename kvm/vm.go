@@ -128,3 +128,16 @@ func (vm *VM) CreateVCPU(id int) (*VCPU, error) {
 	}
 	return &VCPU{ID: id, fd: fd, run: mem}, nil
 }
+
+// EnableCap turns on a VM capability with its arguments (KVM_ENABLE_CAP on
+// the VM). Some, such as CapPMUCapability, must be set before any vCPU is
+// created.
+func (vm *VM) EnableCap(cap uint32, args ...uint64) error {
+	c := enableCap{Cap: cap}
+	if len(args) > len(c.Args) {
+		return fmt.Errorf("KVM_ENABLE_CAP %d: %d arguments, at most %d", cap, len(args), len(c.Args))
+	}
+	copy(c.Args[:], args)
+	_, err := ioctl(vm.fd, fmt.Sprintf("KVM_ENABLE_CAP(%d)", cap), ioctlEnableCap, ptr(&c))
+	return err
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/test/kvmtest"
+	"github.com/cellvm/cellvm/test/netnstest"
 )
 
 // Test servers on documentation addresses, inside a "world" network
@@ -33,8 +34,12 @@ func ip(t *testing.T, args ...string) {
 
 // makeWorld builds the world namespace with both servers and routes to it
 // from this namespace through a veth ("uplink" 192.0.2.1 <-> 192.0.2.2).
+// "This namespace" is the test's own (netnstest.Isolate), never the host's.
 func makeWorld(t *testing.T) {
 	t.Helper()
+	if !netnstest.InChild() {
+		t.Fatal("makeWorld outside a namespace of the test's own would change the host's routes")
+	}
 	exec.Command("ip", "netns", "del", worldNS).Run()
 	exec.Command("ip", "link", "del", "cvt-up").Run()
 	ip(t, "netns", "add", worldNS)
@@ -97,6 +102,12 @@ func TestNetworkPolicyInMicroVM(t *testing.T) {
 	kvmtest.Require(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for TAPs and iptables")
+	}
+	// The uplink, the world's routes, the TAP, the iptables chains and
+	// ip_forward all live in a network namespace this test makes: never in
+	// the host's (where 192.0.2.0/24 may be the real uplink).
+	if !netnstest.Isolate(t) {
+		return
 	}
 	makeWorld(t)
 	host, err := netpolicy.NewHost(netpolicy.HostConfig{Uplink: "cvt-up", Upstreams: []string{"192.0.2.2:53"}}, nil)

@@ -261,6 +261,16 @@ func (m *Machine) Run() error {
 		return err
 	}
 	features := cpuFeatures{tscDeadline: m.sys.CheckExtension(kvm.CapTSCDeadlineTimer) != 0}
+	if m.sys.CheckExtension(kvm.CapXCRS) != 0 {
+		features.xcr0 = guestXSAVEMask(supported)
+	}
+	pmu := "hidden in CPUID; KVM's vPMU on (no KVM_CAP_PMU_CAPABILITY)"
+	if m.sys.CheckExtension(kvm.CapPMUCapability)&kvm.PMUCapDisable != 0 {
+		if err := m.vm.EnableCap(kvm.CapPMUCapability, kvm.PMUCapDisable); err != nil {
+			return fmt.Errorf("turn the virtual PMU off: %w", err)
+		}
+		pmu = "off"
+	}
 	for i := 0; i < m.cfg.VCPUs; i++ {
 		c, err := m.vm.CreateVCPU(i)
 		if err != nil {
@@ -276,7 +286,7 @@ func (m *Machine) Run() error {
 	}
 	m.started = time.Now()
 	m.marker.start = m.started
-	m.log.Info("vm starting", "vcpus", m.cfg.VCPUs, "tsc_deadline_timer", features.tscDeadline, "memory_mib", m.cfg.MemoryMiB, "kernel", m.cfg.Kernel, "format", m.kernel.Format, "cmdline", m.cmdline)
+	m.log.Info("vm starting", "vcpus", m.cfg.VCPUs, "tsc_deadline_timer", features.tscDeadline, "pmu", pmu, "xcr0", fmt.Sprintf("%#x", features.xcr0), "memory_mib", m.cfg.MemoryMiB, "kernel", m.cfg.Kernel, "format", m.kernel.Format, "cmdline", m.cmdline)
 	var wg sync.WaitGroup
 	for _, c := range m.vcpus {
 		wg.Add(1)

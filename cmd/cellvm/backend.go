@@ -72,8 +72,8 @@ func guestFiles(kernel, initrd, rootfs string) (string, string, string, error) {
 // newEmbeddedManager returns a manager that runs VMs from this process,
 // with its state in a fresh temporary directory; cleanup removes it.
 func newEmbeddedManager(b *backendFlags, log *slog.Logger) (*sandbox.VMManager, func(), error) {
-	if !kvm.Available() {
-		return nil, nil, fmt.Errorf("%w: cellvm needs /dev/kvm to run sandboxes; run 'cellvm doctor' for what is missing", kvm.ErrNoKVM)
+	if err := requireKVM(); err != nil {
+		return nil, nil, err
 	}
 	k, i, r, err := guestFiles(*b.kernel, *b.initrd, *b.rootfs)
 	if err != nil {
@@ -135,4 +135,12 @@ func (b *backendFlags) remoteOnly() (*api.Client, error) {
 		return nil, fmt.Errorf("no cellvm daemon at %s: start one with 'cellvm serve' or pass --socket / set CELLVM_SOCKET (%v)", s, err)
 	}
 	return api.NewClient(s), nil
+}
+
+// requireKVM runs the host KVM check (a probe guest, bounded by a deadline)
+// that every front end runs before it starts a VM, so a host whose /dev/kvm
+// cannot run cellvm's guests fails at once with the reason instead of
+// hanging in a boot.
+func requireKVM() error {
+	return kvm.Check(kvm.CheckConfig{}).Err()
 }

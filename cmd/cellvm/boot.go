@@ -57,6 +57,9 @@ func cmdBoot(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			return fmt.Errorf("no kernel: pass --kernel, set CELLVM_KERNEL, or build the project's kernel with 'make kernel'")
 		}
 	}
+	if err := requireKVM(); err != nil {
+		return err
+	}
 	m, err := vmm.New(vmm.Config{
 		Kernel:       *kernel,
 		Initrd:       *initrd,

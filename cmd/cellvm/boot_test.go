@@ -5,8 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cellvm/cellvm/kvm"
+	"github.com/cellvm/cellvm/test/kvmtest"
 )
 
 // Errors that must come before any VM exists, on any host.
@@ -39,15 +41,74 @@ func TestBootBadArguments(t *testing.T) {
 	}
 }
 
-func TestBootWithoutKVMSaysSo(t *testing.T) {
-	if kvm.Available() {
-		t.Skip("this host has /dev/kvm")
+// TestUnusableKVMRefusedAtOnce: on a host whose KVM cannot run cellvm's
+// guests (none at all, or kvm_pvm as on these development machines), every
+// front end that would start a VM fails at once with the check's reason and
+// leaves nothing behind, and doctor names the provider.
+func TestUnusableKVMRefusedAtOnce(t *testing.T) {
+	v := kvmtest.HostKVM()
+	if v.Usable {
+		t.Skipf("this host's KVM can run cellvm guests (%s)", v.Summary())
 	}
 	k := filepath.Join(t.TempDir(), "k")
 	os.WriteFile(k, []byte("x"), 0o644)
+	before, _ := filepath.Glob(filepath.Join(os.TempDir(), "cellvm-run-*"))
+	for _, args := range [][]string{
+		{"boot", "--kernel", k},
+		{"run", "-c", "1"},
+		{"serve", "--socket", filepath.Join(t.TempDir(), "s.sock"), "--network=false"},
+	} {
+		var out, errb strings.Builder
+		start := time.Now()
+		code := run(args, strings.NewReader(""), &out, &errb)
+		took := time.Since(start)
+		if code == 0 || !strings.Contains(errb.String(), v.Reason) || !strings.Contains(errb.String(), "cellvm doctor") {
+			t.Errorf("%v: exit %d, stderr %q; want non-zero, the reason %q and a pointer to 'cellvm doctor'", args, code, errb.String(), v.Reason)
+		}
+		// A bound for a hang, not a timing claim: the probe's own deadline
+		// is kvm.DefaultProbeTimeout.
+		if took > kvm.DefaultProbeTimeout+5*time.Second {
+			t.Errorf("%v took %v", args, took)
+		}
+	}
+	after, _ := filepath.Glob(filepath.Join(os.TempDir(), "cellvm-run-*"))
+	if len(after) > len(before) {
+		t.Errorf("state directories left behind: %v (before: %v)", after, before)
+	}
 	var out, errb strings.Builder
-	code := run([]string{"boot", "--kernel", k}, strings.NewReader(""), &out, &errb)
-	if code != 1 || !strings.Contains(errb.String(), "/dev/kvm is not available") {
-		t.Errorf("exit %d, stderr %q", code, errb.String())
+	if code := run([]string{"doctor", "--kvm"}, strings.NewReader(""), &out, &errb); code != 1 {
+		t.Errorf("doctor --kvm: exit %d, want 1", code)
+	}
+	line := out.String()
+	if !strings.Contains(line, "[FAIL]") || !strings.Contains(line, "provider "+string(v.Provider)) || !strings.Contains(line, v.Reason) {
+		t.Errorf("doctor --kvm printed %q; want FAIL, the provider %s and the reason", line, v.Provider)
+	}
+}
+
+func TestKVMDoctorLine(t *testing.T) {
+	for _, c := range []struct {
+		v      kvm.Verdict
+		good   bool
+		detail []string
+		fix    string
+	}{
+		{kvm.Verdict{Provider: kvm.ProviderIntel, Present: true, Probed: true, Usable: true, Took: 4 * time.Millisecond},
+			true, []string{"provider kvm_intel", "probe guest", "4ms"}, ""},
+		{kvm.Verdict{Provider: kvm.ProviderAMD, Present: true, Probed: true, Usable: true},
+			true, []string{"provider kvm_amd"}, ""},
+		{kvm.Verdict{Provider: kvm.ProviderPVM, Present: true, Probed: true, Reason: "/dev/kvm is provided by kvm_pvm, which runs only guest kernels built for PVM", Fix: "run on a host with VT-x"},
+			false, []string{"provider kvm_pvm", "cannot run guests here", "built for PVM"}, "VT-x"},
+		{kvm.Verdict{Provider: kvm.ProviderNone, Reason: "/dev/kvm is missing", Fix: "nested rig"},
+			false, []string{"provider none", "is missing"}, "nested rig"},
+	} {
+		good, detail, fix := kvmDoctorLine(c.v)
+		if good != c.good || !strings.Contains(fix, c.fix) || (c.fix == "") != (fix == "") {
+			t.Errorf("%s: good %v fix %q, want %v %q", c.v.Provider, good, fix, c.good, c.fix)
+		}
+		for _, w := range c.detail {
+			if !strings.Contains(detail, w) {
+				t.Errorf("%s: %q does not say %q", c.v.Provider, detail, w)
+			}
+		}
 	}
 }

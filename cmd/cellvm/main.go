@@ -61,7 +61,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "serve":
 		err = cmdServe(args[1:], stderr)
 	case "doctor":
-		return cmdDoctor(stdout)
+		code, err = cmdDoctor(args[1:], stdout, stderr)
 	case "boot":
 		err = cmdBoot(args[1:], stdin, stdout, stderr)
 	case "vmm":
@@ -80,8 +80,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if errors.As(err, &ue) {
 			return 2
 		}
-		if errors.Is(err, kvm.ErrNoKVM) {
-			fmt.Fprintln(stderr, "hint: this host exposes no /dev/kvm; 'cellvm doctor' says what cellvm needs, and 'make test' runs the KVM tests in the nested rig")
+		if errors.Is(err, kvm.ErrNoKVM) || errors.Is(err, kvm.ErrUnusable) {
+			fmt.Fprintln(stderr, "hint: 'cellvm doctor' says what cellvm needs, and 'make test' runs the KVM tests in the nested rig")
 		}
 		if code == 0 {
 			code = 1

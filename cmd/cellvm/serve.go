@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/api"
-	"github.com/cellvm/cellvm/kvm"
 	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/sandbox"
 )
@@ -47,8 +46,8 @@ func cmdServe(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if !kvm.Available() {
-		return fmt.Errorf("%w: the daemon needs /dev/kvm; run 'cellvm doctor'", kvm.ErrNoKVM)
+	if err := requireKVM(); err != nil {
+		return fmt.Errorf("the daemon cannot start VMs: %w", err)
 	}
 	k, i, r, err := guestFiles(*b.kernel, *b.initrd, *b.rootfs)
 	if err != nil {

@@ -6,6 +6,7 @@ package kvmtest
 import (
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/cellvm/cellvm/kvm"
@@ -14,17 +15,25 @@ import (
 // InRig reports whether the tests run inside the nested-KVM rig.
 func InRig() bool { return os.Getenv("CELLVM_RIG") == "1" }
 
-// Require skips t when /dev/kvm is absent, unless in the rig, where that is
-// a failure.
+var hostKVM = sync.OnceValue(func() kvm.Verdict { return kvm.Check(kvm.CheckConfig{}) })
+
+// HostKVM is this host's KVM verdict (kvm.Check, run once per test binary:
+// a probe guest, not a look at the device node).
+func HostKVM() kvm.Verdict { return hostKVM() }
+
+// Require skips t unless this host's KVM can run cellvm's guests (decided by
+// the probe, so a kvm_pvm /dev/kvm skips too), except in the rig, where a
+// KVM that cannot is a failure.
 func Require(t testing.TB) {
 	t.Helper()
-	if kvm.Available() {
+	v := HostKVM()
+	if v.Usable {
 		return
 	}
 	if InRig() {
-		t.Fatal("CELLVM_RIG=1 but /dev/kvm is missing: the rig did not load kvm-amd")
+		t.Fatalf("CELLVM_RIG=1 but the rig's KVM cannot run cellvm guests: %s", v.Reason)
 	}
-	t.Skip("needs /dev/kvm: runs in the nested rig (make test)")
+	t.Skipf("needs a KVM that runs cellvm guests (runs in the nested rig: make test): %s", v.Reason)
 }
 
 // RepoRoot returns the checkout's root (the directory holding go.mod).

@@ -66,5 +66,17 @@ for ((attempt = 1; attempt <= attempts; attempt++)); do
 	esac
 	echo "test-rig: attempt $attempt of $attempts: $why (run.sh exit $rc)"
 done
-echo "make test-rig: nested rig took $(($(date +%s) - start))s in $ran attempt(s) (exit $rc)"
+# What the emulator's flakiness cost, counted, never hidden: fresh L1s
+# after a wedged, crashed or timed-out one, and reruns of failed tests
+# (run-kvm-tests.sh says "rerun N of M" for each, and "FLAKY" for a test
+# that passed on one).
+reruns=0
+flaky=0
+for ((i = 1; i <= ran; i++)); do
+	f=$state/attempt-$i.log
+	[[ -f $f ]] || continue
+	reruns=$((reruns + $(grep -cE '^=== rig: .* failed; rerun [0-9]+ of [0-9]+' "$f")))
+	flaky=$((flaky + $(grep -cE '^=== rig: .* ok after [0-9]+ rerun\(s\); FLAKY' "$f")))
+done
+echo "make test-rig: nested rig took $(($(date +%s) - start))s in $ran attempt(s) (exit $rc); fresh L1s: $((ran > 0 ? ran - 1 : 0)), test reruns: $reruns, packages passed only on a rerun (FLAKY): $flaky"
 exit "$rc"

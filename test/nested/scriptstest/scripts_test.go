@@ -106,7 +106,8 @@ func TestRigAttemptAfterAWedgedL1RunsOnlyWhatDidNotPass(t *testing.T) {
 	if got, want := readFile(t, filepath.Join(dir, "passed-2")), "cmd/cellvm TestA\nsandbox TestC\n"; got != want {
 		t.Errorf("second attempt skipped %q, want %q (top-level passes only, by package)", got, want)
 	}
-	for _, want := range []string{"L1 went silent (wedged)", "attempt 2 of 3 in a fresh L1", "in 2 attempt(s) (exit 0)"} {
+	for _, want := range []string{"L1 went silent (wedged)", "attempt 2 of 3 in a fresh L1", "in 2 attempt(s) (exit 0)",
+		"fresh L1s: 1, test reruns: 0, packages passed only on a rerun (FLAKY): 0"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -222,5 +223,30 @@ func TestKVMTestsFailATestThatFailsEveryRun(t *testing.T) {
 	out, code = kvmTests(t, dir, bin)
 	if code != 1 || calls(t, dir, "pkg.test") != 1 || !strings.Contains(out, "the test binary") {
 		t.Fatalf("crashed binary: exit %d after %d runs, want 1 after 1\n%s", code, calls(t, dir, "pkg.test"), out)
+	}
+}
+
+func TestRigCountsRerunsAndFlakyPackages(t *testing.T) {
+	dir := t.TempDir()
+	log := `=== rig: cmd/cellvm
+--- FAIL: TestA (1.00s)
+=== rig: cmd/cellvm: TestA failed; rerun 1 of 2, to tell a flaky emulator from a bug
+--- FAIL: TestA (1.00s)
+=== rig: cmd/cellvm: TestA failed; rerun 2 of 2, to tell a flaky emulator from a bug
+--- PASS: TestA (1.00s)
+=== rig: cmd/cellvm ok after 2 rerun(s); FLAKY: TestA (3s)
+=== rig: sandbox
+--- FAIL: TestB (1.00s)
+=== rig: sandbox: TestB failed; rerun 1 of 2, to tell a flaky emulator from a bug
+--- PASS: TestB (1.00s)
+=== rig: sandbox ok after 1 rerun(s); FLAKY: TestB (2s)
+`
+	rig := fake(t, dir, "rig", step{log, 0})
+	out, code := runScript(t, []string{"RIG_RUN=" + rig, "RIG_STATE=" + dir}, "test-rig.sh")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	if want := "fresh L1s: 0, test reruns: 3, packages passed only on a rerun (FLAKY): 2"; !strings.Contains(out, want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
 	}
 }
