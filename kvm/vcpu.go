@@ -143,3 +143,18 @@ func (c *VCPU) SetXCRs(regs []XCR) error {
 	copy(x.XCRs[:], regs)
 	return c.get("KVM_SET_XCRS", ioctlSetXCRS, unsafe.Pointer(&x))
 }
+
+// MP states (struct kvm_mp_state).
+const (
+	MPStateRunnable      = 0
+	MPStateUninitialized = 1
+	MPStateInitReceived  = 2
+	MPStateHalted        = 3
+	MPStateSIPIReceived  = 4
+)
+
+// MPState returns the vCPU's multiprocessing state (KVM_GET_MP_STATE).
+func (c *VCPU) MPState() (uint32, error) {
+	var s uint32
+	return s, c.get("KVM_GET_MP_STATE", ioctlGetMPState, unsafe.Pointer(&s))
+}

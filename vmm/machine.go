@@ -59,6 +59,7 @@ type Machine struct {
 	mem    *guestmem.Regions
 	unmap  func()
 	vcpus  []*kvm.VCPU
+	diag   diag
 	pio    Bus
 	mmio   Bus
 	uart   *uart.UART
@@ -304,17 +305,24 @@ func (m *Machine) Run() error {
 func (m *Machine) runVCPU(c *kvm.VCPU) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	d := m.diag.register(c)
 	for {
 		select {
 		case <-m.ended:
 			return
 		default:
 		}
+		if d.dump.Swap(false) {
+			c.SetImmediateExit(false)
+			d.log(m.log)
+		}
 		reason, err := c.Run()
 		if errors.Is(err, kvm.ErrInterrupted) {
+			d.intr.Add(1)
 			c.SetImmediateExit(false)
 			continue
 		}
+		d.count(reason)
 		if err != nil {
 			m.end(err, "KVM_RUN failed")
 			return

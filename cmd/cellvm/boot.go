@@ -78,6 +78,7 @@ func cmdBoot(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
+	defer dumpVCPUsOnSIGUSR1(m)()
 	return m.Run()
 }
 

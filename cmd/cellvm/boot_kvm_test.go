@@ -67,7 +67,13 @@ func cellvm(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	// A hung VMM is asked for its goroutines' stacks first (Go prints
 	// them on SIGQUIT): they tell a vCPU stuck inside KVM_RUN (the guest
 	// or the emulator) from one stuck in the VMM.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	// Before that, SIGUSR1 has the VMM log each vCPU's registers and exit
+	// counts (where the guest is, and whether it still exits at all).
+	cmd.Cancel = func() error {
+		cmd.Process.Signal(syscall.SIGUSR1)
+		time.Sleep(3 * time.Second)
+		return cmd.Process.Signal(syscall.SIGQUIT)
+	}
 	cmd.WaitDelay = 10 * time.Second
 	cmd.Env = append(os.Environ(), "CELLVM_TEST_MAIN=1")
 	var out, errb bytes.Buffer
@@ -75,7 +81,8 @@ func cellvm(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	start := time.Now()
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		t.Fatalf("cellvm %v hung: killed after %v\nstdout:\n%s\nstderr:\n%s", args, bootTimeout, out.String(), errb.String())
+		t.Fatalf("cellvm %v hung: killed after %v\nwhere the vCPUs were:\n%s\nstdout:\n%s\nstderr:\n%s", args, bootTimeout,
+			kvmtest.PlaceRIPs(kvmtest.BuildFile(t, "kernel/vmlinux"), errb.String()), out.String(), errb.String())
 	}
 	code = cmd.ProcessState.ExitCode()
 	if err != nil && code < 0 {

@@ -56,6 +56,7 @@ func cmdVMM(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
+	defer dumpVCPUsOnSIGUSR1(m)()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
