@@ -15,6 +15,7 @@ require (
 
 require (
 	github.com/dustin/go-humanize v1.0.1 // indirect
+	github.com/elastic/go-seccomp-bpf v1.6.0 // indirect
 	github.com/google/jsonschema-go v0.4.3 // indirect
 	github.com/mdlayher/socket v0.8.0 // indirect
 	github.com/pierrec/lz4/v4 v4.1.22 // indirect

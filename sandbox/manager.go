@@ -22,7 +22,9 @@ import (
 	"github.com/cellvm/cellvm/agentclient"
 	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/guestinit/proto"
+	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/netpolicy"
+	vnet "github.com/cellvm/cellvm/virtio/net"
 )
 
 // Options configure a VMManager.
@@ -45,7 +47,13 @@ type Options struct {
 	// Net enforces network policies; without it a sandbox asking for
 	// network is refused (ErrNotSupported).
 	Net *netpolicy.Host
-	Log *slog.Logger
+	// Jail confines every VMM process (see JailOptions); nil runs them
+	// unjailed.
+	Jail *JailOptions
+	// TestHooks arms each VMM's test-only seccomp trigger (SIGUSR2 makes a
+	// forbidden system call). Only tests set it.
+	TestHooks bool
+	Log       *slog.Logger
 }
 
 // VMManager is the Manager that runs each sandbox in its own microVM.
@@ -70,6 +78,8 @@ type vmSandbox struct {
 	proc    *vmProc
 	agent   *agentclient.Client
 	net     *netpolicy.Attachment // nil: no network device
+	cgroup  *jail.Cgroup          // the jailed VMM's cgroup; nil: none
+	lost    atomic.Pointer[LostInfo]
 
 	netMu       sync.Mutex   // guards cfg.Network, which SetNetwork replaces
 	state       atomic.Value // State
@@ -198,7 +208,10 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 	if b, err := json.Marshal(cfg); err == nil {
 		os.WriteFile(filepath.Join(s.dir, configFile), b, 0o600)
 	}
-	uds := filepath.Join(s.dir, vsockFile)
+	if err := os.Mkdir(runDir(s.dir), 0o755); err != nil {
+		return Info{}, fmt.Errorf("sandbox run directory: %w", err)
+	}
+	uds := filepath.Join(runDir(s.dir), vsockFile)
 	spec := VMSpec{
 		Kernel: m.opt.Kernel, Initrd: m.opt.Initrd, Cmdline: guestCmdline(),
 		VCPUs: cfg.VCPUs, MemoryMiB: uint64(cfg.MemoryMiB),
@@ -209,12 +222,30 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 		if s.net, err = m.opt.Net.Attach(ctx, id, policy); err != nil {
 			return Info{}, fmt.Errorf("network: %w", err)
 		}
-		spec.TAP = s.net.TAP
 		copy(spec.MAC[:], s.net.MAC)
 		spec.Cmdline += " " + s.net.KernelArgs()
 	}
+	var launch vmLaunch
+	if s.net != nil {
+		// The daemon opens the TAP and hands the VMM the descriptor: the
+		// VMM needs neither /dev/net/tun nor CAP_NET_ADMIN.
+		tap, err := vnet.OpenTAP(s.net.TAP)
+		if err != nil {
+			return Info{}, fmt.Errorf("network: %w", err)
+		}
+		defer tap.Close()
+		launch.files = append(launch.files, tap)
+		spec.TAPFD = 3
+	}
+	if m.opt.Jail != nil {
+		if s.cgroup, err = m.opt.Jail.jailVM(id, s.dir, cid, &spec); err != nil {
+			return Info{}, fmt.Errorf("jail the VMM: %w", err)
+		}
+		launch.cgroup = s.cgroup
+	}
+	spec.TestHooks = m.opt.TestHooks
 	start := time.Now()
-	if s.proc, err = startVM(m.opt.Exe, s.dir, spec); err != nil {
+	if s.proc, err = startVM(m.opt.Exe, s.dir, spec, launch); err != nil {
 		return Info{}, err
 	}
 	bootCtx, cancel := context.WithTimeout(ctx, m.opt.BootTimeout)
@@ -264,7 +295,9 @@ func (m *VMManager) markLost(s *vmSandbox) {
 	s.exitSeen.Do(func() {
 		for _, st := range []State{StateRunning, StatePaused} {
 			if s.state.CompareAndSwap(st, StateLost) {
-				m.log.Warn("sandbox lost: its VM exited", "id", s.id, "error", s.proc.err,
+				why := lostInfo(s.proc.err, readTail(filepath.Join(s.dir, vmmLogFile), 4096))
+				s.lost.Store(&why)
+				m.log.Warn("sandbox lost: its VM exited", "id", s.id, "error", s.proc.err, "reason", why.Reason, "killed_by", why.KilledBy,
 					"vmm_log", lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 4096), 10),
 					"console", lastLines(consoleTail(s.dir, 8192), 30))
 				return
@@ -341,6 +374,9 @@ func (m *VMManager) destroy(s *vmSandbox) {
 			m.log.Error("remove sandbox network", "id", s.id, "error", err)
 		}
 	}
+	if err := s.cgroup.Close(); err != nil {
+		m.log.Error("remove the VMM's cgroup", "id", s.id, "error", err)
+	}
 	if err := os.RemoveAll(s.dir); err != nil {
 		m.log.Error("remove sandbox directory", "id", s.id, "error", err)
 	}
@@ -406,6 +442,7 @@ func (m *VMManager) info(s *vmSandbox) Info {
 	if s.net != nil {
 		in.Network.AllowedPackets, in.Network.DroppedPackets = s.net.Counters()
 	}
+	in.Lost = s.lost.Load()
 	return in
 }
 

@@ -291,6 +291,20 @@ type Info struct {
 	// CellRunning says whether a cell is running now (a second is refused).
 	CellRunning bool            `json:"cell_running"`
 	Network     NetworkCounters `json:"network"`
+	// Lost says why, when State is StateLost.
+	Lost *LostInfo `json:"lost,omitempty"`
+}
+
+// LostInfo is why a sandbox's VM died.
+type LostInfo struct {
+	// Reason is one sentence for a human.
+	Reason string `json:"reason"`
+	// KilledBy is "seccomp" (the VMM made a system call its jail forbids),
+	// "signal" (another signal killed it), or "" (the VMM itself exited:
+	// Exit and Reason say how the VM ended).
+	KilledBy string `json:"killed_by,omitempty"`
+	// Exit is the VMM process's exit status or signal.
+	Exit string `json:"exit,omitempty"`
 }
 
 // ExecRequest runs one command in the guest, outside the interpreter.

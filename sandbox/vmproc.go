@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cellvm/cellvm/jail"
 )
 
 // VMSpec is the machine a sandbox runs on; it is written to the sandbox's
@@ -26,7 +28,12 @@ type VMSpec struct {
 	Vsock     *VMVsock `json:"vsock,omitempty"`
 	TAP       string   `json:"tap,omitempty"`
 	MAC       [6]byte  `json:"mac,omitempty"`
+	TAPFD     int      `json:"tap_fd,omitempty"`
 	LogLevel  string   `json:"log_level,omitempty"`
+	// Jail, when set, confines the VMM (its paths above are then the
+	// jail's); TestHooks arms its test-only seccomp trigger (SIGUSR2).
+	Jail      *jail.Spec `json:"jail,omitempty"`
+	TestHooks bool       `json:"test_hooks,omitempty"`
 }
 
 // VMDisk and VMVsock mirror vmm.Disk and vmm.Vsock's JSON.
@@ -38,6 +45,13 @@ type VMDisk struct {
 type VMVsock struct {
 	CID uint64 `json:"CID"`
 	UDS string `json:"UDS"`
+}
+
+// vmLaunch is what startVM needs beyond the spec: descriptors to hand the
+// VMM (ExtraFiles: the first is fd 3) and the cgroup to start it in.
+type vmLaunch struct {
+	files  []*os.File
+	cgroup *jail.Cgroup
 }
 
 // vmProc is a running `cellvm vmm` process. It runs in its own session so
@@ -62,7 +76,7 @@ const (
 
 // startVM writes spec into dir and starts exe (the cellvm binary) as the
 // VMM process for it.
-func startVM(exe, dir string, spec VMSpec) (*vmProc, error) {
+func startVM(exe, dir string, spec VMSpec, l vmLaunch) (*vmProc, error) {
 	b, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return nil, err
@@ -83,7 +97,18 @@ func startVM(exe, dir string, spec VMSpec) (*vmProc, error) {
 	defer logf.Close()
 	cmd := exec.Command(exe, "vmm", "--config", cfg)
 	cmd.Stdout, cmd.Stderr = console, logf
+	cmd.ExtraFiles = l.files
+	// The Go runtime's periodic look at its cgroup's CPU limit would only
+	// meet the jail's seccomp filter (EACCES).
+	cmd.Env = append(os.Environ(), "GODEBUG=updatemaxprocs=0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: 0}
+	if spec.Jail != nil {
+		cmd.SysProcAttr.Cloneflags = jail.Cloneflags
+	}
+	if l.cgroup != nil {
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = l.cgroup.FD()
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start vmm process: %w", err)
 	}

@@ -66,10 +66,13 @@ func (m *Machine) addDevices() error {
 			return fmt.Errorf("virtio-vsock: %w", err)
 		}
 	}
-	if m.cfg.TAP != "" {
-		tap, err := vnet.OpenTAP(m.cfg.TAP)
-		if err != nil {
-			return err
+	if m.cfg.TAP != "" || m.cfg.TAPFile != nil {
+		tap := m.cfg.TAPFile
+		if tap == nil {
+			var err error
+			if tap, err = vnet.OpenTAP(m.cfg.TAP); err != nil {
+				return err
+			}
 		}
 		n := vnet.New(tap, m.cfg.MAC, m.log)
 		if err := add(n, n); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -40,8 +41,17 @@ type Config struct {
 	// Devices.
 	Disks []Disk
 	Vsock *Vsock
-	TAP   string  // host TAP device for virtio-net; none when empty
-	MAC   [6]byte // the guest NIC's MAC address
+	TAP   string // host TAP device for virtio-net; none when empty
+	// TAPFile is an open, attached TAP (vnet.OpenTAP) for virtio-net,
+	// handed over by whoever had the privilege to open it; it takes the
+	// place of TAP, and the machine owns it from New on.
+	TAPFile *os.File
+	// BeforeGuest, if set, runs once in Run after every file is loaded and
+	// every vCPU is set up, just before the guest's first instruction: the
+	// VMM's jail drops its privileges and installs its seccomp filter there.
+	// An error ends Run before the guest runs.
+	BeforeGuest func() error
+	MAC         [6]byte // the guest NIC's MAC address
 }
 
 // Errors that end a VM badly.
@@ -284,6 +294,11 @@ func (m *Machine) Run() error {
 	}
 	if m.cfg.ConsoleInput != nil {
 		go m.uart.FeedFrom(m.cfg.ConsoleInput)
+	}
+	if m.cfg.BeforeGuest != nil {
+		if err := m.cfg.BeforeGuest(); err != nil {
+			return fmt.Errorf("before the guest's first instruction: %w", err)
+		}
 	}
 	m.started = time.Now()
 	m.marker.start = m.started

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/api"
+	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/kvm"
 	"github.com/cellvm/cellvm/sandbox"
 )
@@ -26,6 +27,10 @@ type backendFlags struct {
 	rootfs   *string
 	logLevel *string
 	jsonOut  *bool
+
+	jail        *bool
+	jailUIDBase *int
+	jailCgroup  *string
 }
 
 func addBackendFlags(fs *flag.FlagSet) *backendFlags {
@@ -36,7 +41,41 @@ func addBackendFlags(fs *flag.FlagSet) *backendFlags {
 		rootfs:   fs.String("rootfs", "", "guest root image (default build/rootfs.ext4)"),
 		logLevel: fs.String("log-level", "warn", "log level on stderr"),
 		jsonOut:  fs.Bool("json", false, "print JSON for scripts"),
+		jail: fs.Bool("jail", os.Geteuid() == 0,
+			"confine each VMM: its own namespaces, a root with only its VM's files, its own uid, a cgroup, a seccomp filter (needs root; default on as root)"),
+		jailUIDBase: fs.Int("jail-uid-base", defaultJailUIDBase, "a jailed VMM runs as this uid (and gid) plus its VM's vsock CID"),
+		jailCgroup:  fs.String("jail-cgroup", defaultJailCgroup, "cgroup v2 directory for the jailed VMMs' cgroups (\"\" for none)"),
 	}
+}
+
+// Jail defaults: uids far above those of people and services, and a
+// cgroup beside the host's own.
+const (
+	defaultJailUIDBase = 200_000_000
+	defaultJailCgroup  = "/sys/fs/cgroup/cellvm"
+)
+
+// jailOptions turns the jail flags into the manager's options, saying in
+// the log what the VMMs will run under (nil: unjailed).
+func (b *backendFlags) jailOptions(log *slog.Logger) (*sandbox.JailOptions, error) {
+	if !*b.jail {
+		log.Warn("VMMs run unjailed (--jail=false, or not root): a VMM bug would reach this host as this user")
+		return nil, nil
+	}
+	if os.Geteuid() != 0 {
+		return nil, usageError{fmt.Errorf("--jail needs root (namespaces, mounts, switching to the VMM's uid); run as root or pass --jail=false")}
+	}
+	if *b.jailUIDBase <= 0 || *b.jailUIDBase > 1<<31-1<<20 {
+		return nil, usageError{fmt.Errorf("--jail-uid-base %d: want 1..%d", *b.jailUIDBase, 1<<31-1<<20)}
+	}
+	o := &sandbox.JailOptions{UIDBase: *b.jailUIDBase, CgroupParent: *b.jailCgroup}
+	if o.CgroupParent != "" && !jail.CgroupV2(filepath.Dir(o.CgroupParent)) {
+		log.Warn("no cgroup v2 above --jail-cgroup: jailed VMMs get no cgroup of their own (no cpu, memory or pids limit)",
+			"jail_cgroup", o.CgroupParent)
+		o.CgroupParent = ""
+	}
+	log.Info("VMMs are jailed", "uid_base", o.UIDBase, "cgroup_parent", o.CgroupParent, "seccomp", true)
+	return o, nil
 }
 
 // guestFiles resolves the kernel, initramfs and root image.
@@ -87,9 +126,14 @@ func newEmbeddedManager(b *backendFlags, log *slog.Logger) (*sandbox.VMManager, 
 	if err != nil {
 		return nil, nil, err
 	}
+	jailOpt, err := b.jailOptions(log)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
 	m, err := sandbox.NewVMManager(sandbox.Options{
 		Exe: exe, Kernel: k, Initrd: i, RootFS: r, StateDir: dir, Log: log,
-		BootTimeout: bootTimeoutFromEnv(),
+		BootTimeout: bootTimeoutFromEnv(), Jail: jailOpt, TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1",
 	})
 	if err != nil {
 		os.RemoveAll(dir)

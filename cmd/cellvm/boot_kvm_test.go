@@ -20,7 +20,17 @@ import (
 
 // bootTimeout bounds one guest boot; the rig runs under TCG, so it is
 // generous, but a hang still fails instead of blocking the suite.
-const bootTimeout = 4 * time.Minute
+var bootTimeout = bootTimeoutFor(4 * time.Minute)
+
+// bootTimeoutFor is def, or $CELLVM_BOOT_TEST_TIMEOUT (a Go duration) when
+// set: a shorter bound makes hunting a rare hang with many repeated boots
+// affordable.
+func bootTimeoutFor(def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("CELLVM_BOOT_TEST_TIMEOUT")); err == nil && d > 0 {
+		return d
+	}
+	return def
+}
 
 // testInit is the /init of the boot tests' initramfs: it prints a marker,
 // sleeps a second, prints the uptime, the online CPUs and the boot CPU's

@@ -71,10 +71,15 @@ func cmdServe(args []string, stderr io.Writer) error {
 			return fmt.Errorf("network policies: %w (pass --network=false to run without them)", err)
 		}
 	}
+	jailOpt, err := b.jailOptions(log)
+	if err != nil {
+		return err
+	}
 	m, err := sandbox.NewVMManager(sandbox.Options{
 		Exe: exe, Kernel: k, Initrd: i, RootFS: r, StateDir: *stateDir,
 		MaxSandboxes: *maxSandboxes, MaxMemoryMiB: *maxMemory, Log: log,
-		BootTimeout: bootTimeoutFromEnv(), Net: netHost,
+		BootTimeout: bootTimeoutFromEnv(), Net: netHost, Jail: jailOpt,
+		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1",
 	})
 	if err != nil {
 		return err

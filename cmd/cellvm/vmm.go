@@ -8,7 +8,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/vmm"
+	"golang.org/x/sys/unix"
 )
 
 // VMMConfig is what the daemon hands a `cellvm vmm` process: one machine.
@@ -24,7 +26,17 @@ type VMMConfig struct {
 	Vsock     *vmm.Vsock `json:"vsock,omitempty"`
 	TAP       string     `json:"tap,omitempty"`
 	MAC       [6]byte    `json:"mac,omitempty"`
-	LogLevel  string     `json:"log_level,omitempty"`
+	// TAPFD is the descriptor number of an open TAP the daemon passed
+	// (it takes the place of TAP; 0: none).
+	TAPFD    int    `json:"tap_fd,omitempty"`
+	LogLevel string `json:"log_level,omitempty"`
+	// Jail confines this process (see package jail); its paths above are
+	// then the jail's.
+	Jail *jail.Spec `json:"jail,omitempty"`
+	// TestHooks makes SIGUSR2 issue a system call the jail forbids: the
+	// trigger of the test that a seccomp violation kills the VMM. The daemon
+	// sets it only when it runs with CELLVM_TEST_HOOKS=1.
+	TestHooks bool `json:"test_hooks,omitempty"`
 }
 
 // cmdVMM runs one VM in this process until the guest ends or the process
@@ -48,9 +60,45 @@ func cmdVMM(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if c.Jail != nil {
+		if err := jail.Enter(*c.Jail); err != nil {
+			return err
+		}
+	}
+	var tap *os.File
+	if c.TAPFD > 0 {
+		if err := unix.SetNonblock(c.TAPFD, true); err != nil {
+			return fmt.Errorf("TAP descriptor %d from the daemon: %w", c.TAPFD, err)
+		}
+		tap = os.NewFile(uintptr(c.TAPFD), "tap")
+	}
+	var beforeGuest func() error
+	if c.Jail != nil {
+		spec := *c.Jail
+		beforeGuest = func() error {
+			if err := jail.Drop(spec); err != nil {
+				return err
+			}
+			if err := jail.Install(); err != nil {
+				return err
+			}
+			log.Info("vmm jailed", "uid", spec.UID, "root", spec.Root, "cgroup", spec.Cgroup, "seccomp", "on")
+			return nil
+		}
+	}
+	if c.TestHooks {
+		hook := make(chan os.Signal, 1)
+		signal.Notify(hook, syscall.SIGUSR2)
+		go func() {
+			<-hook
+			log.Warn("test hook: making a forbidden system call")
+			log.Error("test hook", "error", jail.ForbiddenSyscall())
+		}()
+	}
 	m, err := vmm.New(vmm.Config{
 		Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: c.Cmdline, VCPUs: c.VCPUs, MemoryMiB: c.MemoryMiB,
-		Console: stdout, Log: log, Disks: c.Disks, Vsock: c.Vsock, TAP: c.TAP, MAC: c.MAC,
+		Console: stdout, Log: log, Disks: c.Disks, Vsock: c.Vsock, TAP: c.TAP, TAPFile: tap, MAC: c.MAC,
+		BeforeGuest: beforeGuest,
 	})
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package kvmtest
 import (
 	"debug/elf"
 	"fmt"
+	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -47,8 +48,47 @@ func PlaceRIPs(vmlinux, log string) string {
 		where := "outside the kernel's functions (user space?)"
 		if i >= 0 && (funcs[i].Size == 0 || rip < funcs[i].Value+funcs[i].Size) {
 			where = fmt.Sprintf("%s+%#x", funcs[i].Name, rip-funcs[i].Value)
+		} else if rip >= moduleSpace {
+			// The guest kernel has no modules: an address there is the
+			// host's (in the rig, L1's), left in the vCPU by the emulator.
+			where = "in module space, which the guest kernel (no modules) does not use"
+			if host := hostSymbol(rip); host != "" {
+				where += "; on this host it is " + host
+			}
 		}
 		fmt.Fprintf(&b, "vcpu %s: rip %s = %s\n", m[1], m[2], where)
 	}
 	return b.String()
+}
+
+// moduleSpace is where x86-64 Linux maps modules.
+const moduleSpace = 0xffffffffa0000000
+
+// hostSymbol names addr from this host's /proc/kallsyms (root only), e.g.
+// "svm_vcpu_run+0x1c [kvm_amd]"; "" when it cannot.
+func hostSymbol(addr uint64) string {
+	b, err := os.ReadFile("/proc/kallsyms")
+	if err != nil {
+		return ""
+	}
+	var best uint64
+	var name string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 || (f[1] != "t" && f[1] != "T") {
+			continue
+		}
+		a, err := strconv.ParseUint(f[0], 16, 64)
+		if err != nil || a == 0 || a > addr || a < best {
+			continue
+		}
+		best, name = a, f[2]
+		if len(f) > 3 {
+			name += " " + f[3]
+		}
+	}
+	if name == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s+%#x", name, addr-best)
 }

@@ -1,0 +1,142 @@
+package jail
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// CgroupLimits are what one VMM's cgroup allows.
+type CgroupLimits struct {
+	VCPUs       int   // cpu.max: this many CPUs' worth of time
+	MemoryBytes int64 // memory.max (and no swap)
+	Pids        int   // pids.max: threads and processes
+}
+
+// Cgroup is one VMM's cgroup v2 directory, open for CLONE_INTO_CGROUP.
+// Close removes it once its process is gone.
+type Cgroup struct {
+	Path string
+	dir  *os.File
+}
+
+// controllers are what a VMM's cgroup limits.
+var controllers = []string{"cpu", "memory", "pids"}
+
+// CgroupV2 reports whether dir is on a cgroup v2 file system.
+func CgroupV2(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
+}
+
+// NewCgroup makes parent/name with the limits. parent (e.g.
+// /sys/fs/cgroup/cellvm) is made if missing, with the cpu, memory and pids
+// controllers enabled for its children; it must be on cgroup v2.
+func NewCgroup(parent, name string, l CgroupLimits) (*Cgroup, error) {
+	if name == "" || strings.ContainsAny(name, "/.") {
+		return nil, fmt.Errorf("cgroup name %q", name)
+	}
+	top := filepath.Dir(parent)
+	if !CgroupV2(top) {
+		return nil, fmt.Errorf("%s is not a cgroup v2 file system (mount cgroup2 there, or run the daemon without a per-VM cgroup)", top)
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return nil, fmt.Errorf("cgroup %s: %w", parent, err)
+	}
+	for _, d := range []string{top, parent} {
+		if err := enableControllers(d); err != nil {
+			return nil, err
+		}
+	}
+	path := filepath.Join(parent, name)
+	if err := os.Mkdir(path, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("cgroup %s: %w", path, err)
+	}
+	c := &Cgroup{Path: path}
+	ok := false
+	defer func() {
+		if !ok {
+			c.Close()
+		}
+	}()
+	writes := []struct{ file, value string }{
+		{"cpu.max", fmt.Sprintf("%d 100000", max(l.VCPUs, 1)*100000)},
+		{"memory.max", strconv.FormatInt(l.MemoryBytes, 10)},
+		{"pids.max", strconv.Itoa(l.Pids)},
+	}
+	for _, w := range writes {
+		if err := os.WriteFile(filepath.Join(path, w.file), []byte(w.value), 0o644); err != nil {
+			return nil, fmt.Errorf("cgroup %s: set %s: %w", path, w.file, err)
+		}
+	}
+	// No swap: a VMM's memory is its guest's, and swapping it is a host
+	// decision this file would otherwise leave to chance. Absent without
+	// swap accounting; that is fine.
+	os.WriteFile(filepath.Join(path, "memory.swap.max"), []byte("0"), 0o644)
+	dir, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup %s: %w", path, err)
+	}
+	c.dir = dir
+	ok = true
+	return c, nil
+}
+
+// enableControllers turns on, for dir's children, those of controllers dir
+// has and has not enabled yet.
+func enableControllers(dir string) error {
+	have, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	on, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+	for _, c := range controllers {
+		if !slices.Contains(strings.Fields(string(have)), c) {
+			return fmt.Errorf("cgroup %s lacks the %s controller", dir, c)
+		}
+		if slices.Contains(strings.Fields(string(on)), c) {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+"+c), 0o644); err != nil {
+			return fmt.Errorf("cgroup %s: enable %s for its children: %w", dir, c, err)
+		}
+	}
+	return nil
+}
+
+// FD is the directory descriptor for syscall.SysProcAttr.CgroupFD.
+func (c *Cgroup) FD() int { return int(c.dir.Fd()) }
+
+// Close closes the descriptor and removes the cgroup, waiting briefly for
+// its last process to be reaped; it is idempotent.
+func (c *Cgroup) Close() error {
+	if c == nil {
+		return nil
+	}
+	if c.dir != nil {
+		c.dir.Close()
+		c.dir = nil
+	}
+	if c.Path == "" {
+		return nil
+	}
+	var err error
+	for range 50 {
+		if err = unix.Rmdir(c.Path); err == nil || errors.Is(err, unix.ENOENT) {
+			c.Path = ""
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("remove cgroup %s: %w", c.Path, err)
+}

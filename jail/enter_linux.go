@@ -1,0 +1,128 @@
+package jail
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Enter builds the jail's file system view and moves the calling process
+// into it: its mounts made private, each bind mounted (read-only, nosuid,
+// noexec, nodev unless asked otherwise), pivot_root into s.Root, the old
+// root detached, the new root read-only, and the hostname set. It must run
+// as root inside a new mount namespace (Cloneflags), before any file of the
+// VM is opened; afterwards paths are the jail's.
+func Enter(s Spec) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("jail: make mounts private (is this a new mount namespace?): %w", err)
+	}
+	if err := unix.Mount(s.Root, s.Root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("jail: bind %s onto itself: %w", s.Root, err)
+	}
+	for _, b := range s.Binds {
+		target := filepath.Join(s.Root, b.Target)
+		if err := unix.Mount(b.Source, target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("jail: bind %s at %s: %w", b.Source, b.Target, err)
+		}
+		flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID | unix.MS_NOEXEC)
+		if !b.Writable {
+			flags |= unix.MS_RDONLY
+		}
+		if !b.Device {
+			flags |= unix.MS_NODEV
+		}
+		if err := unix.Mount("", target, "", flags, ""); err != nil {
+			return fmt.Errorf("jail: restrict %s: %w", b.Target, err)
+		}
+	}
+	if err := unix.Chdir(s.Root); err != nil {
+		return fmt.Errorf("jail: %w", err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("jail: pivot_root into %s: %w", s.Root, err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("jail: detach the old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("jail: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("jail: make the root read-only: %w", err)
+	}
+	if s.Hostname != "" {
+		if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
+			return fmt.Errorf("jail: hostname: %w", err)
+		}
+	}
+	return nil
+}
+
+// lastCap is the highest capability number the bounding set is cleared of;
+// PR_CAPBSET_DROP answers EINVAL past the kernel's own last one.
+const lastCap = 63
+
+// Drop gives up the process's privileges for good, on every thread: the
+// rlimits, an empty capability bounding set, no supplementary groups, the
+// jail's gid and uid (real, effective and saved, which clears the
+// permitted, effective and ambient capabilities), and no_new_privs. Run it
+// after the machine is built (its files and /dev/kvm are open) and before
+// the guest runs. The binary must be built without cgo: the all-threads
+// system calls need Go's own runtime.
+func Drop(s Spec) error {
+	if !AllThreads() {
+		return errors.New("jail: this binary was built with cgo, so its privileges cannot be dropped on every thread; build cellvm with CGO_ENABLED=0 (make cellvm does)")
+	}
+	for _, l := range []struct {
+		res int
+		max uint64
+	}{{unix.RLIMIT_NOFILE, s.Limits.NoFile}, {unix.RLIMIT_NPROC, s.Limits.NProc}, {unix.RLIMIT_FSIZE, s.Limits.FSize}, {unix.RLIMIT_CORE, 0}} {
+		if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: l.max, Max: l.max}); err != nil {
+			return fmt.Errorf("jail: rlimit %d: %w", l.res, err)
+		}
+	}
+	for c := uintptr(0); c <= lastCap; c++ {
+		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e == syscall.EINVAL {
+			break
+		} else if e != 0 {
+			return fmt.Errorf("jail: drop capability %d from the bounding set: %w", c, e)
+		}
+	}
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("jail: setgroups: %w", err)
+	}
+	if err := syscall.Setresgid(s.GID, s.GID, s.GID); err != nil {
+		return fmt.Errorf("jail: setresgid %d: %w", s.GID, err)
+	}
+	if err := syscall.Setresuid(s.UID, s.UID, s.UID); err != nil {
+		return fmt.Errorf("jail: setresuid %d: %w", s.UID, err)
+	}
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
+		return fmt.Errorf("jail: no_new_privs: %w", e)
+	}
+	// Check rather than trust: a thread that kept a capability would be a
+	// hole no test of the others shows.
+	var hdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("jail: capget: %w", err)
+	}
+	if data[0].Effective|data[1].Effective|data[0].Permitted|data[1].Permitted != 0 {
+		return fmt.Errorf("jail: capabilities left after dropping them (effective %#x %#x)", data[0].Effective, data[1].Effective)
+	}
+	return nil
+}
+
+// AllThreads reports whether this binary can make a system call on every
+// thread at once (syscall.AllThreadsSyscall), which Drop needs: false when
+// it was built with cgo.
+func AllThreads() bool {
+	_, _, e := syscall.AllThreadsSyscall(syscall.SYS_GETPID, 0, 0, 0)
+	return e != syscall.ENOTSUP
+}
