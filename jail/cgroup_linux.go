@@ -111,6 +111,10 @@ func enableControllers(dir string) error {
 	return nil
 }
 
+// CgroupAt is the cgroup an earlier daemon made at path, for a daemon that
+// takes its VMM back: it can only be closed (removed).
+func CgroupAt(path string) *Cgroup { return &Cgroup{Path: path} }
+
 // FD is the directory descriptor for syscall.SysProcAttr.CgroupFD.
 func (c *Cgroup) FD() int { return int(c.dir.Fd()) }
 

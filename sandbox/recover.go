@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/agentclient"
+	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/netpolicy"
 )
 
@@ -32,15 +33,20 @@ func (m *VMManager) recover() {
 		}
 		if err == nil && spec.Vsock != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			s.agent, err = agentclient.Dial(ctx, spec.Vsock.UDS)
+			// spec.Vsock.UDS is the VMM's own path (the jail's, if jailed).
+			s.agent, err = agentclient.Dial(ctx, hostVsockPath(dir))
 			cancel()
 			s.cid = spec.Vsock.CID
+		}
+		if spec.Jail != nil && spec.Jail.Cgroup != "" {
+			s.cgroup = jail.CgroupAt(spec.Jail.Cgroup)
 		}
 		if err != nil || spec.Vsock == nil {
 			m.log.Warn("cleaning up a sandbox left by an earlier daemon", "id", id, "reason", err)
 			if s.proc != nil {
 				s.proc.stop(3 * time.Second)
 			}
+			s.cgroup.Close()
 			os.RemoveAll(dir)
 			continue
 		}
