@@ -13,10 +13,24 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/test/kvmtest"
 )
 
 // newRigManager returns a VMManager over the project's build outputs.
+// rigJail is the jail the daemon gives VMMs as root (nil otherwise), so
+// that the notebook and network tests run with the jail on.
+func rigJail() *JailOptions {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	o := &JailOptions{UIDBase: 200_000_000, CgroupParent: "/sys/fs/cgroup/cellvm"}
+	if !jail.CgroupV2("/sys/fs/cgroup") {
+		o.CgroupParent = ""
+	}
+	return o
+}
+
 func newRigManager(t *testing.T) *VMManager {
 	t.Helper()
 	kvmtest.Require(t)
@@ -29,6 +43,7 @@ func newRigManager(t *testing.T) *VMManager {
 		StateDir:    state,
 		BootTimeout: 3 * time.Minute,
 		Log:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Jail:        rigJail(),
 	})
 	if err != nil {
 		t.Fatal(err)

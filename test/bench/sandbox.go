@@ -6,57 +6,101 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
+	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/sandbox"
 )
 
 // benchSandbox measures what a user waits for: a new sandbox's first cell
-// result, and how many trivial cells one sandbox runs per second.
+// result, how many trivial cells one sandbox runs per second, and what the
+// VMM jail costs (create to agent up, jailed against unjailed VMMs, the
+// two alternating in the same run).
 func benchSandbox(cellvm, build string) error {
-	state, err := os.MkdirTemp("", "cellvm-bench-state")
-	if err != nil {
-		return err
+	newManager := func(j *sandbox.JailOptions) (*sandbox.VMManager, func(), error) {
+		state, err := os.MkdirTemp("", "cellvm-bench-state")
+		if err != nil {
+			return nil, nil, err
+		}
+		m, err := sandbox.NewVMManager(sandbox.Options{
+			Exe: cellvm, Kernel: filepath.Join(build, "kernel/vmlinux"), Initrd: filepath.Join(build, "initramfs.cpio"),
+			RootFS: filepath.Join(build, "rootfs.ext4"), StateDir: state, BootTimeout: 5 * time.Minute,
+			Log: slog.New(slog.DiscardHandler), Jail: j,
+		})
+		if err != nil {
+			os.RemoveAll(state)
+			return nil, nil, err
+		}
+		return m, func() { m.Close(); os.RemoveAll(state) }, nil
 	}
-	defer os.RemoveAll(state)
-	m, err := sandbox.NewVMManager(sandbox.Options{
-		Exe: cellvm, Kernel: filepath.Join(build, "kernel/vmlinux"), Initrd: filepath.Join(build, "initramfs.cpio"),
-		RootFS: filepath.Join(build, "rootfs.ext4"), StateDir: state, BootTimeout: 5 * time.Minute,
-		Log: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		return err
+	variants := []struct {
+		name string
+		jail *sandbox.JailOptions
+	}{{"unjailed", nil}}
+	if os.Geteuid() == 0 {
+		j := &sandbox.JailOptions{UIDBase: 200_000_000, CgroupParent: "/sys/fs/cgroup/cellvm"}
+		if !jail.CgroupV2("/sys/fs/cgroup") {
+			j.CgroupParent = ""
+		}
+		variants = append(variants, struct {
+			name string
+			jail *sandbox.JailOptions
+		}{"jailed", j})
 	}
-	defer m.Close()
-	ctx := context.Background()
-	fmt.Println("\nsandbox (kernel, initramfs with cellvm-init, root image, vsock agent, Python)")
-	var firsts []time.Duration
-	for i := 0; i < 3; i++ {
-		start := time.Now()
-		info, err := m.Create(ctx, sandbox.Config{MemoryMiB: 512})
+	managers := make([]*sandbox.VMManager, len(variants))
+	for i, v := range variants {
+		m, done, err := newManager(v.jail)
 		if err != nil {
 			return err
 		}
-		created := time.Since(start)
-		r, err := m.RunCell(ctx, info.ID, "print(sum(range(10)))", time.Minute, nil)
-		if err != nil || r.Stdout != "45\n" {
-			return fmt.Errorf("first cell: %v %+v", err, r)
-		}
-		first := time.Since(start)
-		firsts = append(firsts, first)
-		fmt.Printf("create %d: agent up in %v, first cell result in %v\n", i+1, created.Round(time.Millisecond), first.Round(time.Millisecond))
-		if i == 2 {
-			const n = 50
-			t0 := time.Now()
-			for k := 0; k < n; k++ {
-				if _, err := m.RunCell(ctx, info.ID, "x = 1 + 1", time.Minute, nil); err != nil {
-					return err
-				}
+		defer done()
+		managers[i] = m
+	}
+	ctx := context.Background()
+	fmt.Println("\nsandbox (kernel, initramfs with cellvm-init, root image, vsock agent, Python)")
+	const rounds = 3
+	agentUp := make([][]time.Duration, len(variants))
+	for i := 0; i < rounds; i++ {
+		for vi, v := range variants {
+			m := managers[vi]
+			start := time.Now()
+			info, err := m.Create(ctx, sandbox.Config{MemoryMiB: 512})
+			if err != nil {
+				return fmt.Errorf("%s create: %w", v.name, err)
 			}
-			d := time.Since(t0)
-			fmt.Printf("cells per second on one sandbox: %.1f (%d trivial cells in %v)\n", float64(n)/d.Seconds(), n, d.Round(time.Millisecond))
+			created := time.Since(start)
+			agentUp[vi] = append(agentUp[vi], created)
+			r, err := m.RunCell(ctx, info.ID, "print(sum(range(10)))", time.Minute, nil)
+			if err != nil || r.Stdout != "45\n" {
+				return fmt.Errorf("%s first cell: %v %+v", v.name, err, r)
+			}
+			first := time.Since(start)
+			fmt.Printf("create %d (%s VMM): agent up in %v, first cell result in %v\n", i+1, v.name, created.Round(time.Millisecond), first.Round(time.Millisecond))
+			if i == rounds-1 && vi == 0 {
+				const n = 50
+				t0 := time.Now()
+				for k := 0; k < n; k++ {
+					if _, err := m.RunCell(ctx, info.ID, "x = 1 + 1", time.Minute, nil); err != nil {
+						return err
+					}
+				}
+				d := time.Since(t0)
+				fmt.Printf("cells per second on one sandbox: %.1f (%d trivial cells in %v)\n", float64(n)/d.Seconds(), n, d.Round(time.Millisecond))
+			}
+			m.Delete(ctx, info.ID)
 		}
-		m.Delete(ctx, info.ID)
+	}
+	if len(variants) == 2 {
+		on, off := medianDur(agentUp[1]), medianDur(agentUp[0])
+		fmt.Printf("ratio jailed / unjailed VMM: create to agent up %.2f (%v vs %v, medians of %d)\n",
+			float64(on)/float64(off), on.Round(time.Millisecond), off.Round(time.Millisecond), rounds)
 	}
 	return nil
+}
+
+func medianDur(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
 }
