@@ -266,8 +266,10 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 	case <-s.proc.done:
 		cancel()
 		<-ready
-		err = fmt.Errorf("the VM exited while booting: %v; vmm log: %s; console: %s", s.proc.err,
-			lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 2048), 5), lastLines(consoleTail(s.dir, 4096), 15))
+		vmmLog := readTail(filepath.Join(s.dir, vmmLogFile), 8192)
+		why := lostInfo(s.proc.err, vmmLog)
+		err = fmt.Errorf("the VM exited while booting (%s; %s); vmm log: %s; console: %s", why.Exit, why.Reason,
+			lastLines(vmmLog, 12), lastLines(consoleTail(s.dir, 4096), 15))
 	}
 	if err != nil {
 		return Info{}, err
