@@ -1,0 +1,50 @@
+package clients
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellvm/cellvm/api"
+)
+
+// TestPythonClient runs the Python client's own tests (python -m unittest)
+// against the daemon's API over the fake manager: streaming order, every
+// error code, binary files, timeouts, a connection broken mid-stream.
+func TestPythonClient(t *testing.T) {
+	py := python(t)
+	m := newFakeManager()
+	sock := serveAPI(t, m)
+	forbidden := serveAPI(t, m, api.AllowUIDs(os.Getuid()+4242))
+	out := runIn(t, filepath.Join(clientsDir(t), "python"), []string{
+		"CELLVM_TEST_FAKE_SOCKET=" + sock, "CELLVM_TEST_FORBIDDEN_SOCKET=" + forbidden,
+		"PYTHONPATH=" + filepath.Join(clientsDir(t), "python"), "PYTHONDONTWRITEBYTECODE=1",
+	}, 5*time.Minute, py, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
+	t.Logf("%s:\n%s", py, out)
+	checkFakeAfterClients(t, m, out)
+}
+
+// checkFakeAfterClients checks, on the daemon's side, what the clients'
+// tests can only infer: a timed-out call closed its connection (the cell's
+// context ended) and every sandbox the tests created was deleted.
+func checkFakeAfterClients(t *testing.T, m *fakeManager, out string) {
+	t.Helper()
+	if strings.Contains(out, "skipped 'needs the fake daemon") {
+		t.Errorf("tests skipped for want of the fake daemon:\n%s", out)
+	}
+	events := strings.Join(m.Events(), "\n")
+	if strings.Contains(events, "the client stayed a minute") || !strings.Contains(events, "the client went away") {
+		t.Errorf("a client's timeout did not close its connection; the fake saw:\n%s", events)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.boxes) != 0 {
+		var left []string
+		for id := range m.boxes {
+			left = append(left, id)
+		}
+		t.Errorf("the tests left sandboxes behind: %v", left)
+	}
+}
