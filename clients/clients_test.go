@@ -2,6 +2,7 @@ package clients
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -46,5 +47,23 @@ func checkFakeAfterClients(t *testing.T, m *fakeManager, out string) {
 			left = append(left, id)
 		}
 		t.Errorf("the tests left sandboxes behind: %v", left)
+	}
+}
+
+// TestPythonPackageInstallsOffline: `pip install ./clients/python` works
+// in a fresh virtual environment with no index at all (--no-index) and
+// without the system's packages, and the installed package imports.
+func TestPythonPackageInstallsOffline(t *testing.T) {
+	py := python(t)
+	venv := filepath.Join(t.TempDir(), "venv")
+	if out, err := exec.Command(py, "-m", "venv", venv).CombinedOutput(); err != nil {
+		t.Skipf("%s -m venv does not work here (Debian: apt-get install python3-venv): %v\n%s", py, err, out)
+	}
+	runIn(t, clientsDir(t), []string{"PIP_DISABLE_PIP_VERSION_CHECK=1"}, 5*time.Minute,
+		filepath.Join(venv, "bin", "pip"), "install", "--no-index", "./python")
+	out := runIn(t, t.TempDir(), nil, time.Minute, filepath.Join(venv, "bin", "python"), "-c",
+		"import cellvm, cellvm.tools, cellvm.compat.boxlite, cellvm.compat.withruntime; print(cellvm.__file__); print(cellvm.tools.TOOL_NAME)")
+	if !strings.HasPrefix(out, venv) || !strings.Contains(out, "run_python") {
+		t.Errorf("the installed package is not the one imported, or lacks its tool definition:\n%s", out)
 	}
 }
