@@ -67,3 +67,20 @@ func TestPythonPackageInstallsOffline(t *testing.T) {
 		t.Errorf("the installed package is not the one imported, or lacks its tool definition:\n%s", out)
 	}
 }
+
+// TestJSClient runs the JS client's own tests (node --test, nothing
+// installed) against the daemon's API over the fake manager.
+func TestJSClient(t *testing.T) {
+	nd := node(t)
+	m := newFakeManager()
+	sock := serveAPI(t, m)
+	forbidden := serveAPI(t, m, api.AllowUIDs(os.Getuid()+4242))
+	out := runIn(t, filepath.Join(clientsDir(t), "js"), []string{
+		"CELLVM_TEST_FAKE_SOCKET=" + sock, "CELLVM_TEST_FORBIDDEN_SOCKET=" + forbidden,
+	}, 5*time.Minute, nd, "--test")
+	t.Logf("%s --test:\n%s", nd, out)
+	if !strings.Contains(out, "# fail 0") || strings.Contains(out, "# skipped") && !strings.Contains(out, "# skipped 0") {
+		t.Errorf("node --test did not pass every test:\n%s", out)
+	}
+	checkFakeAfterClients(t, m, out)
+}
