@@ -95,4 +95,3 @@ func lineCount(t *testing.T, path string) int {
 	}
 	return strings.Count(strings.TrimSuffix(string(b), "\n"), "\n") + 1
 }
-
