@@ -52,20 +52,7 @@ func TestExamples(t *testing.T) {
 				out = runIn(t, t.TempDir(), env, 2*time.Minute, python(t), src, "What is the mean of column b? Chart it.")
 			case "js":
 				// As a user has it: the example beside node_modules/cellvm.
-				dir := t.TempDir()
-				if err := os.MkdirAll(filepath.Join(dir, "node_modules"), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Symlink(filepath.Join(clientsDir(t), "js"), filepath.Join(dir, "node_modules", "cellvm")); err != nil {
-					t.Fatal(err)
-				}
-				b, err := os.ReadFile(src)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Join(dir, filepath.Base(src)), b, 0o644); err != nil {
-					t.Fatal(err)
-				}
+				dir := linkedJSDir(t, filepath.Join("..", "examples", c.file))
 				out = runIn(t, dir, env, 2*time.Minute, node(t), filepath.Base(src), "What is the mean of column b? Chart it.")
 			}
 			if !strings.Contains(out, fakemodel.Answer) {

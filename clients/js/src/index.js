@@ -2,7 +2,7 @@
 // The client of the cellvm daemon (`cellvm serve`), reached over its Unix
 // socket: $CELLVM_SOCKET, else /run/cellvm/cellvm.sock. No dependencies.
 
-export { Sandbox, asyncDispose, DEFAULT_CELL_TIMEOUT_MS } from './sandbox.js';
+export { Sandbox, asyncDispose, DEFAULT_CELL_TIMEOUT_MS, START_ALLOWANCE_MS } from './sandbox.js';
 export { Connection, DEFAULT_SOCKET } from './transport.js';
 export { Execution, Result } from './models.js';
 export {

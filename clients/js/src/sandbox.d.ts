@@ -2,6 +2,8 @@ import { Connection } from './transport.js';
 import { CommandResult, Execution, ExecutionError, Result, SandboxInfo } from './models.js';
 
 export const DEFAULT_CELL_TIMEOUT_MS: number;
+/** Allowed on top of a cell's limit for the guest to start its interpreter. */
+export const START_ALLOWANCE_MS: number;
 export const asyncDispose: symbol;
 
 export interface ConnectOptions {
@@ -29,7 +31,7 @@ export interface RunCodeOptions {
   onStderr?: (text: string) => unknown;
   onResult?: (result: Result) => unknown;
   onError?: (error: ExecutionError) => unknown;
-  /** Bounds the whole call (default: the cell's limit plus the connection's timeout). */
+  /** Bounds the whole call (default: the cell's limit, START_ALLOWANCE_MS and the connection's timeout). */
   requestTimeoutMs?: number;
 }
 

@@ -8,6 +8,13 @@ import { Connection, MAX_EVENT_LINE_BYTES, answer, filesPath, jsonCall, readBody
 
 /** A cell's time limit when runCode is given none; the daemon's default. */
 export const DEFAULT_CELL_TIMEOUT_MS = 60_000;
+/**
+ * What a cell's call allows on top of the cell's own limit for the guest to
+ * start its interpreter (a first cell, a cell after a restart or a lost
+ * interpreter): the guest's agent waits up to three minutes for it, and
+ * that wait is not the cell's.
+ */
+export const START_ALLOWANCE_MS = 180_000;
 const DEFAULT_CREATE_TIMEOUT_MS = 180_000;
 const DEFAULT_FILE_TIMEOUT_MS = 300_000;
 const DEFAULT_MAX_READ_BYTES = 1 << 30;
@@ -218,7 +225,9 @@ export class Sandbox {
 
   /**
    * Runs Python in the sandbox's interpreter (state persists between calls).
-   * Events go to the callbacks as they happen, awaited in order; a callback
+   * timeoutMs is the cell's limit; the call as a whole may also take the
+   * interpreter's start-up (START_ALLOWANCE_MS) unless requestTimeoutMs says
+   * otherwise. Events go to the callbacks as they happen, awaited in order; a callback
    * that throws ends the call, which interrupts the cell.
    */
   runCode(code, { timeoutMs = DEFAULT_CELL_TIMEOUT_MS, onStdout, onStderr, onResult, onError, requestTimeoutMs } = {}) {
@@ -236,7 +245,7 @@ export class Sandbox {
     return this._conn.request({
       method: 'POST', path: sandboxPath(this.sandboxId, 'cells'), body, length: body.length,
       headers: { 'Content-Type': 'application/json', Accept: 'application/x-ndjson' },
-      timeoutMs: requestTimeoutMs ?? (ms ?? DEFAULT_CELL_TIMEOUT_MS) + this._conn.timeoutMs,
+      timeoutMs: requestTimeoutMs ?? (ms ?? DEFAULT_CELL_TIMEOUT_MS) + START_ALLOWANCE_MS + this._conn.timeoutMs,
       handle: (res) => streamCell(res, dispatch),
     }).then((raw) => new Execution(raw));
   }
@@ -246,9 +255,9 @@ export class Sandbox {
     return jsonCall(this._conn, 'POST', sandboxPath(this.sandboxId, 'interrupt'), undefined, { want: [204] }).then(() => undefined);
   }
 
-  /** Replaces the interpreter with a fresh one: variables are lost. */
+  /** Replaces the interpreter with a fresh one (and waits for it to start): variables are lost. */
   restart() {
-    return jsonCall(this._conn, 'POST', sandboxPath(this.sandboxId, 'restart'), undefined, { want: [204] }).then(() => undefined);
+    return jsonCall(this._conn, 'POST', sandboxPath(this.sandboxId, 'restart'), undefined, { want: [204], timeoutMs: START_ALLOWANCE_MS + this._conn.timeoutMs }).then(() => undefined);
   }
 
   /** The sandbox's state, config and usage. */

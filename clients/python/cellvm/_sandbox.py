@@ -22,6 +22,11 @@ from .models import CommandResult, Execution, ExecutionError, Result, SandboxInf
 #: A cell's time limit when run_code is given none (seconds); the same as
 #: the daemon's default.
 DEFAULT_CELL_TIMEOUT_S = 60.0
+#: What a cell's call allows on top of the cell's own limit for the guest
+#: to start its interpreter (a first cell, a cell after a restart or a
+#: lost interpreter): the guest's agent waits up to three minutes for it
+#: (a loaded or nested host is slow), and that wait is not the cell's.
+START_ALLOWANCE_S = 180.0
 #: How long a create may take to boot the sandbox (seconds).
 DEFAULT_CREATE_TIMEOUT_S = 180.0
 #: How long a file transfer may take (seconds).
@@ -257,7 +262,10 @@ class SandboxCalls:
                  on_stdout: Callback = None, on_stderr: Callback = None, on_result: Callback = None,
                  on_error: Callback = None, request_timeout: Optional[float] = None):
         """Runs Python in the sandbox's interpreter (state persists between
-        calls) and returns an :class:`~cellvm.models.Execution`. Events go
+        calls) and returns an :class:`~cellvm.models.Execution`. ``timeout``
+        is the cell's limit (seconds); the call as a whole may also take the
+        interpreter's start-up (``START_ALLOWANCE_S``), unless
+        ``request_timeout`` says otherwise. Events go
         to the callbacks as they happen: on_stdout/on_stderr get text,
         on_result a :class:`~cellvm.models.Result`, on_error an
         :class:`~cellvm.models.ExecutionError`. A callback that raises
@@ -265,7 +273,7 @@ class SandboxCalls:
         if not isinstance(code, str):
             raise TypeError("code is a str of Python source")
         ms = _ms(timeout, "timeout")
-        limit = request_timeout or (timeout or DEFAULT_CELL_TIMEOUT_S) + self._conn.timeout
+        limit = request_timeout or (timeout or DEFAULT_CELL_TIMEOUT_S) + START_ALLOWANCE_S + self._conn.timeout
         return self._do(Plan(ex.run_cell(self.sandbox_id, code, ms, _dispatcher(on_stdout, on_stderr, on_result, on_error)),
                              limit, Execution))
 
@@ -275,9 +283,10 @@ class SandboxCalls:
                              self._conn.timeout, lambda v: None))
 
     def restart(self):
-        """Replaces the interpreter with a fresh one: variables are lost."""
+        """Replaces the interpreter with a fresh one (and waits for it to
+        start): variables are lost."""
         return self._do(Plan(ex.json_call("POST", ex.sandbox_path(self.sandbox_id, "restart"), want=(204,)),
-                             self._conn.timeout, lambda v: None))
+                             START_ALLOWANCE_S + self._conn.timeout, lambda v: None))
 
     def info(self):
         """The sandbox's state, config and usage (:class:`SandboxInfo`)."""
