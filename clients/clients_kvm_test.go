@@ -132,7 +132,7 @@ func TestRigRuntimeLoopPython(t *testing.T) {
 func TestRigRuntimeLoopJS(t *testing.T) {
 	sock := realDaemon(t)
 	nd := node(t)
-	dir := linkedJSDir(t, "testdata/rig/runtime_loop.mjs")
+	dir := linkedJSDir(t, "runtime_loop.mjs", readFile(t, "testdata/rig/runtime_loop.mjs"))
 	out := runIn(t, dir, []string{"CELLVM_SOCKET=" + sock}, 15*time.Minute, nd, "runtime_loop.mjs")
 	t.Logf("runtime_loop.mjs:\n%s", out)
 	checkRuntimeLoop(t, out)

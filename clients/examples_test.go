@@ -52,7 +52,7 @@ func TestExamples(t *testing.T) {
 				out = runIn(t, t.TempDir(), env, 2*time.Minute, python(t), src, "What is the mean of column b? Chart it.")
 			case "js":
 				// As a user has it: the example beside node_modules/cellvm.
-				dir := linkedJSDir(t, filepath.Join("..", "examples", c.file))
+				dir := linkedJSDir(t, filepath.Base(src), readFile(t, src))
 				out = runIn(t, dir, env, 2*time.Minute, node(t), filepath.Base(src), "What is the mean of column b? Chart it.")
 			}
 			if !strings.Contains(out, fakemodel.Answer) {

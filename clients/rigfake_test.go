@@ -11,11 +11,13 @@ import (
 
 	"github.com/cellvm/cellvm/agent/fakesandbox"
 	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/sandbox"
 )
 
-// rigCells answers the cells of the rig's programs (testdata/rig) the way
-// the real interpreter does, so the programs and their checks run on every
-// host against the fake before they run in the rig against real VMs.
+// rigCells answers the cells of the rig's programs (testdata/rig) and of
+// the README's examples the way the real interpreter does, and their
+// commands the way the guest does, so the programs and their checks run on
+// every host against the fake before they run in the rig against real VMs.
 type rigCells struct {
 	*fakeManager
 }
@@ -39,6 +41,18 @@ func (m rigCells) RunCell(ctx context.Context, id, code string, timeout time.Dur
 	case strings.HasPrefix(code, "import time\nwhile True"):
 		res.Status, res.KilledBy = cell.StatusTimeout, cell.KilledByTimeout
 		res.Error = &cell.Error{Name: "TimeoutError", Value: "interrupted after its time limit"}
+	case code == "import pandas as pd; df = pd.DataFrame({'x': [1, 2, 3]})":
+	case code == "print('rows:', len(df)); df.x.mean()", code == "df.x.mean()":
+		if strings.HasPrefix(code, "print") {
+			res.Stdout = "rows: 3\n"
+			if onEvent != nil {
+				onEvent(cell.Event{Type: cell.EventStdout, Text: res.Stdout})
+			}
+		}
+		res.Results = []cell.Display{{Main: true, Data: map[string]string{cell.MIMEText: "2.0"}}}
+	case code == "df.x.plot()":
+		res.Results = []cell.Display{{Main: true, Data: map[string]string{cell.MIMEText: "<Axes: >"}},
+			{Data: map[string]string{cell.MIMEPNG: base64.StdEncoding.EncodeToString(fakesandbox.ChartPNG()), cell.MIMEText: "<Figure size 640x480 with 1 Axes>"}}}
 	case code == "print(x + 1)":
 		res.Stdout = "43\n"
 	case strings.Contains(code, "CELLVM_GREETING"):
@@ -74,7 +88,7 @@ func TestRigProgramsOnTheFake(t *testing.T) {
 	})
 	t.Run("runtime-js", func(t *testing.T) {
 		nd := node(t)
-		dir := linkedJSDir(t, "testdata/rig/runtime_loop.mjs")
+		dir := linkedJSDir(t, "runtime_loop.mjs", readFile(t, "testdata/rig/runtime_loop.mjs"))
 		checkRuntimeLoop(t, runIn(t, dir, []string{"CELLVM_SOCKET=" + sock}, time.Minute, nd, "runtime_loop.mjs"))
 	})
 	if len(m.boxes) != 0 {
@@ -82,10 +96,10 @@ func TestRigProgramsOnTheFake(t *testing.T) {
 	}
 }
 
-// linkedJSDir copies a script into a fresh directory beside
+// linkedJSDir writes a script into a fresh directory beside
 // node_modules/cellvm (a link to clients/js), as a user who installed the
 // package has it, and returns the directory.
-func linkedJSDir(t *testing.T, script string) string {
+func linkedJSDir(t *testing.T, name string, src []byte) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "node_modules"), 0o755); err != nil {
@@ -94,12 +108,28 @@ func linkedJSDir(t *testing.T, script string) string {
 	if err := os.Symlink(filepath.Join(clientsDir(t), "js"), filepath.Join(dir, "node_modules", "cellvm")); err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile(filepath.Join(clientsDir(t), script))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, filepath.Base(script)), src, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, name), src, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// readFile returns a file's bytes, failing t.
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (m rigCells) Exec(ctx context.Context, id string, req sandbox.ExecRequest) (cell.ExecResult, error) {
+	if a := strings.Join(req.Argv, " "); a == "wc -l /workspace/in.csv" || a == "sh -c wc -l /workspace/in.csv" {
+		if _, err := m.fakeManager.Get(ctx, id); err != nil {
+			return cell.ExecResult{}, err
+		}
+		return cell.ExecResult{Stdout: "2 /workspace/in.csv\n"}, nil
+	}
+	return m.fakeManager.Exec(ctx, id, req)
 }
