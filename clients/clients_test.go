@@ -16,15 +16,21 @@ import (
 // error code, binary files, timeouts, a connection broken mid-stream.
 func TestPythonClient(t *testing.T) {
 	py := python(t)
+	m, env := fakeDaemons(t)
+	out := runIn(t, filepath.Join(clientsDir(t), "python"), append(env,
+		"PYTHONPATH="+filepath.Join(clientsDir(t), "python"), "PYTHONDONTWRITEBYTECODE=1"), 5*time.Minute, py, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
+	t.Logf("%s:\n%s", py, out)
+	checkFakeAfterClients(t, m, out)
+}
+
+// fakeDaemons serves the API over one fake manager on two sockets, one of
+// which refuses this user (403), and returns the manager and the
+// environment that tells the clients' tests where they are.
+func fakeDaemons(t *testing.T) (*fakeManager, []string) {
 	m := newFakeManager()
 	sock := serveAPI(t, m)
 	forbidden := serveAPI(t, m, api.AllowUIDs(os.Getuid()+4242))
-	out := runIn(t, filepath.Join(clientsDir(t), "python"), []string{
-		"CELLVM_TEST_FAKE_SOCKET=" + sock, "CELLVM_TEST_FORBIDDEN_SOCKET=" + forbidden,
-		"PYTHONPATH=" + filepath.Join(clientsDir(t), "python"), "PYTHONDONTWRITEBYTECODE=1",
-	}, 5*time.Minute, py, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
-	t.Logf("%s:\n%s", py, out)
-	checkFakeAfterClients(t, m, out)
+	return m, []string{"CELLVM_TEST_FAKE_SOCKET=" + sock, "CELLVM_TEST_FORBIDDEN_SOCKET=" + forbidden}
 }
 
 // checkFakeAfterClients checks, on the daemon's side, what the clients'
@@ -72,12 +78,8 @@ func TestPythonPackageInstallsOffline(t *testing.T) {
 // installed) against the daemon's API over the fake manager.
 func TestJSClient(t *testing.T) {
 	nd := node(t)
-	m := newFakeManager()
-	sock := serveAPI(t, m)
-	forbidden := serveAPI(t, m, api.AllowUIDs(os.Getuid()+4242))
-	out := runIn(t, filepath.Join(clientsDir(t), "js"), []string{
-		"CELLVM_TEST_FAKE_SOCKET=" + sock, "CELLVM_TEST_FORBIDDEN_SOCKET=" + forbidden,
-	}, 5*time.Minute, nd, "--test")
+	m, env := fakeDaemons(t)
+	out := runIn(t, filepath.Join(clientsDir(t), "js"), env, 5*time.Minute, nd, "--test")
 	t.Logf("%s --test:\n%s", nd, out)
 	if !strings.Contains(out, "# fail 0") || strings.Contains(out, "# skipped") && !strings.Contains(out, "# skipped 0") {
 		t.Errorf("node --test did not pass every test:\n%s", out)

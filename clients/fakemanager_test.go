@@ -1,7 +1,6 @@
 package clients
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
@@ -92,6 +91,17 @@ func (f *fakeManager) box(id string) (*fakeBox, error) {
 		return nil, fmt.Errorf("%w: sandbox %s's VM exited; delete it", sandbox.ErrLost, id)
 	}
 	return b, nil
+}
+
+// withBox runs fn on a usable sandbox under f.mu.
+func (f *fakeManager) withBox(id string, fn func(*fakeBox) error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, err := f.box(id)
+	if err != nil {
+		return err
+	}
+	return fn(b)
 }
 
 func (f *fakeManager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info, error) {
@@ -298,40 +308,29 @@ func (f *fakeManager) interpret(b *fakeBox, code string, out func(string)) cell.
 }
 
 func (f *fakeManager) Interrupt(ctx context.Context, id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	b, err := f.box(id)
-	if err != nil {
-		return err
-	}
-	select {
-	case b.release <- struct{}{}:
-	default:
-	}
-	f.events = append(f.events, "interrupt "+id)
-	return nil
+	return f.withBox(id, func(b *fakeBox) error {
+		select {
+		case b.release <- struct{}{}:
+		default:
+		}
+		f.events = append(f.events, "interrupt "+id)
+		return nil
+	})
 }
 
 func (f *fakeManager) Restart(ctx context.Context, id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	b, err := f.box(id)
-	if err != nil {
-		return err
-	}
-	b.vars = map[string]int{}
-	f.events = append(f.events, "restart "+id)
-	return nil
+	return f.withBox(id, func(b *fakeBox) error {
+		b.vars = map[string]int{}
+		f.events = append(f.events, "restart "+id)
+		return nil
+	})
 }
 
 func (f *fakeManager) Exec(ctx context.Context, id string, req sandbox.ExecRequest) (cell.ExecResult, error) {
 	if err := req.Validate(); err != nil {
 		return cell.ExecResult{}, err
 	}
-	f.mu.Lock()
-	_, err := f.box(id)
-	f.mu.Unlock()
-	if err != nil {
+	if err := f.withBox(id, func(*fakeBox) error { return nil }); err != nil {
 		return cell.ExecResult{}, err
 	}
 	switch req.Argv[0] {
@@ -351,42 +350,38 @@ func (f *fakeManager) Exec(ctx context.Context, id string, req sandbox.ExecReque
 	return cell.ExecResult{ExitCode: 127, Stdout: string(b), Stderr: req.Argv[0] + ": not found\n"}, nil
 }
 
+// Upload keeps the file; the API server bounds the body.
 func (f *fakeManager) Upload(ctx context.Context, id, guestPath string, r io.Reader) (int64, error) {
-	f.mu.Lock()
-	b, err := f.box(id)
-	f.mu.Unlock()
-	if err != nil {
+	if err := f.withBox(id, func(*fakeBox) error { return nil }); err != nil {
 		return 0, err
 	}
-	var buf bytes.Buffer
-	n, err := io.Copy(&buf, r)
+	data, err := io.ReadAll(r)
 	if err != nil {
-		return n, fmt.Errorf("writing %s: %w", guestPath, err)
+		return int64(len(data)), fmt.Errorf("writing %s: %w", guestPath, err)
 	}
-	f.mu.Lock()
-	b.files[guestPath] = buf.Bytes()
-	f.mu.Unlock()
-	return n, nil
+	return int64(len(data)), f.withBox(id, func(b *fakeBox) error {
+		b.files[guestPath] = data
+		return nil
+	})
 }
 
 func (f *fakeManager) Download(ctx context.Context, id, guestPath string, w io.Writer) (int64, error) {
-	f.mu.Lock()
-	b, err := f.box(id)
 	var data []byte
-	ok := false
-	if err == nil {
-		data, ok = b.files[guestPath]
-	}
-	f.mu.Unlock()
+	err := f.withBox(id, func(b *fakeBox) error {
+		var ok bool
+		if data, ok = b.files[guestPath]; !ok && guestPath != "/workspace/fail-midway" {
+			return fmt.Errorf("%w: %s", sandbox.ErrNotFound, guestPath)
+		}
+		return nil
+	})
 	if err != nil {
 		return 0, err
 	}
 	if guestPath == "/workspace/fail-midway" {
-		n, _ := w.Write(bytes.Repeat([]byte("x"), 100<<10))
+		// More than the server buffers, so the 200 and part of the body
+		// are on the wire when it fails.
+		n, _ := w.Write(make([]byte, 100<<10))
 		return int64(n), fmt.Errorf("%w: the VM exited during the copy", sandbox.ErrLost)
-	}
-	if !ok {
-		return 0, fmt.Errorf("%w: %s", sandbox.ErrNotFound, guestPath)
 	}
 	n, err := w.Write(data)
 	return int64(n), err
@@ -396,14 +391,10 @@ func (f *fakeManager) SetNetwork(ctx context.Context, id string, p sandbox.Netwo
 	if containsEntry(p.Allow, "not-supported.test") {
 		return fmt.Errorf("%w: this manager has no network policy support", sandbox.ErrNotSupported)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	b, err := f.box(id)
-	if err != nil {
-		return err
-	}
-	b.info.Config.Network = &sandbox.NetworkPolicy{Allow: append([]string{}, p.Allow...)}
-	return nil
+	return f.withBox(id, func(b *fakeBox) error {
+		b.info.Config.Network = &sandbox.NetworkPolicy{Allow: append([]string{}, p.Allow...)}
+		return nil
+	})
 }
 
 func (f *fakeManager) Pause(ctx context.Context, id string) error  { return sandbox.ErrNotSupported }

@@ -87,48 +87,35 @@ class Connection:
 
     def run(self, ex: Exchange, timeout: float) -> Any:
         """Runs an exchange over a fresh connection within timeout seconds."""
-        deadline = time.monotonic() + timeout
-        what = "the call"
+        steps = _Steps(self, ex, timeout, time.monotonic)
         sock = self._open(timeout)
         try:
             value: Any = None
             while True:
-                try:
-                    op = ex.send(value)
-                except StopIteration as stop:
-                    return stop.value
-                if isinstance(op, SendHead):
-                    what = f"{op.method} {op.target.split('?')[0]}"
-                    op = Send(build_request(op.method, op.target, op.headers + self.headers(), op.body_length))
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise _timeout(what, timeout)
+                op = steps.next(value)
+                if op is _DONE:
+                    return steps.result
                 if isinstance(op, Send):
-                    sock.settimeout(left)
+                    sock.settimeout(steps.left())
                     try:
                         sock.sendall(op.data)
                         value = True
                     except socket.timeout:
-                        raise _timeout(what, timeout) from None
+                        raise steps.timed_out() from None
                     except (BrokenPipeError, ConnectionResetError):
                         value = False
                 elif isinstance(op, Recv):
-                    wait = left if op.within is None else min(left, op.within)
-                    sock.settimeout(wait)
+                    sock.settimeout(steps.wait(op))
                     try:
                         value = sock.recv(_RECV_BYTES)
                     except socket.timeout:
-                        if op.within is None or time.monotonic() >= deadline:
-                            raise _timeout(what, timeout) from None
-                        value = None
+                        value = steps.waited(op)
                     except ConnectionResetError:
                         value = b""
                     except OSError as e:
-                        raise ConnectionLost(f"{what}: reading from the daemon: {e}") from None
-                elif isinstance(op, Call):
-                    value = op.fn(*op.args)
+                        raise ConnectionLost(f"{steps.what}: reading from the daemon: {e}") from None
                 else:
-                    raise TypeError(f"unknown exchange step {op!r}")
+                    value = op.fn(*op.args)
         finally:
             ex.close()
             sock.close()
@@ -146,50 +133,36 @@ class Connection:
     async def arun(self, ex: Exchange, timeout: float) -> Any:
         """Runs an exchange with asyncio streams within timeout seconds.
         Cancelling the task closes the connection (which interrupts a cell)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        what = "the call"
+        steps = _Steps(self, ex, timeout, asyncio.get_running_loop().time)
         reader, writer = await self._aopen(timeout)
         try:
             value: Any = None
             while True:
-                try:
-                    op = ex.send(value)
-                except StopIteration as stop:
-                    return stop.value
-                if isinstance(op, SendHead):
-                    what = f"{op.method} {op.target.split('?')[0]}"
-                    op = Send(build_request(op.method, op.target, op.headers + self.headers(), op.body_length))
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise _timeout(what, timeout)
+                op = steps.next(value)
+                if op is _DONE:
+                    return steps.result
                 if isinstance(op, Send):
                     try:
                         writer.write(op.data)
-                        await asyncio.wait_for(writer.drain(), left)
+                        await asyncio.wait_for(writer.drain(), steps.left())
                         value = True
                     except asyncio.TimeoutError:
-                        raise _timeout(what, timeout) from None
+                        raise steps.timed_out() from None
                     except (BrokenPipeError, ConnectionResetError):
                         value = False
                 elif isinstance(op, Recv):
-                    wait = left if op.within is None else min(left, op.within)
                     try:
-                        value = await asyncio.wait_for(reader.read(_RECV_BYTES), wait)
+                        value = await asyncio.wait_for(reader.read(_RECV_BYTES), steps.wait(op))
                     except asyncio.TimeoutError:
-                        if op.within is None or loop.time() >= deadline:
-                            raise _timeout(what, timeout) from None
-                        value = None
+                        value = steps.waited(op)
                     except ConnectionResetError:
                         value = b""
                     except OSError as e:
-                        raise ConnectionLost(f"{what}: reading from the daemon: {e}") from None
-                elif isinstance(op, Call):
+                        raise ConnectionLost(f"{steps.what}: reading from the daemon: {e}") from None
+                else:
                     value = op.fn(*op.args)
                     if inspect.isawaitable(value):
                         value = await value
-                else:
-                    raise TypeError(f"unknown exchange step {op!r}")
         finally:
             ex.close()
             writer.close()
@@ -197,6 +170,54 @@ class Connection:
                 await writer.wait_closed()
             except OSError:
                 pass
+
+
+_DONE = object()
+
+
+class _Steps:
+    """What both drivers do between I/O: step the exchange, turn a request
+    head into bytes (with the connection's headers), keep the deadline."""
+
+    def __init__(self, conn: Connection, ex: Exchange, timeout: float, clock):
+        self.conn, self.ex, self.timeout, self.clock = conn, ex, timeout, clock
+        self.deadline = clock() + timeout
+        self.what = "the call"
+        self.result: Any = None
+
+    def next(self, value: Any) -> Any:
+        """The exchange's next step (Send, Recv or Call), or _DONE with the
+        outcome in .result."""
+        try:
+            op = self.ex.send(value)
+        except StopIteration as stop:
+            self.result = stop.value
+            return _DONE
+        if isinstance(op, SendHead):
+            self.what = f"{op.method} {op.target.split('?')[0]}"
+            op = Send(build_request(op.method, op.target, op.headers + self.conn.headers(), op.body_length))
+        if not isinstance(op, (Send, Recv, Call)):
+            raise TypeError(f"unknown exchange step {op!r}")
+        if not isinstance(op, Call) and self.left() <= 0:
+            raise self.timed_out()
+        return op
+
+    def left(self) -> float:
+        return self.deadline - self.clock()
+
+    def wait(self, op: Recv) -> float:
+        """How long a receive may wait."""
+        return self.left() if op.within is None else min(self.left(), op.within)
+
+    def waited(self, op: Recv) -> None:
+        """A receive's wait passed: None for a bounded wait within the
+        deadline, else the call has timed out."""
+        if op.within is None or self.left() <= 0:
+            raise self.timed_out()
+        return None
+
+    def timed_out(self) -> Timeout:
+        return _timeout(self.what, self.timeout)
 
 
 def _timeout(what: str, timeout: float) -> Timeout:
