@@ -129,7 +129,7 @@ export class Sandbox {
     /** Programs run outside the interpreter. */
     this.commands = {
       /** Runs a command: a string goes to sh -c, an array is the argv. */
-      run(cmd, { stdin, timeoutMs = DEFAULT_CELL_TIMEOUT_MS, cwd, envs, requestTimeoutMs } = {}) {
+      async run(cmd, { stdin, timeoutMs = DEFAULT_CELL_TIMEOUT_MS, cwd, envs, requestTimeoutMs } = {}) {
         const payload = { argv: argvOf(cmd, cwd, envs) };
         if (typeof stdin === 'string') payload.stdin = stdin;
         else if (stdin instanceof Uint8Array) {
@@ -147,7 +147,7 @@ export class Sandbox {
     /** The sandbox's files; relative paths are under /workspace. */
     this.files = {
       /** Writes a string (UTF-8), bytes or a stream; resolves to the bytes written. */
-      write(path, data, { timeoutMs = DEFAULT_FILE_TIMEOUT_MS } = {}) {
+      async write(path, data, { timeoutMs = DEFAULT_FILE_TIMEOUT_MS } = {}) {
         const { body, length } = uploadSource(data);
         return self._conn.request({
           method: 'PUT', path: filesPath(self.sandboxId, path), body, length, timeoutMs,
@@ -156,7 +156,7 @@ export class Sandbox {
         }).then((v) => Number(v?.bytes ?? 0));
       },
       /** Resolves to the file's bytes (TooLarge beyond maxBytes). */
-      read(path, { maxBytes = DEFAULT_MAX_READ_BYTES, timeoutMs = DEFAULT_FILE_TIMEOUT_MS } = {}) {
+      async read(path, { maxBytes = DEFAULT_MAX_READ_BYTES, timeoutMs = DEFAULT_FILE_TIMEOUT_MS } = {}) {
         return self._conn.request({
           method: 'GET', path: filesPath(self.sandboxId, path), timeoutMs,
           handle: async (res) => {
@@ -181,7 +181,7 @@ export class Sandbox {
     /** The egress allowlist. */
     this.network = {
       /** Replaces the allowlist; an empty list closes egress. */
-      set(allow) {
+      async set(allow) {
         return jsonCall(self._conn, 'PUT', sandboxPath(self.sandboxId, 'network'), networkField(allow), { want: [204] }).then(() => undefined);
       },
     };
@@ -230,14 +230,9 @@ export class Sandbox {
    * otherwise. Events go to the callbacks as they happen, awaited in order; a callback
    * that throws ends the call, which interrupts the cell.
    */
-  runCode(code, { timeoutMs = DEFAULT_CELL_TIMEOUT_MS, onStdout, onStderr, onResult, onError, requestTimeoutMs } = {}) {
-    if (typeof code !== 'string') return Promise.reject(new TypeError('code is a string of Python source'));
-    let ms;
-    try {
-      ms = positiveMs(timeoutMs, 'timeoutMs');
-    } catch (e) {
-      return Promise.reject(e);
-    }
+  async runCode(code, { timeoutMs = DEFAULT_CELL_TIMEOUT_MS, onStdout, onStderr, onResult, onError, requestTimeoutMs } = {}) {
+    if (typeof code !== 'string') throw new TypeError('code is a string of Python source');
+    const ms = positiveMs(timeoutMs, 'timeoutMs');
     const payload = { code };
     if (ms !== undefined) payload.timeout_ms = ms;
     const body = Buffer.from(JSON.stringify(payload));

@@ -34,7 +34,9 @@ test('text, ArrayBuffer, streams and relative paths', needsDaemon, () => withSan
 test('missing file, bad path', needsDaemon, () => withSandbox(async (sbx) => {
   await assert.rejects(sbx.files.read('/workspace/nope'), NotFound);
   await assert.rejects(sbx.files.write('/proc/self/mem', 'x'), Invalid);
-  assert.throws(() => sbx.files.read('/'), RangeError);
+  await assert.rejects(sbx.files.read('/'), RangeError);
+  await assert.rejects(sbx.files.write('x', 42), TypeError);
+  await assert.rejects(sbx.commands.run([]), TypeError);
 }));
 
 test('too large: declared, and streamed', needsDaemon, () => withSandbox(async (sbx) => {
