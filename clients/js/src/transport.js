@@ -5,7 +5,6 @@
 // token) plugs in here: Connection.requestOptions and headers.
 
 import http from 'node:http';
-import { Readable } from 'node:stream';
 import { ConnectError, ConnectionLost, ProtocolError, Timeout, fromResponse } from './errors.js';
 
 export const DEFAULT_SOCKET = '/run/cellvm/cellvm.sock';
@@ -55,7 +54,7 @@ export class Connection {
    * Sends one request and hands the response to handle, which resolves to
    * the call's value. The whole exchange, handle included, must finish
    * within timeoutMs; otherwise the connection is closed and Timeout thrown.
-   * @param {{method: string, path: string, headers?: object, body?: Uint8Array|Readable|null,
+   * @param {{method: string, path: string, headers?: object, body?: Uint8Array|import('node:stream').Readable|null,
    *          length?: number|null, timeoutMs: number, handle: (res: http.IncomingMessage) => Promise<any>}} r
    */
   request({ method, path, headers = {}, body = null, length = null, timeoutMs, handle }) {
@@ -96,15 +95,14 @@ export class Connection {
           .then((v) => finish(null, v), (e) => finish(e));
       });
       let continueTimer;
+      let sending = false;
+      let responded = false;
+      req.on('response', () => { responded = true; });
       const sendBody = () => {
         clearTimeout(continueTimer);
-        if (req.writableEnded || settled) return;
-        if (body instanceof Readable || (body && typeof body.pipe === 'function')) {
-          body.on('error', (e) => finish(e));
-          body.pipe(req);
-        } else {
-          req.end(body);
-        }
+        if (sending || settled) return;
+        sending = true;
+        writeBody(req, body, () => responded || settled).catch((e) => finish(e));
       };
       if (body === null) {
         req.end();
@@ -119,6 +117,38 @@ export class Connection {
       }
     });
   }
+}
+
+/** Upload bodies go in pieces of this size. */
+const PIECE_BYTES = 64 << 10;
+
+/** The pieces of a body: a Uint8Array's slices, or a stream's chunks. */
+async function* pieces(body) {
+  if (body instanceof Uint8Array) {
+    for (let i = 0; i < body.length; i += PIECE_BYTES) yield body.subarray(i, i + PIECE_BYTES);
+    return;
+  }
+  for await (const chunk of body) {
+    if (typeof chunk === 'string') throw new TypeError('files.write: the stream gives strings; give it bytes');
+    for (let i = 0; i < chunk.length; i += PIECE_BYTES) yield chunk.subarray(i, i + PIECE_BYTES);
+  }
+}
+
+/**
+ * Writes a request body piece by piece, letting the event loop read the
+ * connection between pieces, and stops once the daemon has answered: a
+ * daemon that refuses a body midway (too large) answers and then closes,
+ * and a write after that close would fail (EPIPE) before its answer is read.
+ */
+async function writeBody(req, body, answered) {
+  for await (const piece of pieces(body)) {
+    await new Promise((r) => setImmediate(r));
+    if (answered()) return;
+    if (!req.write(piece)) {
+      await new Promise((r) => { req.once('drain', r); req.once('close', r); });
+    }
+  }
+  if (!answered()) req.end();
 }
 
 /** Reads a whole body, at most limit bytes; a cut-off body is ConnectionLost. */

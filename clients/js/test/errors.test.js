@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { ConnectError, Connection, Forbidden, Full, Invalid, NotFound, NotSupported, Sandbox, Timeout } from '../src/index.js';
 import { fromResponse, Busy, Lost, TooLarge, Internal } from '../src/errors.js';
-import { FORBIDDEN_SOCKET, SOCKET, needsDaemon } from './fake.js';
+import { FORBIDDEN_SOCKET, SOCKET, needsDaemon } from '../test-support/fake.js';
 
 test('every error code arrives as its own class', needsDaemon, async () => {
   await assert.rejects(Sandbox.create({ socketPath: SOCKET, vcpus: 999 }),

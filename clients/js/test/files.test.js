@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { Readable } from 'node:stream';
 import { test } from 'node:test';
 import { ConnectionLost, Invalid, NotFound, Sandbox, TooLarge } from '../src/index.js';
-import { SOCKET, needsDaemon } from './fake.js';
+import { SOCKET, needsDaemon } from '../test-support/fake.js';
 
 async function withSandbox(fn) {
   const sbx = await Sandbox.create({ socketPath: SOCKET });

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Busy, ConnectionLost, Internal, Invalid, Lost, NotFound, NotSupported, Sandbox, Timeout } from '../src/index.js';
-import { SOCKET, needsDaemon, waitIdle } from './fake.js';
+import { SOCKET, needsDaemon, waitIdle } from '../test-support/fake.js';
 
 async function withSandbox(opts, fn) {
   const sbx = await Sandbox.create({ socketPath: SOCKET, ...opts });

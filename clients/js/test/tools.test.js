@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Sandbox, tools } from '../src/index.js';
-import { SOCKET, needsDaemon } from './fake.js';
+import { SOCKET, needsDaemon } from '../test-support/fake.js';
 
 test('tool definitions', () => {
   const a = tools.anthropicTool();

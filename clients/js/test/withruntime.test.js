@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Sandbox } from '../src/compat/withruntime.js';
-import { SOCKET, needsDaemon } from './fake.js';
+import { SOCKET, needsDaemon } from '../test-support/fake.js';
 
 test('a Runtime-style interpreter', needsDaemon, async () => {
   const sbx = await Sandbox.create({ memoryMiB: 2048, network: { internet: false }, socketPath: SOCKET });
