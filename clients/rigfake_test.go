@@ -44,9 +44,12 @@ func (m rigCells) RunCell(ctx context.Context, id, code string, timeout time.Dur
 	case code == "import pandas as pd; df = pd.DataFrame({'x': [1, 2, 3]})":
 	case code == "print('rows:', len(df)); df.x.mean()", code == "df.x.mean()":
 		if strings.HasPrefix(code, "print") {
-			res.Stdout = "rows: 3\n"
-			if onEvent != nil {
-				onEvent(cell.Event{Type: cell.EventStdout, Text: res.Stdout})
+			// The interpreter streams print's pieces as they are written.
+			for _, piece := range []string{"rows:", " ", "3", "\n"} {
+				res.Stdout += piece
+				if onEvent != nil {
+					onEvent(cell.Event{Type: cell.EventStdout, Text: piece})
+				}
 			}
 		}
 		res.Results = []cell.Display{{Main: true, Data: map[string]string{cell.MIMEText: "2.0"}}}
