@@ -279,6 +279,14 @@ func (c *Client) Restart(ctx context.Context) error {
 	return err
 }
 
+// SetEnv sets the environment variables of the guest's interpreter and
+// commands (a sandbox's env). Send it before the first cell: an
+// interpreter already running is started afresh to see them.
+func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
+	_, err := c.do(ctx, proto.Request{Op: proto.OpSetEnv, Env: env}, nil, nil)
+	return err
+}
+
 // Exec runs argv (no shell) in the guest. stdin may be nil; timeout <= 0
 // means none.
 func (c *Client) Exec(ctx context.Context, argv []string, stdin []byte, timeout time.Duration) (cell.ExecResult, error) {

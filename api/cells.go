@@ -61,9 +61,9 @@ func (s *server) runCell(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	st := &eventStream{w: w, rc: http.NewResponseController(w), cancel: cancel, writeTimeout: s.streamWriteTimeout}
-	res, err := s.m.RunCell(ctx, id, req.Code, timeout, st.send)
+	res, err := s.m.RunCell(ctx, id, req.Code, timeout, st.fromManager)
 	st.mu.Lock()
-	started, ended := st.started, st.ended
+	started, ended, held := st.started, st.ended, st.heldEnd
 	st.mu.Unlock()
 	switch {
 	case err != nil && !started:
@@ -76,6 +76,8 @@ func (s *server) runCell(w http.ResponseWriter, r *http.Request) {
 			Status: cell.StatusLost,
 			Error:  &cell.Error{Name: "SandboxError", Value: err.Error()},
 		}})
+	case held != nil:
+		st.send(*held)
 	case !ended:
 		// The manager returned without sending its end event.
 		st.send(cell.Event{Type: cell.EventEnd, End: &res})
@@ -111,6 +113,24 @@ type eventStream struct {
 	ended        bool
 	failed       bool
 	closed       bool
+	// heldEnd is the manager's end event, sent only once RunCell has
+	// returned: a client that has the end event may start its next cell
+	// at once, and the manager takes one only after RunCell returns.
+	heldEnd *cell.Event
+}
+
+// fromManager is the manager's onEvent: events go out as they come, the
+// end event is held for runCell to send.
+func (st *eventStream) fromManager(ev cell.Event) {
+	if ev.Type != cell.EventEnd {
+		st.send(ev)
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.heldEnd == nil && !st.closed {
+		st.heldEnd = &ev
+	}
 }
 
 func (st *eventStream) close() {

@@ -52,7 +52,7 @@ func fakeAgentVMM(args []string) int {
 		}
 		mu.Unlock()
 	}
-	srv := agent.NewServer(agent.Config{Interp: diesInterp{dying: dying}, Software: "fake-agent",
+	srv := agent.NewServer(agent.Config{Interp: &envInterp{diesInterp: diesInterp{dying: dying}}, Software: "fake-agent",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	for {
 		nc, err := ln.Accept()

@@ -271,6 +271,13 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 		err = fmt.Errorf("the VM exited while booting (%s; %s); vmm log: %s; console: %s", why.Exit, why.Reason,
 			lastLines(vmmLog, 12), lastLines(consoleTail(s.dir, 4096), 15))
 	}
+	if err == nil && len(cfg.Env) > 0 {
+		// The guest's processes get the sandbox's env from its agent,
+		// before the first cell starts the interpreter.
+		if err = s.agent.SetEnv(bootCtx, cfg.Env); err != nil {
+			err = fmt.Errorf("giving the guest its env: %w", err)
+		}
+	}
 	if err != nil {
 		return Info{}, err
 	}

@@ -238,6 +238,8 @@ func (ss *session) handle(req *proto.Request) bool {
 		return ss.reply(proto.Response{Health: h})
 	case proto.OpShutdown:
 		return ss.shutdown()
+	case proto.OpSetEnv:
+		return ss.setEnv(req)
 	}
 	return ss.reply(errResponse(proto.CodeBadRequest, fmt.Errorf("unknown op %q", req.Op)))
 }

@@ -26,7 +26,9 @@ func (in *Interp) Exec(ctx context.Context, argv []string, stdin io.Reader, time
 	if in.closed.Load() {
 		return cell.ExecResult{}, ErrClosed
 	}
-	return runCommand(ctx, in.cfg, argv, stdin, timeout)
+	cfg := in.cfg
+	cfg.Env = in.baseEnv()
+	return runCommand(ctx, cfg, argv, stdin, timeout)
 }
 
 func runCommand(ctx context.Context, cfg Config, argv []string, stdin io.Reader, timeout time.Duration) (cell.ExecResult, error) {

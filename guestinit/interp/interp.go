@@ -44,7 +44,8 @@ type Interp struct {
 	count     int
 	lostQuiet bool // the last interpreter died between cells, unreported
 
-	cur          atomic.Pointer[proc] // p, for Interrupt and Restart
+	extraEnv     atomic.Pointer[[]string] // SetEnv's variables, "NAME=value"
+	cur          atomic.Pointer[proc]     // p, for Interrupt and Restart
 	running      atomic.Bool
 	interruptReq atomic.Bool
 	killReq      atomic.Bool // Restart or Close killed the running cell

@@ -137,11 +137,8 @@ func (in *Interp) startProc() (*proc, error) {
 // pythonEnv is the interpreter's environment: the configured one plus what
 // the driver relies on.
 func (in *Interp) pythonEnv() []string {
-	env := in.cfg.Env
-	if env == nil {
-		env = os.Environ()
-	}
-	env = append(env[:len(env):len(env)],
+	env := in.baseEnv()
+	env = append(env,
 		"MPLBACKEND=Agg",
 		"PYTHONUNBUFFERED=1",
 		"PYTHONIOENCODING=utf-8",

@@ -21,6 +21,12 @@ const (
 	MaxTimeoutMS  = 24 * 60 * 60 * 1000
 	MaxNameBytes  = 128
 	MaxErrorBytes = 16 << 10
+	// The environment of setenv: as many variables and bytes as a
+	// sandbox's config may hold (sandbox.Config.Env).
+	MaxEnvVars       = 256
+	MaxEnvKeyBytes   = 256
+	MaxEnvValueBytes = 32 << 10
+	MaxEnvTotalBytes = 256 << 10
 )
 
 // Hello is the first message each way. The client sends its version; the
@@ -52,6 +58,10 @@ const (
 	OpDownload  Op = "download"
 	OpHealth    Op = "health"
 	OpShutdown  Op = "shutdown"
+	// OpSetEnv sets the environment variables of the guest's processes
+	// (the interpreter and commands) started after it. The host sends it
+	// once, before the first cell.
+	OpSetEnv Op = "setenv"
 )
 
 // Request is one request from the host. Fields that an op does not use
@@ -64,6 +74,8 @@ type Request struct {
 	Stdin     []byte   `json:"stdin,omitempty"`      // exec (base64 in JSON)
 	Path      string   `json:"path,omitempty"`       // upload, download
 	Mode      uint32   `json:"mode,omitempty"`       // upload (permission bits; 0: 0644)
+	// Env holds the variables of setenv (NAME -> value).
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // Validate implements Validator.
@@ -95,6 +107,11 @@ func (r *Request) Validate() error {
 		if err := CheckPath(r.Path); err != nil {
 			return err
 		}
+	case OpSetEnv:
+		uses["env"] = true
+		if err := checkEnv(r.Env); err != nil {
+			return err
+		}
 	case OpInterrupt, OpRestart, OpHealth, OpShutdown:
 	default:
 		return fmt.Errorf("unknown op %q", truncate(string(r.Op), 32))
@@ -106,6 +123,7 @@ func (r *Request) Validate() error {
 		"stdin":   r.Stdin != nil,
 		"path":    r.Path != "",
 		"mode":    r.Mode != 0,
+		"env":     r.Env != nil,
 	} {
 		if set && !uses[name] {
 			return fmt.Errorf("op %s does not take %s", r.Op, name)
@@ -135,6 +153,42 @@ func checkArgv(argv []string) error {
 		return fmt.Errorf("argv is %d bytes (max %d)", total, MaxArgvBytes)
 	}
 	return nil
+}
+
+// checkEnv bounds setenv's variables: names are identifiers
+// ([A-Za-z_][A-Za-z0-9_]*), values are UTF-8 without NUL bytes, and the
+// count and sizes stay within the Max* limits.
+func checkEnv(env map[string]string) error {
+	if len(env) > MaxEnvVars {
+		return fmt.Errorf("env has %d variables (max %d)", len(env), MaxEnvVars)
+	}
+	total := 0
+	for k, v := range env {
+		if !isEnvName(k) || len(k) > MaxEnvKeyBytes {
+			return fmt.Errorf("env name %q is not an identifier of at most %d bytes", truncate(k, 64), MaxEnvKeyBytes)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return fmt.Errorf("env %s contains a NUL byte", k)
+		}
+		if err := checkText("env "+k, v, MaxEnvValueBytes); err != nil {
+			return err
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxEnvTotalBytes {
+		return fmt.Errorf("env is %d bytes in all (max %d)", total, MaxEnvTotalBytes)
+	}
+	return nil
+}
+
+func isEnvName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '_' && (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // CheckPath checks that p is a clean absolute path of bounded length

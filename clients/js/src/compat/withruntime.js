@@ -1,0 +1,116 @@
+// A Runtime-style interpreter, on cellvm. A program written for that
+// interface runs with only its import changed:
+//
+//   import { Sandbox } from 'cellvm/compat/withruntime';
+//   const sbx = await Sandbox.create({ memoryMiB: 2048, network: { internet: false } });
+//   const out = await sbx.interpreter.run(code, { timeoutMs: 30_000 });
+//   const png = sbx.interpreter.result(out.results[0].refs['image/png']);
+//
+// interpreter.run resolves to { stdout, stderr, results: [{ data, refs }],
+// error: { name, value, traceback } | null, status }: binary values such as
+// PNG images are given by ref, never inline, and interpreter.result(ref)
+// returns their bytes as a Uint8Array; the traceback is one string; a
+// timeout is a status, not an exception. network: { internet: false } means
+// no network device; { allow: [...] } passes a cellvm allowlist; cellvm has
+// no open-internet mode, so { internet: true } is refused.
+
+import { randomBytes } from 'node:crypto';
+import { Sandbox as Native, asyncDispose } from '../sandbox.js';
+import { BINARY_MIMES } from '../models.js';
+
+/** What the refs of one sandbox may hold in all; the oldest go first. */
+export const MAX_REF_BYTES = 256 << 20;
+
+function networkOf(network) {
+  if (network === undefined || network === null) return undefined;
+  if (Array.isArray(network.allow)) return { allow: [...network.allow] };
+  if (network.internet === false || Object.keys(network).length === 0) return undefined;
+  throw new RangeError('cellvm has no open-internet mode: pass network: { allow: [...] } with the hosts, CIDRs or names the sandbox needs (private ranges stay shut even then)');
+}
+
+export class Interpreter {
+  constructor(native) {
+    this._native = native;
+    this._refs = new Map();
+    this._refBytes = 0;
+  }
+
+  /** Runs code; resolves to the outcome object (see the module). */
+  async run(code, { timeoutMs = 30_000 } = {}) {
+    const ex = await this._native.runCode(code, { timeoutMs });
+    const results = ex.results.map((r) => {
+      const data = {};
+      const refs = {};
+      for (const [mime, value] of Object.entries(r.data)) {
+        if (BINARY_MIMES.has(mime)) refs[mime] = this._keep(new Uint8Array(Buffer.from(value, 'base64')));
+        else data[mime] = value;
+      }
+      return { data, refs, main: r.main };
+    });
+    return {
+      stdout: ex.logs.stdout,
+      stderr: ex.logs.stderr,
+      results,
+      error: ex.error ? { name: ex.error.name, value: ex.error.value, traceback: ex.error.traceback } : null,
+      status: ex.status,
+      stateKept: ex.stateKept,
+      executionCount: ex.executionCount,
+      durationMs: ex.durationMs,
+    };
+  }
+
+  /** The bytes behind a ref from a result's refs. */
+  result(ref) {
+    const v = this._refs.get(ref);
+    if (!v) throw new RangeError(`no result with ref ${JSON.stringify(ref)} (refs are kept per sandbox, at most ${MAX_REF_BYTES >> 20} MiB in all; older ones are dropped first)`);
+    return v;
+  }
+
+  _keep(bytes) {
+    const ref = 'ref_' + randomBytes(8).toString('hex');
+    this._refs.set(ref, bytes);
+    this._refBytes += bytes.length;
+    for (const [k, v] of this._refs) {
+      if (this._refBytes <= MAX_REF_BYTES || this._refs.size <= 1) break;
+      this._refs.delete(k);
+      this._refBytes -= v.length;
+    }
+    return ref;
+  }
+}
+
+export class Sandbox {
+  constructor(native) {
+    this._native = native;
+    this.id = native.sandboxId;
+    this.interpreter = new Interpreter(native);
+    this.files = {
+      write: (path, data) => native.files.write(path, data),
+      read: (path) => native.files.read(path),
+    };
+  }
+
+  /** Creates a sandbox; close() (or await using) deletes it. */
+  static async create({ memoryMiB, vcpus, network, env, timeoutMs = 180_000, socketPath } = {}) {
+    return new Sandbox(await Native.create({ memoryMiB, vcpus, network: networkOf(network), env, timeoutMs, socketPath }));
+  }
+
+  static async connect(id, { socketPath } = {}) {
+    return new Sandbox(await Native.connect(id, { socketPath }));
+  }
+
+  /** Runs a command (a string goes to sh -c): resolves to { stdout, stderr, exitCode, timedOut }. */
+  async exec(cmd, { cwd, timeoutMs = 30_000 } = {}) {
+    const r = await this._native.commands.run(cmd, { cwd, timeoutMs });
+    return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode, timedOut: r.timedOut };
+  }
+
+  /** Deletes the sandbox. */
+  close() {
+    return this._native.kill().then(() => undefined);
+  }
+
+  [asyncDispose]() {
+    return this.close();
+  }
+}

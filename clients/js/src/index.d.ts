@@ -1,0 +1,8 @@
+export { Sandbox, asyncDispose, DEFAULT_CELL_TIMEOUT_MS, START_ALLOWANCE_MS, CreateOptions, ConnectOptions, RunCodeOptions } from './sandbox.js';
+export { Connection, DEFAULT_SOCKET } from './transport.js';
+export { Execution, Result, ExecutionError, CommandResult, SandboxInfo, Truncated } from './models.js';
+export {
+  CellvmError, Invalid, Forbidden, NotFound, Busy, Lost, TooLarge, Internal, NotSupported, Full,
+  ConnectError, ConnectionLost, Timeout, ProtocolError,
+} from './errors.js';
+export * as tools from './tools.js';

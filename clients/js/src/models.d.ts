@@ -1,0 +1,72 @@
+/** One rich output of a cell: a Jupyter MIME bundle. */
+export class Result {
+  readonly raw: unknown;
+  /** The value of the cell's last expression (else a display or a figure). */
+  readonly main: boolean;
+  readonly isMainResult: boolean;
+  /** MIME type -> value as sent (binary types as base64). */
+  readonly data: Record<string, string>;
+  readonly text?: string;
+  readonly html?: string;
+  readonly markdown?: string;
+  readonly latex?: string;
+  readonly svg?: string;
+  readonly png?: Uint8Array;
+  readonly jpeg?: Uint8Array;
+  readonly json?: unknown;
+  formats(): string[];
+}
+
+export interface ExecutionError {
+  name: string;
+  value: string;
+  /** The traceback as one string. */
+  traceback: string;
+  tracebackLines: string[];
+}
+
+export interface Truncated {
+  stdoutBytes: number;
+  stderrBytes: number;
+}
+
+/** The outcome of one cell. */
+export class Execution {
+  readonly raw: Record<string, unknown>;
+  readonly status: 'ok' | 'error' | 'timeout' | 'lost';
+  readonly executionCount: number;
+  readonly logs: { stdout: string; stderr: string };
+  readonly results: Result[];
+  readonly error: ExecutionError | null;
+  /** Whether the interpreter's variables survived (an interrupted timeout keeps them). */
+  readonly stateKept: boolean;
+  readonly killedBy: 'timeout' | 'oom' | 'signal' | null;
+  readonly truncated: Truncated;
+  readonly durationMs: number;
+  readonly mainResult?: Result;
+  /** The text of the value of the cell's last expression. */
+  readonly text?: string;
+}
+
+export interface CommandResult {
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+  timedOut: boolean;
+  truncated: Truncated;
+  durationMs: number;
+  raw: Record<string, unknown>;
+}
+
+export interface SandboxInfo {
+  sandboxId: string;
+  state: string;
+  config: Record<string, unknown>;
+  createdAt: string;
+  uptimeS: number;
+  cells: number;
+  cellRunning: boolean;
+  usage: Record<string, unknown>;
+  network: Record<string, unknown>;
+  raw: Record<string, unknown>;
+}

@@ -1,0 +1,81 @@
+// What the API answers with, as objects shaped like E2B's JavaScript SDK.
+
+/** MIME types whose values are base64 text on the wire. */
+export const BINARY_MIMES = new Set(['image/png', 'image/jpeg', 'image/gif', 'image/webp', 'application/pdf']);
+
+function b64(v) {
+  return typeof v === 'string' ? new Uint8Array(Buffer.from(v, 'base64')) : undefined;
+}
+
+/** One rich output of a cell: a Jupyter MIME bundle. */
+export class Result {
+  constructor(raw) {
+    this.raw = raw;
+    this.main = Boolean(raw?.main);
+    this.data = {};
+    for (const [k, v] of Object.entries(raw?.data ?? {})) if (typeof v === 'string') this.data[k] = v;
+  }
+  get isMainResult() { return this.main; }
+  get text() { return this.data['text/plain']; }
+  get html() { return this.data['text/html']; }
+  get markdown() { return this.data['text/markdown']; }
+  get latex() { return this.data['text/latex']; }
+  get svg() { return this.data['image/svg+xml']; }
+  /** The PNG's bytes. */
+  get png() { return b64(this.data['image/png']); }
+  get jpeg() { return b64(this.data['image/jpeg']); }
+  /** application/json, parsed (undefined when absent or not JSON). */
+  get json() {
+    const v = this.data['application/json'];
+    if (v === undefined) return undefined;
+    try { return JSON.parse(v); } catch { return undefined; }
+  }
+  formats() { return Object.keys(this.data); }
+}
+
+/** A traceback's entries as one string, one entry per line. */
+export function joinTraceback(lines) {
+  return (lines ?? []).map((l) => String(l).replace(/\n+$/, '')).join('\n');
+}
+
+export function executionError(raw) {
+  if (!raw || typeof raw !== 'object') return null;
+  const lines = Array.isArray(raw.traceback) ? raw.traceback.filter((x) => typeof x === 'string') : [];
+  return { name: String(raw.name ?? ''), value: String(raw.value ?? ''), traceback: joinTraceback(lines), tracebackLines: lines };
+}
+
+const truncated = (t) => ({ stdoutBytes: Number(t?.stdout_bytes ?? 0), stderrBytes: Number(t?.stderr_bytes ?? 0) });
+
+/** The outcome of one cell. */
+export class Execution {
+  constructor(raw) {
+    this.raw = raw;
+    this.status = String(raw.status ?? '');
+    this.executionCount = Number(raw.execution_count ?? 0);
+    this.logs = { stdout: String(raw.stdout ?? ''), stderr: String(raw.stderr ?? '') };
+    this.results = (raw.results ?? []).filter((r) => r && typeof r === 'object').map((r) => new Result(r));
+    this.error = executionError(raw.error);
+    this.stateKept = Boolean(raw.state_kept);
+    this.killedBy = typeof raw.killed_by === 'string' ? raw.killed_by : null;
+    this.truncated = truncated(raw.truncated);
+    this.durationMs = Number(raw.duration_ms ?? 0);
+  }
+  get mainResult() { return this.results.find((r) => r.main); }
+  /** The text of the value of the cell's last expression, if any. */
+  get text() { return this.mainResult?.text; }
+}
+
+export function commandResult(raw) {
+  return {
+    exitCode: Number(raw.exit_code ?? 0), stdout: String(raw.stdout ?? ''), stderr: String(raw.stderr ?? ''),
+    timedOut: Boolean(raw.timed_out), truncated: truncated(raw.truncated), durationMs: Number(raw.duration_ms ?? 0), raw,
+  };
+}
+
+export function sandboxInfo(raw) {
+  return {
+    sandboxId: String(raw.id ?? ''), state: String(raw.state ?? ''), config: raw.config ?? {}, createdAt: raw.created_at,
+    uptimeS: Number(raw.uptime_s ?? 0), cells: Number(raw.cells ?? 0), cellRunning: Boolean(raw.cell_running),
+    usage: raw.usage ?? {}, network: raw.network ?? {}, raw,
+  };
+}

@@ -1,0 +1,278 @@
+// Sandbox: a cellvm sandbox (a microVM with a persistent Python
+// interpreter) driven from Node.
+
+import { Readable } from 'node:stream';
+import { ConnectionLost, NotFound, ProtocolError, TooLarge } from './errors.js';
+import { Execution, Result, commandResult, executionError, sandboxInfo } from './models.js';
+import { Connection, MAX_EVENT_LINE_BYTES, answer, filesPath, jsonCall, readBody, sandboxPath } from './transport.js';
+
+/** A cell's time limit when runCode is given none; the daemon's default. */
+export const DEFAULT_CELL_TIMEOUT_MS = 60_000;
+/**
+ * What a cell's call allows on top of the cell's own limit for the guest to
+ * start its interpreter (a first cell, a cell after a restart or a lost
+ * interpreter): the guest's agent waits up to three minutes for it, and
+ * that wait is not the cell's.
+ */
+export const START_ALLOWANCE_MS = 180_000;
+const DEFAULT_CREATE_TIMEOUT_MS = 180_000;
+const DEFAULT_FILE_TIMEOUT_MS = 300_000;
+const DEFAULT_MAX_READ_BYTES = 1 << 30;
+
+/** Symbol.asyncDispose where the runtime has it (Node >= 20.4), else the registered symbol. */
+export const asyncDispose = Symbol.asyncDispose ?? Symbol.for('Symbol.asyncDispose');
+
+function conn(opts = {}) {
+  return opts.connection ?? new Connection({ socketPath: opts.socketPath });
+}
+
+function positiveMs(v, what) {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !(v > 0) || !Number.isFinite(v)) throw new RangeError(`${what} must be a positive number of milliseconds, not ${v}`);
+  return Math.ceil(v);
+}
+
+function networkField(network) {
+  if (network === undefined || network === null) return undefined;
+  const allow = Array.isArray(network) ? network : network.allow;
+  if (!Array.isArray(allow) || !allow.every((e) => typeof e === 'string')) {
+    throw new TypeError('network is a list of allowlist entries (strings) or {allow: [...]}');
+  }
+  return { allow: [...allow] };
+}
+
+function envField(env) {
+  if (env === undefined || env === null) return undefined;
+  if (typeof env !== 'object' || !Object.values(env).every((v) => typeof v === 'string')) throw new TypeError('env is an object of strings');
+  return { ...env };
+}
+
+function argvOf(cmd, cwd, envs) {
+  let argv;
+  if (typeof cmd === 'string') argv = ['sh', '-c', cmd];
+  else if (Array.isArray(cmd) && cmd.length && cmd.every((a) => typeof a === 'string')) argv = [...cmd];
+  else throw new TypeError('a command is a shell string or a non-empty array of strings (argv)');
+  if (envs && Object.keys(envs).length) argv = ['env', ...Object.entries(envField(envs)).map(([k, v]) => `${k}=${v}`), ...argv];
+  if (cwd !== undefined && cwd !== null) argv = ['sh', '-c', 'cd -- "$1" || exit 125; shift; exec "$@"', 'sh', cwd, ...argv];
+  return argv;
+}
+
+/** Streams a cell: callbacks get events in order (awaited), the end's result is returned. */
+async function streamCell(res, dispatch) {
+  if (res.statusCode !== 200) return answer(res, [200]);
+  const ctype = String(res.headers['content-type'] ?? '').split(';')[0].trim();
+  if (ctype !== 'application/x-ndjson') return answer(res, [200]);
+  let buf = Buffer.alloc(0);
+  let events = 0;
+  try {
+    for await (const chunk of res) {
+      buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
+      let i;
+      while ((i = buf.indexOf(10)) >= 0) {
+        const line = buf.subarray(0, i).toString('utf8');
+        buf = buf.subarray(i + 1);
+        if (!line.trim()) continue;
+        let ev;
+        try {
+          ev = JSON.parse(line);
+        } catch (e) {
+          throw new ProtocolError(`a cell event is not JSON: ${e.message}`);
+        }
+        if (!ev || typeof ev.type !== 'string') throw new ProtocolError('a cell event is not an object with a type');
+        if (ev.type === 'end') {
+          if (!ev.end || typeof ev.end.status !== 'string') throw new ProtocolError("the cell's result is not an object with a status");
+          return ev.end;
+        }
+        events++;
+        await dispatch(ev);
+      }
+      if (buf.length > MAX_EVENT_LINE_BYTES) throw new ProtocolError(`an event line is longer than ${MAX_EVENT_LINE_BYTES} bytes`);
+    }
+  } catch (e) {
+    if (!(e instanceof Error) || e.code === 'ECONNRESET' || e.code === 'ERR_STREAM_PREMATURE_CLOSE' || e.message === 'aborted') {
+      throw new ConnectionLost(`the connection broke while the cell ran, after ${events} event(s) (${e.message}); the cell may have run in part, so its variables may have changed`);
+    }
+    throw e;
+  }
+  throw new ConnectionLost(`the cell's event stream ended after ${events} event(s) without its end event; the cell may have run in part, so its variables may have changed`);
+}
+
+function dispatcher({ onStdout, onStderr, onResult, onError }) {
+  return async (ev) => {
+    if (ev.type === 'stdout' && onStdout) return onStdout(String(ev.text ?? ''));
+    if (ev.type === 'stderr' && onStderr) return onStderr(String(ev.text ?? ''));
+    if (ev.type === 'result' && onResult && ev.result) return onResult(new Result(ev.result));
+    if (ev.type === 'error' && onError) {
+      const e = executionError(ev.error);
+      if (e) return onError(e);
+    }
+    return undefined;
+  };
+}
+
+function uploadSource(data) {
+  if (typeof data === 'string') data = Buffer.from(data, 'utf8');
+  if (data instanceof ArrayBuffer) data = new Uint8Array(data);
+  if (data instanceof Uint8Array) return { body: data, length: data.length };
+  if (data instanceof Readable || (data && typeof data.pipe === 'function')) return { body: data, length: null };
+  if (data && typeof data[Symbol.asyncIterator] === 'function') return { body: Readable.from(data), length: null };
+  throw new TypeError('files.write takes a string, a Uint8Array, an ArrayBuffer or a readable stream');
+}
+
+export class Sandbox {
+  /** @private */
+  constructor(connection, info) {
+    this._conn = connection;
+    this.sandboxId = info.sandboxId;
+    this.created = info;
+    const self = this;
+    /** Programs run outside the interpreter. */
+    this.commands = {
+      /** Runs a command: a string goes to sh -c, an array is the argv. */
+      async run(cmd, { stdin, timeoutMs = DEFAULT_CELL_TIMEOUT_MS, cwd, envs, requestTimeoutMs } = {}) {
+        const payload = { argv: argvOf(cmd, cwd, envs) };
+        if (typeof stdin === 'string') payload.stdin = stdin;
+        else if (stdin instanceof Uint8Array) {
+          const text = Buffer.from(stdin).toString('utf8');
+          if (Buffer.from(text, 'utf8').equals(Buffer.from(stdin))) payload.stdin = text;
+          else payload.stdin_base64 = Buffer.from(stdin).toString('base64');
+        } else if (stdin !== undefined && stdin !== null) throw new TypeError('stdin is a string or a Uint8Array');
+        const ms = positiveMs(timeoutMs, 'timeoutMs');
+        if (ms !== undefined) payload.timeout_ms = ms;
+        return jsonCall(self._conn, 'POST', sandboxPath(self.sandboxId, 'exec'), payload, {
+          timeoutMs: requestTimeoutMs ?? (ms ?? DEFAULT_CELL_TIMEOUT_MS) + self._conn.timeoutMs,
+        }).then(commandResult);
+      },
+    };
+    /** The sandbox's files; relative paths are under /workspace. */
+    this.files = {
+      /** Writes a string (UTF-8), bytes or a stream; resolves to the bytes written. */
+      async write(path, data, { timeoutMs = DEFAULT_FILE_TIMEOUT_MS } = {}) {
+        const { body, length } = uploadSource(data);
+        return self._conn.request({
+          method: 'PUT', path: filesPath(self.sandboxId, path), body, length, timeoutMs,
+          headers: { 'Content-Type': 'application/octet-stream', Expect: '100-continue' },
+          handle: (res) => answer(res, [200]),
+        }).then((v) => Number(v?.bytes ?? 0));
+      },
+      /** Resolves to the file's bytes (TooLarge beyond maxBytes). */
+      async read(path, { maxBytes = DEFAULT_MAX_READ_BYTES, timeoutMs = DEFAULT_FILE_TIMEOUT_MS } = {}) {
+        return self._conn.request({
+          method: 'GET', path: filesPath(self.sandboxId, path), timeoutMs,
+          handle: async (res) => {
+            if (res.statusCode !== 200) return answer(res, [200]);
+            let data;
+            try {
+              data = await readBody(res, maxBytes, `the file ${path}`);
+            } catch (e) {
+              if (e instanceof ConnectionLost) {
+                throw new ConnectionLost(`the download of ${path} was cut off (${e.message}): the daemon failed during the transfer; nothing partial is returned`);
+              }
+              if (e instanceof ProtocolError) {
+                throw new TooLarge(`${e.message}; pass a larger maxBytes to read it`);
+              }
+              throw e;
+            }
+            return new Uint8Array(data.buffer, data.byteOffset, data.length);
+          },
+        });
+      },
+    };
+    /** The egress allowlist. */
+    this.network = {
+      /** Replaces the allowlist; an empty list closes egress. */
+      async set(allow) {
+        return jsonCall(self._conn, 'PUT', sandboxPath(self.sandboxId, 'network'), networkField(allow), { want: [204] }).then(() => undefined);
+      },
+    };
+  }
+
+  get id() { return this.sandboxId; }
+
+  /**
+   * Creates a sandbox and resolves once it runs.
+   * @param {import('./index.js').CreateOptions} [opts]
+   */
+  static async create(opts = {}) {
+    const c = conn(opts);
+    const cfg = {};
+    for (const [k, wire] of [['vcpus', 'vcpus'], ['memoryMiB', 'memory_mib'], ['ttlS', 'ttl_s'], ['idleTimeoutS', 'idle_timeout_s']]) {
+      if (opts[k] !== undefined) {
+        if (!Number.isInteger(opts[k])) throw new TypeError(`${k} must be an integer`);
+        cfg[wire] = opts[k];
+      }
+    }
+    const net = networkField(opts.network);
+    if (net) cfg.network = net;
+    const env = envField(opts.env);
+    if (env && Object.keys(env).length) cfg.env = env;
+    const raw = await jsonCall(c, 'POST', '/v1/sandboxes', cfg, { want: [201], timeoutMs: (opts.timeoutMs ?? DEFAULT_CREATE_TIMEOUT_MS) + c.timeoutMs });
+    return new this(c, sandboxInfo(raw));
+  }
+
+  /** Takes up an existing sandbox by id (NotFound if there is none). */
+  static async connect(id, opts = {}) {
+    const c = conn(opts);
+    return new this(c, sandboxInfo(await jsonCall(c, 'GET', sandboxPath(id))));
+  }
+
+  /** Every sandbox of the daemon. */
+  static async list(opts = {}) {
+    const c = conn(opts);
+    const v = await jsonCall(c, 'GET', '/v1/sandboxes');
+    return (v?.sandboxes ?? []).map(sandboxInfo);
+  }
+
+  /**
+   * Runs Python in the sandbox's interpreter (state persists between calls).
+   * timeoutMs is the cell's limit; the call as a whole may also take the
+   * interpreter's start-up (START_ALLOWANCE_MS) unless requestTimeoutMs says
+   * otherwise. Events go to the callbacks as they happen, awaited in order; a callback
+   * that throws ends the call, which interrupts the cell.
+   */
+  async runCode(code, { timeoutMs = DEFAULT_CELL_TIMEOUT_MS, onStdout, onStderr, onResult, onError, requestTimeoutMs } = {}) {
+    if (typeof code !== 'string') throw new TypeError('code is a string of Python source');
+    const ms = positiveMs(timeoutMs, 'timeoutMs');
+    const payload = { code };
+    if (ms !== undefined) payload.timeout_ms = ms;
+    const body = Buffer.from(JSON.stringify(payload));
+    const dispatch = dispatcher({ onStdout, onStderr, onResult, onError });
+    return this._conn.request({
+      method: 'POST', path: sandboxPath(this.sandboxId, 'cells'), body, length: body.length,
+      headers: { 'Content-Type': 'application/json', Accept: 'application/x-ndjson' },
+      timeoutMs: requestTimeoutMs ?? (ms ?? DEFAULT_CELL_TIMEOUT_MS) + START_ALLOWANCE_MS + this._conn.timeoutMs,
+      handle: (res) => streamCell(res, dispatch),
+    }).then((raw) => new Execution(raw));
+  }
+
+  /** Interrupts the running cell (it ends with KeyboardInterrupt, variables kept). */
+  interrupt() {
+    return jsonCall(this._conn, 'POST', sandboxPath(this.sandboxId, 'interrupt'), undefined, { want: [204] }).then(() => undefined);
+  }
+
+  /** Replaces the interpreter with a fresh one (and waits for it to start): variables are lost. */
+  restart() {
+    return jsonCall(this._conn, 'POST', sandboxPath(this.sandboxId, 'restart'), undefined, { want: [204], timeoutMs: START_ALLOWANCE_MS + this._conn.timeoutMs }).then(() => undefined);
+  }
+
+  /** The sandbox's state, config and usage. */
+  info() {
+    return jsonCall(this._conn, 'GET', sandboxPath(this.sandboxId)).then(sandboxInfo);
+  }
+
+  /** Destroys the sandbox; resolves to false when it was already gone. */
+  async kill({ timeoutMs = 60_000 } = {}) {
+    try {
+      await jsonCall(this._conn, 'DELETE', sandboxPath(this.sandboxId), undefined, { want: [204], timeoutMs });
+      return true;
+    } catch (e) {
+      if (e instanceof NotFound) return false;
+      throw e;
+    }
+  }
+
+  /** `await using sbx = await Sandbox.create()` deletes it at the end of the block. */
+  [asyncDispose]() {
+    return this.kill().then(() => undefined);
+  }
+}

@@ -1,0 +1,209 @@
+// Where the daemon is, and one request to it. Today the daemon is reached
+// over its Unix socket (HTTP/1.1 with node:http, one connection per call);
+// the socket is found in this order: the path given, $CELLVM_SOCKET,
+// /run/cellvm/cellvm.sock. A remote daemon (a URL with TLS and a bearer
+// token) plugs in here: Connection.requestOptions and headers.
+
+import http from 'node:http';
+import { ConnectError, ConnectionLost, ProtocolError, Timeout, fromResponse } from './errors.js';
+
+export const DEFAULT_SOCKET = '/run/cellvm/cellvm.sock';
+export const SOCKET_ENV = 'CELLVM_SOCKET';
+/** The timeout of calls that have no timeout of their own (ms). */
+export const DEFAULT_TIMEOUT_MS = 30_000;
+/** Bounds on what the client keeps of an answer. */
+export const MAX_JSON_BYTES = 64 << 20;
+export const MAX_EVENT_LINE_BYTES = 64 << 20;
+/** How long an upload waits for the daemon's go-ahead before sending anyway. */
+const EXPECT_CONTINUE_MS = 2000;
+
+export class Connection {
+  /**
+   * @param {{socketPath?: string, timeoutMs?: number}} [opts]
+   */
+  constructor({ socketPath, timeoutMs = DEFAULT_TIMEOUT_MS } = {}) {
+    const p = socketPath || process.env[SOCKET_ENV] || DEFAULT_SOCKET;
+    if (p.includes('\0')) throw new TypeError('the socket path contains a NUL byte');
+    if (!(timeoutMs > 0)) throw new RangeError('timeoutMs must be positive');
+    this.socketPath = p;
+    this.timeoutMs = timeoutMs;
+  }
+
+  /** Headers sent with every request (a remote daemon's token will go here). */
+  headers() {
+    return {};
+  }
+
+  connectError(err) {
+    const p = this.socketPath;
+    const hint = `start one with 'cellvm serve' or set ${SOCKET_ENV}`;
+    switch (err.code) {
+      case 'ENOENT':
+        return new ConnectError(`no cellvm daemon at ${p}: the socket does not exist (${hint})`);
+      case 'ECONNREFUSED':
+        return new ConnectError(`no cellvm daemon listens at ${p}: the socket is stale (${hint})`);
+      case 'EACCES':
+      case 'EPERM':
+        return new ConnectError(`cannot connect to the cellvm daemon at ${p}: permission denied (the socket belongs to the daemon's user)`);
+      default:
+        return new ConnectError(`cannot connect to the cellvm daemon at ${p}: ${err.message}`);
+    }
+  }
+
+  /**
+   * Sends one request and hands the response to handle, which resolves to
+   * the call's value. The whole exchange, handle included, must finish
+   * within timeoutMs; otherwise the connection is closed and Timeout thrown.
+   * @param {{method: string, path: string, headers?: object, body?: Uint8Array|import('node:stream').Readable|null,
+   *          length?: number|null, timeoutMs: number, handle: (res: http.IncomingMessage) => Promise<any>}} r
+   */
+  request({ method, path, headers = {}, body = null, length = null, timeoutMs, handle }) {
+    const what = `${method} ${path.split('?')[0]}`;
+    return new Promise((resolve, reject) => {
+      let settled = false;
+      let connected = false;
+      const finish = (err, value) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        clearTimeout(continueTimer);
+        req.destroy();
+        if (err) reject(err);
+        else resolve(value);
+      };
+      const timer = setTimeout(
+        () => finish(new Timeout(`${what}: no complete answer from the daemon within ${timeoutMs / 1000} s`, { code: 'timeout' })),
+        timeoutMs,
+      );
+      const h = { Host: 'cellvm', 'User-Agent': 'cellvm-js/0.1', Connection: 'close', ...headers, ...this.headers() };
+      if (body !== null) {
+        if (length === null) h['Transfer-Encoding'] = 'chunked';
+        else h['Content-Length'] = String(length);
+      }
+      const req = http.request({ socketPath: this.socketPath, method, path, headers: h, agent: false, setHost: false });
+      req.on('socket', (s) => s.on('connect', () => { connected = true; }));
+      req.on('error', (err) => {
+        if (!connected && ['ENOENT', 'ECONNREFUSED', 'EACCES', 'EPERM', 'ENOTSOCK'].includes(err.code)) {
+          finish(this.connectError(err));
+        } else {
+          finish(new ConnectionLost(`${what}: ${err.message}`));
+        }
+      });
+      req.on('response', (res) => {
+        Promise.resolve()
+          .then(() => handle(res))
+          .then((v) => finish(null, v), (e) => finish(e));
+      });
+      let continueTimer;
+      let sending = false;
+      let responded = false;
+      req.on('response', () => { responded = true; });
+      const sendBody = () => {
+        clearTimeout(continueTimer);
+        if (sending || settled) return;
+        sending = true;
+        writeBody(req, body, () => responded || settled).catch((e) => finish(e));
+      };
+      if (body === null) {
+        req.end();
+      } else if (h.Expect === '100-continue') {
+        // Wait for the go-ahead: a refusal (unknown sandbox, bad path,
+        // too large) then costs no transfer.
+        req.flushHeaders();
+        req.on('continue', sendBody);
+        continueTimer = setTimeout(sendBody, EXPECT_CONTINUE_MS);
+      } else {
+        sendBody();
+      }
+    });
+  }
+}
+
+/** Upload bodies go in pieces of this size. */
+const PIECE_BYTES = 64 << 10;
+
+/** The pieces of a body: a Uint8Array's slices, or a stream's chunks. */
+async function* pieces(body) {
+  if (body instanceof Uint8Array) {
+    for (let i = 0; i < body.length; i += PIECE_BYTES) yield body.subarray(i, i + PIECE_BYTES);
+    return;
+  }
+  for await (const chunk of body) {
+    if (typeof chunk === 'string') throw new TypeError('files.write: the stream gives strings; give it bytes');
+    for (let i = 0; i < chunk.length; i += PIECE_BYTES) yield chunk.subarray(i, i + PIECE_BYTES);
+  }
+}
+
+/**
+ * Writes a request body piece by piece, letting the event loop read the
+ * connection between pieces, and stops once the daemon has answered: a
+ * daemon that refuses a body midway (too large) answers and then closes,
+ * and a write after that close would fail (EPIPE) before its answer is read.
+ */
+async function writeBody(req, body, answered) {
+  for await (const piece of pieces(body)) {
+    await new Promise((r) => setImmediate(r));
+    if (answered()) return;
+    if (!req.write(piece)) {
+      await new Promise((r) => { req.once('drain', r); req.once('close', r); });
+    }
+  }
+  if (!answered()) req.end();
+}
+
+/** Reads a whole body, at most limit bytes; a cut-off body is ConnectionLost. */
+export async function readBody(res, limit, what = 'the answer') {
+  const parts = [];
+  let n = 0;
+  try {
+    for await (const chunk of res) {
+      n += chunk.length;
+      if (n > limit) throw new ProtocolError(`${what} is larger than the client's limit of ${limit} bytes`);
+      parts.push(chunk);
+    }
+  } catch (e) {
+    if (e instanceof ProtocolError) throw e;
+    throw new ConnectionLost(`the connection ended in the middle of ${what} (${e.message})`);
+  }
+  if (!res.complete) throw new ConnectionLost(`the connection ended in the middle of ${what}`);
+  return Buffer.concat(parts);
+}
+
+/** Reads the answer: the API error for a status not in want, else the JSON (null when empty). */
+export async function answer(res, want) {
+  const data = await readBody(res, MAX_JSON_BYTES);
+  if (!want.includes(res.statusCode)) throw fromResponse(res.statusCode, data, res.headers['retry-after']);
+  const text = data.toString('utf8');
+  if (!text.trim()) return null;
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw new ProtocolError(`the answer is not JSON: ${e.message}`);
+  }
+}
+
+/** One request with an optional JSON body, answered with JSON (or nothing). */
+export function jsonCall(conn, method, path, payload, { want = [200], timeoutMs } = {}) {
+  const body = payload === undefined ? null : Buffer.from(JSON.stringify(payload));
+  const headers = { Accept: 'application/json' };
+  if (body) headers['Content-Type'] = 'application/json';
+  return conn.request({
+    method, path, headers, body, length: body ? body.length : null,
+    timeoutMs: timeoutMs ?? conn.timeoutMs, handle: (res) => answer(res, want),
+  });
+}
+
+/** The path of a sandbox's route, each segment escaped. */
+export function sandboxPath(id, ...rest) {
+  if (typeof id !== 'string' || !id) throw new TypeError('a sandbox id is a non-empty string');
+  return ['/v1/sandboxes', encodeURIComponent(id), ...rest.map(encodeURIComponent)].join('/');
+}
+
+/** The files route of a guest path; a relative path is under /workspace. */
+export function filesPath(id, guestPath) {
+  if (typeof guestPath !== 'string' || !guestPath) throw new TypeError('a file path is a non-empty string');
+  const abs = guestPath.startsWith('/') ? guestPath : `/workspace/${guestPath}`;
+  const segs = abs.split('/').filter(Boolean);
+  if (!segs.length) throw new RangeError(`${JSON.stringify(guestPath)} names the root directory, not a file`);
+  return sandboxPath(id, 'files', ...segs);
+}

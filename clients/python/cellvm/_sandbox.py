@@ -1,0 +1,297 @@
+"""The calls of a sandbox, written once for Sandbox and AsyncSandbox.
+
+Every call builds a plan (an exchange, its timeout, and how to turn the
+answer into a Python object) and hands it to ``_do``: Sandbox runs it and
+returns the value, AsyncSandbox returns an awaitable. So each call is
+defined once and the two classes cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import stat
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+from . import _exchange as ex
+from ._transport import Connection
+from .errors import NotFound
+from .models import CommandResult, Execution, ExecutionError, Result, SandboxInfo
+
+#: A cell's time limit when run_code is given none (seconds); the same as
+#: the daemon's default.
+DEFAULT_CELL_TIMEOUT_S = 60.0
+#: What a cell's call allows on top of the cell's own limit for the guest
+#: to start its interpreter (a first cell, a cell after a restart or a
+#: lost interpreter): the guest's agent waits up to three minutes for it
+#: (a loaded or nested host is slow), and that wait is not the cell's.
+START_ALLOWANCE_S = 180.0
+#: How long a create may take to boot the sandbox (seconds).
+DEFAULT_CREATE_TIMEOUT_S = 180.0
+#: How long a file transfer may take (seconds).
+DEFAULT_FILE_TIMEOUT_S = 300.0
+#: The most files.read keeps in memory.
+DEFAULT_MAX_READ_BYTES = 1 << 30
+
+Callback = Optional[Callable[[Any], Any]]
+
+
+class Plan:
+    """An exchange, its timeout, and what turns its answer into a value."""
+
+    __slots__ = ("exchange", "timeout", "convert")
+
+    def __init__(self, exchange: ex.Exchange, timeout: float, convert: Callable[[Any], Any] = lambda v: v):
+        self.exchange, self.timeout, self.convert = exchange, timeout, convert
+
+    def run(self, conn: Connection) -> Any:
+        """Runs the plan with blocking I/O and returns its value."""
+        return self.convert(conn.run(self.exchange, self.timeout))
+
+    async def arun(self, conn: Connection) -> Any:
+        """Runs the plan with asyncio and returns its value."""
+        return self.convert(await conn.arun(self.exchange, self.timeout))
+
+
+def _ms(seconds: Optional[float], what: str) -> Optional[int]:
+    if seconds is None:
+        return None
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds > 0 or math.isinf(seconds):
+        raise ValueError(f"{what} must be a positive number of seconds, not {seconds!r}")
+    return max(1, math.ceil(seconds * 1000))
+
+
+def _network(network: Any) -> Optional[Dict[str, List[str]]]:
+    """The create's network field: None (no network device), a list of
+    allowlist entries, or {"allow": [...]}."""
+    if network is None:
+        return None
+    if isinstance(network, dict):
+        if set(network) != {"allow"}:
+            raise ValueError(f"network takes only 'allow' (a list of hosts, CIDRs and names), not {sorted(network)}")
+        network = network["allow"]
+    if isinstance(network, str) or not isinstance(network, (list, tuple)) or not all(isinstance(e, str) for e in network):
+        raise TypeError("network is a list of allowlist entries (strings) or {'allow': [...]}")
+    return {"allow": list(network)}
+
+
+def _env(env: Any) -> Optional[Dict[str, str]]:
+    if env is None:
+        return None
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise TypeError("env is a dict of str to str")
+    return dict(env)
+
+
+def create_plan(conn: Connection, *, vcpus: Optional[int], memory_mib: Optional[int], network: Any,
+                env: Any, ttl_s: Optional[int], idle_timeout_s: Optional[int], timeout: float) -> Plan:
+    cfg: Dict[str, Any] = {}
+    for name, v in (("vcpus", vcpus), ("memory_mib", memory_mib), ("ttl_s", ttl_s), ("idle_timeout_s", idle_timeout_s)):
+        if v is not None:
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+            cfg[name] = v
+    net = _network(network)
+    if net is not None:
+        cfg["network"] = net
+    e = _env(env)
+    if e:
+        cfg["env"] = e
+    return Plan(ex.json_call("POST", ex.sandboxes_path(), cfg, want=(201,)), timeout + conn.timeout, SandboxInfo.from_raw)
+
+
+def info_plan(conn: Connection, sandbox_id: str) -> Plan:
+    return Plan(ex.json_call("GET", ex.sandbox_path(sandbox_id)), conn.timeout, SandboxInfo.from_raw)
+
+
+def list_plan(conn: Connection) -> Plan:
+    return Plan(ex.json_call("GET", ex.sandboxes_path()), conn.timeout,
+                lambda v: [SandboxInfo.from_raw(s) for s in (v or {}).get("sandboxes") or []])
+
+
+def _kill(sandbox_id: str) -> ex.Exchange:
+    try:
+        yield from ex.json_call("DELETE", ex.sandbox_path(sandbox_id), want=(204,))
+    except NotFound:
+        return False
+    return True
+
+
+def _dispatcher(on_stdout: Callback, on_stderr: Callback, on_result: Callback, on_error: Callback) -> Callable[[dict], Any]:
+    def dispatch(event: dict) -> Any:
+        t = event["type"]
+        if t == "stdout" and on_stdout:
+            return on_stdout(str(event.get("text", "")))
+        if t == "stderr" and on_stderr:
+            return on_stderr(str(event.get("text", "")))
+        if t == "result" and on_result and isinstance(event.get("result"), dict):
+            return on_result(Result(event["result"]))
+        if t == "error" and on_error:
+            err = ExecutionError.from_raw(event.get("error"))
+            if err is not None:
+                return on_error(err)
+        return None
+    return dispatch
+
+
+def _source(data: Any):
+    """bytes, str (as UTF-8) or a binary file object, and its length when
+    it is known (a regular file, a BytesIO); None means chunked."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data), len(data)
+    if not hasattr(data, "read"):
+        raise TypeError(f"files.write takes bytes, str or a binary file object, not {type(data).__name__}")
+    try:
+        if isinstance(data, io.BytesIO):
+            return data, len(data.getbuffer()) - data.tell()
+        st = os.fstat(data.fileno())
+        if stat.S_ISREG(st.st_mode):
+            return data, st.st_size - data.tell()
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+    return data, None
+
+
+def _argv(cmd: Union[str, Sequence[str]], cwd: Optional[str], envs: Optional[Dict[str, str]]) -> List[str]:
+    if isinstance(cmd, str):
+        argv = ["sh", "-c", cmd]
+    elif isinstance(cmd, (list, tuple)) and cmd and all(isinstance(a, str) for a in cmd):
+        argv = list(cmd)
+    else:
+        raise TypeError("a command is a shell string or a non-empty list of strings (argv)")
+    if envs:
+        e = _env(envs) or {}
+        argv = ["env"] + [f"{k}={v}" for k, v in e.items()] + argv
+    if cwd is not None:
+        argv = ["sh", "-c", 'cd -- "$1" || exit 125; shift; exec "$@"', "sh", cwd] + argv
+    return argv
+
+
+class Commands:
+    """``sbx.commands``: programs run in the sandbox outside the interpreter."""
+
+    def __init__(self, sbx: "SandboxCalls"):
+        self._sbx = sbx
+
+    def run(self, cmd: Union[str, Sequence[str]], *, stdin: Union[str, bytes, None] = None,
+            timeout: Optional[float] = DEFAULT_CELL_TIMEOUT_S, cwd: Optional[str] = None,
+            envs: Optional[Dict[str, str]] = None, request_timeout: Optional[float] = None):
+        """Runs a command: a string goes to ``sh -c``, a list is the argv.
+        Returns a :class:`CommandResult`; a failing or timed-out command is
+        a result (exit_code, timed_out), not an error."""
+        payload: Dict[str, Any] = {"argv": _argv(cmd, cwd, envs)}
+        if isinstance(stdin, str):
+            payload["stdin"] = stdin
+        elif isinstance(stdin, (bytes, bytearray)):
+            try:
+                payload["stdin"] = bytes(stdin).decode("utf-8")
+            except UnicodeDecodeError:
+                import base64
+                payload["stdin_base64"] = base64.b64encode(bytes(stdin)).decode("ascii")
+        elif stdin is not None:
+            raise TypeError("stdin is str or bytes")
+        ms = _ms(timeout, "timeout")
+        if ms is not None:
+            payload["timeout_ms"] = ms
+        limit = request_timeout or (timeout or DEFAULT_CELL_TIMEOUT_S) + self._sbx._conn.timeout
+        return self._sbx._do(Plan(ex.json_call("POST", ex.sandbox_path(self._sbx.sandbox_id, "exec"), payload),
+                                  limit, CommandResult.from_raw))
+
+
+class Files:
+    """``sbx.files``: the sandbox's files. Relative paths are under
+    /workspace, where cells and commands run."""
+
+    def __init__(self, sbx: "SandboxCalls"):
+        self._sbx = sbx
+
+    def write(self, path: str, data: Any, *, timeout: float = DEFAULT_FILE_TIMEOUT_S):
+        """Writes bytes, str (as UTF-8) or a binary file object to path,
+        creating parent directories; returns the number of bytes written."""
+        source, length = _source(data)
+        return self._sbx._do(Plan(ex.upload(self._sbx.sandbox_id, path, source, length), timeout,
+                                  lambda v: int((v or {}).get("bytes", 0))))
+
+    def read(self, path: str, *, max_bytes: int = DEFAULT_MAX_READ_BYTES, timeout: float = DEFAULT_FILE_TIMEOUT_S):
+        """Returns the file's bytes (TooLarge beyond max_bytes)."""
+        return self._sbx._do(Plan(ex.download(self._sbx.sandbox_id, path, max_bytes), timeout))
+
+
+class Network:
+    """``sbx.network``: the sandbox's egress allowlist."""
+
+    def __init__(self, sbx: "SandboxCalls"):
+        self._sbx = sbx
+
+    def set(self, allow: Sequence[str]):
+        """Replaces the allowlist (addresses, CIDRs, names such as
+        "pypi.org" or "*.github.com", optional ports). An empty list
+        closes egress."""
+        body = _network(list(allow) if not isinstance(allow, dict) else allow)
+        return self._sbx._do(Plan(ex.json_call("PUT", ex.sandbox_path(self._sbx.sandbox_id, "network"), body, want=(204,)),
+                                  self._sbx._conn.timeout, lambda v: None))
+
+
+class SandboxCalls:
+    """What Sandbox and AsyncSandbox share: every call on one sandbox."""
+
+    _conn: Connection
+
+    def __init__(self, conn: Connection, info: SandboxInfo):
+        self._conn = conn
+        self.sandbox_id = info.sandbox_id
+        self.created = info
+        self.commands = Commands(self)
+        self.files = Files(self)
+        self.network = Network(self)
+
+    @property
+    def id(self) -> str:
+        return self.sandbox_id
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.sandbox_id!r})"
+
+    def _do(self, plan: Plan) -> Any:  # overridden
+        raise NotImplementedError
+
+    def run_code(self, code: str, *, timeout: Optional[float] = DEFAULT_CELL_TIMEOUT_S,
+                 on_stdout: Callback = None, on_stderr: Callback = None, on_result: Callback = None,
+                 on_error: Callback = None, request_timeout: Optional[float] = None):
+        """Runs Python in the sandbox's interpreter (state persists between
+        calls) and returns an :class:`~cellvm.models.Execution`. ``timeout``
+        is the cell's limit (seconds); the call as a whole may also take the
+        interpreter's start-up (``START_ALLOWANCE_S``), unless
+        ``request_timeout`` says otherwise. Events go
+        to the callbacks as they happen: on_stdout/on_stderr get text,
+        on_result a :class:`~cellvm.models.Result`, on_error an
+        :class:`~cellvm.models.ExecutionError`. A callback that raises
+        ends the call, which interrupts the cell."""
+        if not isinstance(code, str):
+            raise TypeError("code is a str of Python source")
+        ms = _ms(timeout, "timeout")
+        limit = request_timeout or (timeout or DEFAULT_CELL_TIMEOUT_S) + START_ALLOWANCE_S + self._conn.timeout
+        return self._do(Plan(ex.run_cell(self.sandbox_id, code, ms, _dispatcher(on_stdout, on_stderr, on_result, on_error)),
+                             limit, Execution))
+
+    def interrupt(self):
+        """Interrupts the running cell (it ends with KeyboardInterrupt, variables kept)."""
+        return self._do(Plan(ex.json_call("POST", ex.sandbox_path(self.sandbox_id, "interrupt"), want=(204,)),
+                             self._conn.timeout, lambda v: None))
+
+    def restart(self):
+        """Replaces the interpreter with a fresh one (and waits for it to
+        start): variables are lost."""
+        return self._do(Plan(ex.json_call("POST", ex.sandbox_path(self.sandbox_id, "restart"), want=(204,)),
+                             START_ALLOWANCE_S + self._conn.timeout, lambda v: None))
+
+    def info(self):
+        """The sandbox's state, config and usage (:class:`SandboxInfo`)."""
+        return self._do(info_plan(self._conn, self.sandbox_id))
+
+    def kill(self, *, timeout: float = 60.0):
+        """Destroys the sandbox (VM, network, files). Returns False when it was already gone."""
+        return self._do(Plan(_kill(self.sandbox_id), timeout))

@@ -1,0 +1,78 @@
+"""AsyncSandbox: a cellvm sandbox driven with asyncio (streams, no threads)."""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Dict, List, Optional
+
+from ._sandbox import DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, info_plan, list_plan
+from ._transport import Connection
+from .models import SandboxInfo
+
+
+class AsyncSandbox(SandboxCalls):
+    """The same calls as :class:`~cellvm.Sandbox`, as awaitables::
+
+        async with await AsyncSandbox.create() as sbx:
+            ex = await sbx.run_code("1 + 1", on_stdout=print)
+
+    ``async with AsyncSandbox.create() as sbx`` works too. Callbacks may be
+    plain functions or coroutines (awaited in order, as events arrive).
+    Cancelling a call closes its connection, which interrupts a cell.
+    """
+
+    @classmethod
+    def create(cls, *, vcpus: Optional[int] = None, memory_mib: Optional[int] = None, network: Any = None,
+               env: Optional[Dict[str, str]] = None, ttl_s: Optional[int] = None, idle_timeout_s: Optional[int] = None,
+               timeout: float = DEFAULT_CREATE_TIMEOUT_S, connection: Optional[Connection] = None,
+               socket_path: Optional[str] = None) -> "_Creating":
+        """Creates a sandbox; await the result (or use it in ``async with``)."""
+        conn = connection or Connection(socket_path)
+        plan = create_plan(conn, vcpus=vcpus, memory_mib=memory_mib, network=network, env=env,
+                           ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, timeout=timeout)
+        return _Creating(cls, conn, plan)
+
+    @classmethod
+    async def connect(cls, sandbox_id: str, *, connection: Optional[Connection] = None,
+                      socket_path: Optional[str] = None) -> "AsyncSandbox":
+        """Takes up an existing sandbox by id (NotFound if there is none)."""
+        conn = connection or Connection(socket_path)
+        return cls(conn, await info_plan(conn, sandbox_id).arun(conn))
+
+    @classmethod
+    async def list(cls, *, connection: Optional[Connection] = None, socket_path: Optional[str] = None) -> List[SandboxInfo]:
+        """Every sandbox of the daemon."""
+        conn = connection or Connection(socket_path)
+        return await list_plan(conn).arun(conn)
+
+    def _do(self, plan: Plan) -> Awaitable[Any]:
+        return plan.arun(self._conn)
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.kill()
+
+
+class _Creating:
+    """A create in flight: awaitable, and an async context manager that
+    deletes the sandbox at exit."""
+
+    def __init__(self, cls: type, conn: Connection, plan: Plan):
+        self._cls, self._conn, self._plan = cls, conn, plan
+        self._sbx: Optional[AsyncSandbox] = None
+
+    async def _create(self) -> AsyncSandbox:
+        if self._sbx is None:
+            self._sbx = self._cls(self._conn, await self._plan.arun(self._conn))
+        return self._sbx
+
+    def __await__(self):
+        return self._create().__await__()
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return await self._create()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._sbx is not None:
+            await self._sbx.kill()

@@ -1,0 +1,230 @@
+"""What the API answers with, as Python objects shaped like E2B's.
+
+A cell's outcome is an :class:`Execution`: its rich results (each a
+:class:`Result`, a Jupyter MIME bundle), its logs, its error, and how it
+ended (status, whether variables survived a timeout). A command's is a
+:class:`CommandResult`. ``.raw`` keeps the daemon's JSON as it came.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+# Jupyter's MIME types for the attributes of a Result.
+MIME_TEXT = "text/plain"
+MIME_HTML = "text/html"
+MIME_MARKDOWN = "text/markdown"
+MIME_LATEX = "text/latex"
+MIME_SVG = "image/svg+xml"
+MIME_PNG = "image/png"
+MIME_JPEG = "image/jpeg"
+MIME_JSON = "application/json"
+
+#: MIME types whose values are base64 text on the wire.
+BINARY_MIMES = frozenset({MIME_PNG, MIME_JPEG, "image/gif", "image/webp", "application/pdf"})
+
+
+def _b64(value: Optional[str]) -> Optional[bytes]:
+    if value is None:
+        return None
+    try:
+        return base64.b64decode(value.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+class Result:
+    """One rich output of a cell (the value of its last expression when
+    ``main`` is true, else a display or a figure).
+
+    ``data`` is the MIME bundle as sent (binary types as base64 text);
+    ``png`` and ``jpeg`` are the decoded bytes.
+    """
+
+    def __init__(self, raw: Dict[str, Any]):
+        data = raw.get("data") if isinstance(raw, dict) else None
+        self.raw = raw
+        self.main: bool = bool(raw.get("main")) if isinstance(raw, dict) else False
+        self.data: Dict[str, str] = {k: v for k, v in (data or {}).items() if isinstance(k, str) and isinstance(v, str)}
+
+    @property
+    def is_main_result(self) -> bool:
+        """E2B's name for :attr:`main`."""
+        return self.main
+
+    @property
+    def text(self) -> Optional[str]:
+        return self.data.get(MIME_TEXT)
+
+    @property
+    def html(self) -> Optional[str]:
+        return self.data.get(MIME_HTML)
+
+    @property
+    def markdown(self) -> Optional[str]:
+        return self.data.get(MIME_MARKDOWN)
+
+    @property
+    def latex(self) -> Optional[str]:
+        return self.data.get(MIME_LATEX)
+
+    @property
+    def svg(self) -> Optional[str]:
+        return self.data.get(MIME_SVG)
+
+    @property
+    def png(self) -> Optional[bytes]:
+        return _b64(self.data.get(MIME_PNG))
+
+    @property
+    def jpeg(self) -> Optional[bytes]:
+        return _b64(self.data.get(MIME_JPEG))
+
+    @property
+    def json(self) -> Any:
+        """application/json, decoded (None when absent or not JSON)."""
+        v = self.data.get(MIME_JSON)
+        if v is None:
+            return None
+        try:
+            return json.loads(v)
+        except ValueError:
+            return None
+
+    def formats(self) -> List[str]:
+        """The MIME types present."""
+        return list(self.data)
+
+    def __repr__(self) -> str:
+        return f"Result(main={self.main}, formats={self.formats()})"
+
+
+@dataclass
+class Logs:
+    """A cell's standard output and error (clipped from the middle by the
+    daemon when long: see ``Execution.truncated``)."""
+
+    stdout: str = ""
+    stderr: str = ""
+
+
+@dataclass
+class ExecutionError:
+    """The exception a cell raised, or the sandbox's account of why it
+    could not finish (TimeoutError, InterpreterLost, OutOfMemory).
+    ``traceback`` is one string; ``traceback_lines`` the entries."""
+
+    name: str
+    value: str
+    traceback: str
+    traceback_lines: List[str] = field(default_factory=list)
+
+    @classmethod
+    def from_raw(cls, raw: Any) -> Optional["ExecutionError"]:
+        if not isinstance(raw, dict):
+            return None
+        lines = [str(x) for x in (raw.get("traceback") or []) if isinstance(x, str)]
+        return cls(name=str(raw.get("name", "")), value=str(raw.get("value", "")),
+                   traceback=join_traceback(lines), traceback_lines=lines)
+
+
+def join_traceback(lines: List[str]) -> str:
+    """A traceback's entries as one string, one entry per line."""
+    return "\n".join(x.rstrip("\n") for x in lines)
+
+
+@dataclass
+class Truncated:
+    """Bytes the daemon cut from the middle of each stream."""
+
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+
+
+class Execution:
+    """The outcome of one cell.
+
+    ``status`` is "ok", "error", "timeout" or "lost"; ``state_kept`` says
+    whether the interpreter's variables survived (a timeout that was
+    interrupted keeps them); ``killed_by`` is None, "timeout", "oom" or
+    "signal".
+    """
+
+    def __init__(self, raw: Dict[str, Any]):
+        self.raw = raw
+        self.status: str = str(raw.get("status", ""))
+        self.execution_count: int = int(raw.get("execution_count") or 0)
+        self.logs = Logs(stdout=str(raw.get("stdout") or ""), stderr=str(raw.get("stderr") or ""))
+        self.results: List[Result] = [Result(r) for r in (raw.get("results") or []) if isinstance(r, dict)]
+        self.error: Optional[ExecutionError] = ExecutionError.from_raw(raw.get("error"))
+        self.state_kept: bool = bool(raw.get("state_kept"))
+        self.killed_by: Optional[str] = raw.get("killed_by") if isinstance(raw.get("killed_by"), str) else None
+        t = raw.get("truncated") if isinstance(raw.get("truncated"), dict) else {}
+        self.truncated = Truncated(stdout_bytes=int(t.get("stdout_bytes") or 0), stderr_bytes=int(t.get("stderr_bytes") or 0))
+        self.duration_ms: int = int(raw.get("duration_ms") or 0)
+
+    @property
+    def main_result(self) -> Optional[Result]:
+        for r in self.results:
+            if r.main:
+                return r
+        return None
+
+    @property
+    def text(self) -> Optional[str]:
+        """The text of the value of the cell's last expression, if any."""
+        m = self.main_result
+        return m.text if m else None
+
+    def __repr__(self) -> str:
+        return (f"Execution(status={self.status!r}, execution_count={self.execution_count}, "
+                f"results={self.results!r}, error={self.error.name if self.error else None!r})")
+
+
+@dataclass
+class CommandResult:
+    """The outcome of one command (``commands.run``)."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+    truncated: Truncated
+    duration_ms: int
+    raw: Dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def from_raw(cls, raw: Dict[str, Any]) -> "CommandResult":
+        t = raw.get("truncated") if isinstance(raw.get("truncated"), dict) else {}
+        return cls(exit_code=int(raw.get("exit_code", 0)), stdout=str(raw.get("stdout") or ""),
+                   stderr=str(raw.get("stderr") or ""), timed_out=bool(raw.get("timed_out")),
+                   truncated=Truncated(int(t.get("stdout_bytes") or 0), int(t.get("stderr_bytes") or 0)),
+                   duration_ms=int(raw.get("duration_ms") or 0), raw=raw)
+
+
+@dataclass
+class SandboxInfo:
+    """A sandbox as the daemon describes it."""
+
+    sandbox_id: str
+    state: str
+    config: Dict[str, Any]
+    created_at: str
+    uptime_s: float
+    cells: int
+    cell_running: bool
+    usage: Dict[str, Any]
+    network: Dict[str, Any]
+    raw: Dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def from_raw(cls, raw: Dict[str, Any]) -> "SandboxInfo":
+        return cls(sandbox_id=str(raw.get("id", "")), state=str(raw.get("state", "")),
+                   config=dict(raw.get("config") or {}), created_at=str(raw.get("created_at", "")),
+                   uptime_s=float(raw.get("uptime_s") or 0), cells=int(raw.get("cells") or 0),
+                   cell_running=bool(raw.get("cell_running")), usage=dict(raw.get("usage") or {}),
+                   network=dict(raw.get("network") or {}), raw=raw)

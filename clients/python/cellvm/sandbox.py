@@ -1,0 +1,62 @@
+"""Sandbox: a cellvm sandbox driven with blocking calls."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from ._sandbox import DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, info_plan, list_plan
+from ._transport import Connection
+from .models import SandboxInfo
+
+
+class Sandbox(SandboxCalls):
+    """A microVM with a persistent Python interpreter, driven with blocking calls.
+
+    ::
+
+        with Sandbox.create(memory_mib=1024) as sbx:
+            sbx.run_code("x = 41")
+            print(sbx.run_code("x + 1").text)   # 42
+
+    The sandbox is deleted when the ``with`` block ends (or by
+    :meth:`kill`); without ``with`` it lives until killed or its ``ttl_s``
+    passes, and another process can take it up with :meth:`connect` (one
+    sandbox per conversation). Calls: ``run_code``, ``commands.run``,
+    ``files.read``/``write``, ``network.set``, ``interrupt``, ``restart``,
+    ``info``, ``kill``.
+    """
+
+    @classmethod
+    def create(cls, *, vcpus: Optional[int] = None, memory_mib: Optional[int] = None, network: Any = None,
+               env: Optional[Dict[str, str]] = None, ttl_s: Optional[int] = None, idle_timeout_s: Optional[int] = None,
+               timeout: float = DEFAULT_CREATE_TIMEOUT_S, connection: Optional[Connection] = None,
+               socket_path: Optional[str] = None) -> "Sandbox":
+        """Creates a sandbox and returns once it runs. ``network`` is None
+        (no network device at all) or an allowlist; ``env`` reaches the
+        interpreter and commands; ``timeout`` bounds the boot."""
+        conn = connection or Connection(socket_path)
+        plan = create_plan(conn, vcpus=vcpus, memory_mib=memory_mib, network=network, env=env,
+                           ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, timeout=timeout)
+        return cls(conn, plan.run(conn))
+
+    @classmethod
+    def connect(cls, sandbox_id: str, *, connection: Optional[Connection] = None,
+                socket_path: Optional[str] = None) -> "Sandbox":
+        """Takes up an existing sandbox by id (NotFound if there is none)."""
+        conn = connection or Connection(socket_path)
+        return cls(conn, info_plan(conn, sandbox_id).run(conn))
+
+    @classmethod
+    def list(cls, *, connection: Optional[Connection] = None, socket_path: Optional[str] = None) -> List[SandboxInfo]:
+        """Every sandbox of the daemon."""
+        conn = connection or Connection(socket_path)
+        return list_plan(conn).run(conn)
+
+    def _do(self, plan: Plan) -> Any:
+        return plan.run(self._conn)
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.kill()
