@@ -57,12 +57,14 @@ type Attachment struct {
 	stop   chan struct{}
 	done   chan struct{}
 
-	mu      sync.Mutex // the fields below and every change of rules
-	gen     int        // policy chain in use
-	pins    map[netip.Addr]*pin
-	closed  bool
-	built   bool      // Attach completed: teardown knows what exists
-	counted [2]uint64 // last counters read, returned if a read fails
+	mu         sync.Mutex // the fields below and every change of rules
+	gen        int        // policy chain in use
+	steps      []step     // the policy chain's steps in force
+	pins       map[netip.Addr]*pin
+	cutPending bool // revoked flows not cut yet: the expiry loop retries
+	closed     bool
+	built      bool      // Attach completed: teardown knows what exists
+	counted    [2]uint64 // last counters read, returned if a read fails
 }
 
 // KernelArgs returns what the guest's kernel command line needs for its
@@ -126,6 +128,7 @@ func (h *Host) Attach(ctx context.Context, sandboxID string, p Policy, opts ...A
 	g := a.addrs.Guest.As4()
 	a.MAC = net.HardwareAddr{0x02, 0xc7, g[0], g[1], g[2], g[3]}
 	a.policy.Store(&p)
+	a.steps = policySteps(a.addrs, h.denied, p)
 
 	err := a.setup(ctx, adopt, o)
 	a.built = err == nil
@@ -143,6 +146,13 @@ func (h *Host) Attach(ctx context.Context, sandboxID string, p Policy, opts ...A
 		}
 		h.mu.Unlock()
 		return nil, fmt.Errorf("netpolicy: attach %s: %w", sandboxID, err)
+	}
+	if adopt {
+		// The running VM's connections were made under the old daemon's
+		// rules: keep only those the policy now in force allows.
+		a.mu.Lock()
+		a.revoke("attach over a running VM")
+		a.mu.Unlock()
 	}
 	go a.expireLoop()
 	h.log.Info("sandbox network attached", "sandbox", sandboxID, "link", n.link,
@@ -186,7 +196,7 @@ func (a *Attachment) build(adopt bool, o attachOptions) error {
 	}
 	b.appendRules(acceptRules(n))
 	b.appendRules(rejectRules(n, a.addrs))
-	b.appendRules(policyRules(n, 0, a.addrs, *a.policy.Load()))
+	b.appendRules(policyRules(n, 0, a.addrs, a.steps))
 	b.insertRules(append(baseRules(n, a.addrs, h.cfg.Uplink), jumpRule(n, 0)))
 	if err := h.ns.do(func() error { return h.apply(&b) }); err != nil {
 		return fmt.Errorf("rules: %w", err)
@@ -291,7 +301,8 @@ func (a *Attachment) startDNS() error {
 // Update replaces the policy. The new policy chain is built beside the old
 // one and the jump to it swapped, so every packet sees one policy or the
 // other. Addresses DNS opened stay open only for names still allowed, on
-// the ports now allowed. Connections already established are kept.
+// the ports now allowed. Then the connections the new policy does not
+// allow are cut (see revoke); those it allows are kept.
 func (a *Attachment) Update(p Policy) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -304,7 +315,8 @@ func (a *Attachment) Update(p Policy) error {
 	// gone, and the DNS-opened addresses no longer allowed closed.
 	var b batch
 	b.chain("filter", n.policy[next])
-	b.appendRules(policyRules(n, next, a.addrs, p))
+	steps := policySteps(a.addrs, h.denied, p)
+	b.appendRules(policyRules(n, next, a.addrs, steps))
 	b.insertRules([]rule{jumpRule(n, next)})
 	b.deleteRules([]rule{jumpRule(n, a.gen)})
 	b.deleteChains("filter", []string{n.policy[a.gen]})
@@ -329,6 +341,7 @@ func (a *Attachment) Update(p Policy) error {
 		return fmt.Errorf("netpolicy: update %s: %w", a.SandboxID, err)
 	}
 	a.gen = next
+	a.steps = steps
 	a.policy.Store(&p)
 	for _, c := range changes {
 		if c.keep {
@@ -337,6 +350,7 @@ func (a *Attachment) Update(p Policy) error {
 			delete(a.pins, c.ip)
 		}
 	}
+	a.revoke("policy update")
 	h.log.Info("sandbox network policy replaced", "sandbox", a.SandboxID, "entries", len(p.entries))
 	return nil
 }

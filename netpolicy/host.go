@@ -66,6 +66,9 @@ type Host struct {
 	ipt6 *iptables.IPTables // nil without ip6tables
 	// restorePath is iptables-restore, of the same flavour as iptables.
 	restorePath string
+	// denied are the ranges no policy step opens unless an entry inside
+	// one names it.
+	denied []netip.Prefix
 
 	mu        sync.Mutex
 	alloc     *allocator
@@ -132,7 +135,7 @@ func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 		return nil, fmt.Errorf("netpolicy: %w", err)
 	}
 	h := &Host{
-		cfg: cfg, log: log, ns: nsRunner{path: cfg.NetNS}, ipt: ipt, restorePath: restorePath,
+		cfg: cfg, log: log, ns: nsRunner{path: cfg.NetNS}, ipt: ipt, restorePath: restorePath, denied: deniedRanges,
 		alloc: alloc, attached: map[string]*Attachment{}, survivors: map[string]int{},
 	}
 	if ipt6, err := iptables.New(iptables.IPFamily(iptables.ProtocolIPv6), iptables.Timeout(10)); err == nil {
@@ -145,6 +148,9 @@ func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 	}
 	if err := h.ns.do(h.installBase); err != nil {
 		return nil, fmt.Errorf("netpolicy: base chains: %w", err)
+	}
+	if err := h.probeConntrack(); err != nil {
+		return nil, fmt.Errorf("netpolicy: conntrack (needed to cut revoked connections; is nf_conntrack_netlink available?): %w", err)
 	}
 	return h, nil
 }

@@ -101,6 +101,7 @@ func newTestNet(t *testing.T) *testNet {
 		"203.0.113.7", "203.0.113.8", "203.0.113.50", "203.0.113.51", "203.0.113.52", "203.0.113.53",
 		"203.0.113.60", "203.0.113.61", "203.0.113.62", "203.0.113.63",
 		"198.51.100.10", "10.99.0.1", "172.16.5.5", "169.254.169.254", "100.64.0.9",
+		"203.0.113.70", "203.0.113.71",
 	} {
 		sh(t, "ip", "-n", w, "addr", "add", a+"/32", "dev", "lo")
 	}
@@ -109,6 +110,9 @@ func newTestNet(t *testing.T) *testNet {
 		tn.serveHTTP(tn.worldNS, "0.0.0.0:"+port, "world")
 	}
 	tn.serveHTTP(tn.hostNS, "0.0.0.0:8080", "host")
+	for _, a := range []string{"203.0.113.7", "203.0.113.70", "203.0.113.71"} {
+		tn.serveEcho(tn.worldNS, a+":7") // on the address: UDP replies come from it
+	}
 	tn.serveZone()
 	return tn
 }
@@ -151,11 +155,12 @@ func (tn *testNet) serveZone() {
 		"www.wild.test.":         {"A 203.0.113.62"},
 		"wild.test.":             {"A 203.0.113.62"},
 		"port.test.":             {"A 203.0.113.63"},
+		"echo.test.":             {"A 203.0.113.71"},
 		// A listed name whose answer points into private and link-local
 		// space (DNS rebinding): the guest must get only the public one.
 		"rebind.test.": {"A 10.99.0.1", "A 169.254.169.254", "A 203.0.113.50"},
 	}
-	ttl := map[string]int{"short.test.": 1}
+	ttl := map[string]int{"short.test.": 1, "echo.test.": 1}
 	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(r)

@@ -42,8 +42,8 @@ func (a *Attachment) admit(name string, addrs []netip.Addr, ttl time.Duration) (
 	var kept []netip.Addr
 	var errs []error
 	for _, ip := range addrs {
-		if deniedAddr(ip, a.addrs.Pool) {
-			if pol.ListsAddr(ip) && !a.addrs.Pool.Contains(ip) {
+		if a.h.deniedAddr(ip, a.addrs.Pool) {
+			if opens(a.steps, ip) {
 				kept = append(kept, ip)
 			} else {
 				a.h.log.Warn("DNS answer in a denied range removed", "sandbox", a.SandboxID, "name", name, "addr", ip)
@@ -149,6 +149,7 @@ func (a *Attachment) expireLoop() {
 			return
 		case now := <-t.C:
 			a.expire(now)
+			a.retryCut()
 		}
 	}
 }
@@ -174,5 +175,15 @@ func (a *Attachment) expire(now time.Time) {
 	}
 	for _, ip := range gone {
 		delete(a.pins, ip)
+	}
+	a.revoke("DNS address expired")
+}
+
+// retryCut retries a cut of revoked flows that failed.
+func (a *Attachment) retryCut() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cutPending && !a.closed {
+		a.revoke("retry")
 	}
 }

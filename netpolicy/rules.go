@@ -118,38 +118,27 @@ type rule struct {
 // policyRules is the content of a policy chain: what the guest may reach
 // through the host. The order is the policy:
 //
-//  1. packets of connections already accepted pass;
+//  1. packets of connections already accepted pass (a policy change
+//     deletes the conntrack entries of the connections it revokes, so
+//     they do not: see cutFlows);
 //  2. a source other than the guest's address is dropped (in the reject
 //     chain);
-//  3. other sandboxes (the pool) are refused, whatever is listed;
-//  4. entries inside a denied range (listing 10.1.2.3 is explicit);
-//  5. the denied ranges are refused;
-//  6. the other entries (0.0.0.0/0 does not open 10.0.0.0/8);
-//  7. addresses DNS handed out (pins chain);
-//  8. everything else is refused.
-func policyRules(n objectNames, gen int, l linkAddrs, p Policy) []rule {
+//  3. the steps (policySteps): the pool refused, then entries and denied
+//     ranges, most specific first;
+//  4. addresses DNS handed out (pins chain);
+//  5. everything else is refused.
+func policyRules(n objectNames, gen int, l linkAddrs, steps []step) []rule {
 	c := n.policy[gen]
 	out := []rule{
 		{"filter", c, []string{"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"}},
 		{"filter", c, []string{"!", "-s", hostPrefix(l.Guest), "-j", n.reject}},
-		{"filter", c, []string{"-d", l.Pool.String(), "-j", n.reject}},
 	}
-	var inside, outside []NetRule
-	for _, r := range p.Nets {
-		if inDenied(r.Prefix) {
-			inside = append(inside, r)
+	for _, s := range steps {
+		if s.accept {
+			out = append(out, allowRules(c, n.accept, s.dst.String(), s.port)...)
 		} else {
-			outside = append(outside, r)
+			out = append(out, rule{"filter", c, []string{"-d", s.dst.String(), "-j", n.reject}})
 		}
-	}
-	for _, r := range inside {
-		out = append(out, allowRules(c, n.accept, r.Prefix.String(), r.Port)...)
-	}
-	for _, d := range deniedRanges {
-		out = append(out, rule{"filter", c, []string{"-d", d.String(), "-j", n.reject}})
-	}
-	for _, r := range outside {
-		out = append(out, allowRules(c, n.accept, r.Prefix.String(), r.Port)...)
 	}
 	return append(out,
 		rule{"filter", c, []string{"-j", n.pins}},
@@ -269,12 +258,12 @@ func inDenied(p netip.Prefix) bool {
 }
 
 // deniedAddr reports whether DNS may not open a.
-func deniedAddr(a netip.Addr, pool netip.Prefix) bool {
+func (h *Host) deniedAddr(a netip.Addr, pool netip.Prefix) bool {
 	a = a.Unmap()
 	if !a.Is4() || pool.Contains(a) {
 		return true
 	}
-	for _, d := range deniedRanges {
+	for _, d := range h.denied {
 		if d.Contains(a) {
 			return true
 		}

@@ -29,21 +29,22 @@ func TestPolicyRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := specs(policyRules(n, 1, l, p))
+	got := specs(policyRules(n, 1, l, policySteps(l, deniedRanges, p)))
 	want := []string{
 		"filter CELLVM-0123abcd-1 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
 		"filter CELLVM-0123abcd-1 ! -s 10.222.0.6/32 -j CELLVM-0123abcd-R",
 		"filter CELLVM-0123abcd-1 -d 10.222.0.0/16 -j CELLVM-0123abcd-R",
-		// Listed inside a denied range: before the denied ranges.
-		"filter CELLVM-0123abcd-1 -d 10.1.2.3/32 -j CELLVM-0123abcd-A",
-		"filter CELLVM-0123abcd-1 -d 10.0.0.0/8 -j CELLVM-0123abcd-R",
-		"filter CELLVM-0123abcd-1 -d 172.16.0.0/12 -j CELLVM-0123abcd-R",
-		"filter CELLVM-0123abcd-1 -d 192.168.0.0/16 -j CELLVM-0123abcd-R",
-		"filter CELLVM-0123abcd-1 -d 100.64.0.0/10 -j CELLVM-0123abcd-R",
-		"filter CELLVM-0123abcd-1 -d 169.254.0.0/16 -j CELLVM-0123abcd-R",
+		// Most specific first: 10.1.2.3 (listed inside a denied range)
+		// before 10.0.0.0/8.
 		"filter CELLVM-0123abcd-1 -d 203.0.113.7/32 -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-1 -d 10.1.2.3/32 -j CELLVM-0123abcd-A",
 		"filter CELLVM-0123abcd-1 -d 198.51.100.0/24 -p tcp --dport 443 -j CELLVM-0123abcd-A",
 		"filter CELLVM-0123abcd-1 -d 198.51.100.0/24 -p udp --dport 443 -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-1 -d 192.168.0.0/16 -j CELLVM-0123abcd-R",
+		"filter CELLVM-0123abcd-1 -d 169.254.0.0/16 -j CELLVM-0123abcd-R",
+		"filter CELLVM-0123abcd-1 -d 172.16.0.0/12 -j CELLVM-0123abcd-R",
+		"filter CELLVM-0123abcd-1 -d 100.64.0.0/10 -j CELLVM-0123abcd-R",
+		"filter CELLVM-0123abcd-1 -d 10.0.0.0/8 -j CELLVM-0123abcd-R",
 		// 0.0.0.0/0 is after the denied ranges: it does not open them.
 		"filter CELLVM-0123abcd-1 -d 0.0.0.0/0 -p tcp --dport 22 -j CELLVM-0123abcd-A",
 		"filter CELLVM-0123abcd-1 -d 0.0.0.0/0 -p udp --dport 22 -j CELLVM-0123abcd-A",
@@ -57,7 +58,7 @@ func TestPolicyRules(t *testing.T) {
 
 func TestPolicyRulesEmptyRefusesAll(t *testing.T) {
 	n, l := testLink()
-	got := specs(policyRules(n, 0, l, Policy{}))
+	got := specs(policyRules(n, 0, l, policySteps(l, deniedRanges, Policy{})))
 	for _, r := range got {
 		if strings.HasSuffix(r, "-j "+n.accept) {
 			t.Errorf("empty policy accepts: %s", r)
@@ -128,7 +129,7 @@ func TestDeniedAddr(t *testing.T) {
 		"0.0.0.0": true, "224.0.0.251": true, "255.255.255.255": true, "10.222.0.6": true,
 		"203.0.113.50": false, "8.8.8.8": false, "2001:db8::1": true, "::ffff:8.8.8.8": false,
 	} {
-		if got := deniedAddr(netip.MustParseAddr(a), pool); got != want {
+		if got := (&Host{denied: deniedRanges}).deniedAddr(netip.MustParseAddr(a), pool); got != want {
 			t.Errorf("deniedAddr(%s) = %v, want %v", a, got, want)
 		}
 	}
