@@ -211,7 +211,8 @@ func (a *Attachment) build(adopt bool, o attachOptions) error {
 }
 
 // createLink makes the TAP (or veth), names it for people, keeps IPv6 off
-// it, gives it the gateway address and brings it up.
+// it, turns on strict reverse-path filtering on it (a second source check
+// behind the raw rule), gives it the gateway address and brings it up.
 func (a *Attachment) createLink(o attachOptions) error {
 	h, n := a.h, a.names
 	var link netlink.Link
@@ -245,6 +246,9 @@ func (a *Attachment) createLink(o attachOptions) error {
 	err := os.WriteFile("/proc/sys/net/ipv6/conf/"+n.link+"/disable_ipv6", []byte("1"), 0o644)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("disable IPv6: %w", err)
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+n.link+"/rp_filter", []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("strict reverse-path filter: %w", err)
 	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: a.addrs.Gateway.AsSlice(), Mask: net.CIDRMask(30, 32)}}
 	if err := netlink.AddrAdd(link, addr); err != nil {
@@ -283,6 +287,7 @@ func (a *Attachment) startDNS() error {
 			return ok
 		},
 		Admit:     a.admit,
+		Client:    a.addrs.Guest,
 		Upstreams: h.cfg.Upstreams,
 		Dial:      h.ns.dial,
 		MinTTL:    h.cfg.MinTTL,

@@ -158,7 +158,7 @@ func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 // installBase creates the host-wide chains, their catch-all drops and the
 // jumps to them at the top of FORWARD, INPUT and POSTROUTING.
 func (h *Host) installBase() error {
-	for _, c := range []struct{ table, chain string }{{"filter", fwdChain}, {"filter", inChain}, {"nat", postChain}} {
+	for _, c := range baseChains {
 		ok, err := h.ipt.ChainExists(c.table, c.chain)
 		if err != nil {
 			return err
@@ -174,7 +174,7 @@ func (h *Host) installBase() error {
 			return err
 		}
 	}
-	for _, r := range hostChains {
+	for _, r := range hostJumps() {
 		if err := h.ipt.InsertUnique(r.Table, r.Chain, 1, r.Spec...); err != nil {
 			return err
 		}
@@ -279,7 +279,7 @@ func (h *Host) findTags() (map[string]bool, map[string]netip.Addr, error) {
 				found[tag] = true
 			}
 		}
-		for _, c := range []struct{ table, chain string }{{"filter", fwdChain}, {"filter", inChain}, {"nat", postChain}} {
+		for _, c := range baseChains {
 			rules, err := h.ipt.List(c.table, c.chain)
 			if err != nil {
 				return err
@@ -305,7 +305,7 @@ func (h *Host) findTags() (map[string]bool, map[string]netip.Addr, error) {
 func (h *Host) purge(n objectNames, deleteLink bool) error {
 	var errs []error
 	err := h.ns.do(func() error {
-		for _, c := range []struct{ table, chain string }{{"filter", fwdChain}, {"filter", inChain}, {"nat", postChain}} {
+		for _, c := range baseChains {
 			rules, err := h.ipt.List(c.table, c.chain)
 			if err != nil {
 				errs = append(errs, err)

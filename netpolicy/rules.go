@@ -16,7 +16,17 @@ const (
 	fwdChain  = "CELLVM-FWD"  // filter, jumped to from FORWARD
 	inChain   = "CELLVM-IN"   // filter, jumped to from INPUT
 	postChain = "CELLVM-POST" // nat, jumped to from POSTROUTING
+	preChain  = "CELLVM-PRE"  // raw, jumped to from PREROUTING
 )
+
+// baseChains are the host-wide chains, each with the built-in chain that
+// jumps to it.
+var baseChains = []struct{ table, chain, from string }{
+	{"raw", preChain, "PREROUTING"},
+	{"filter", fwdChain, "FORWARD"},
+	{"filter", inChain, "INPUT"},
+	{"nat", postChain, "POSTROUTING"},
+}
 
 // deniedRanges are never reachable through DNS, and reachable through the
 // policy only by an entry inside them: private, shared (CGN) and
@@ -204,6 +214,11 @@ func jumpRule(n objectNames, gen int) rule {
 // guest the host itself answers DNS on the gateway and nothing else. The
 // guest's address is masqueraded to the uplink (any interface when uplink
 // is empty).
+//
+// Before all of it, in raw PREROUTING (ahead of conntrack, the resolver
+// and every filter chain), a packet from the link whose source is not the
+// guest's address is dropped: a guest cannot speak, to the host or
+// through it, in another sandbox's or a LAN host's name.
 func baseRules(n objectNames, l linkAddrs, uplink string) []rule {
 	gw := hostPrefix(l.Gateway)
 	nat := []string{"-s", hostPrefix(l.Guest)}
@@ -216,6 +231,7 @@ func baseRules(n objectNames, l linkAddrs, uplink string) []rule {
 	// otherwise names only addresses.
 	nat = append(nat, "-m", "comment", "--comment", n.link, "-j", "MASQUERADE")
 	return []rule{
+		{"raw", preChain, []string{"-i", n.link, "!", "-s", hostPrefix(l.Guest), "-j", "DROP"}},
 		{"filter", fwdChain, []string{"-o", n.link, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"}},
 		{"filter", inChain, []string{"-i", n.link, "-d", gw, "-p", "udp", "--dport", "53", "-j", "ACCEPT"}},
 		{"filter", inChain, []string{"-i", n.link, "-d", gw, "-p", "tcp", "--dport", "53", "-j", "ACCEPT"}},
@@ -224,11 +240,14 @@ func baseRules(n objectNames, l linkAddrs, uplink string) []rule {
 	}
 }
 
-// hostChains are the host-wide chains and what jumps to them.
-var hostChains = []rule{
-	{"filter", "FORWARD", []string{"-j", fwdChain}},
-	{"filter", "INPUT", []string{"-j", inChain}},
-	{"nat", "POSTROUTING", []string{"-j", postChain}},
+// hostJumps are the jumps from the built-in chains to the host-wide ones,
+// at the top of each.
+func hostJumps() []rule {
+	out := make([]rule, 0, len(baseChains))
+	for _, c := range baseChains {
+		out = append(out, rule{c.table, c.from, []string{"-j", c.chain}})
+	}
+	return out
 }
 
 // catchAllRules end the host-wide chains: anything on a cellvm link that

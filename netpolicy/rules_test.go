@@ -87,6 +87,7 @@ func TestBaseRules(t *testing.T) {
 	n, l := testLink()
 	got := specs(append(baseRules(n, l, "eth0"), jumpRule(n, 0)))
 	want := []string{
+		"raw CELLVM-PRE -i cvm-0123abcd ! -s 10.222.0.6/32 -j DROP",
 		"filter CELLVM-FWD -o cvm-0123abcd -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
 		"filter CELLVM-IN -i cvm-0123abcd -d 10.222.0.5/32 -p udp --dport 53 -j ACCEPT",
 		"filter CELLVM-IN -i cvm-0123abcd -d 10.222.0.5/32 -p tcp --dport 53 -j ACCEPT",
@@ -97,7 +98,7 @@ func TestBaseRules(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	nat := specs(baseRules(n, l, ""))[4]
+	nat := specs(baseRules(n, l, ""))[5]
 	if nat != "nat CELLVM-POST -s 10.222.0.6/32 ! -o cvm-0123abcd -m comment --comment cvm-0123abcd -j MASQUERADE" {
 		t.Errorf("nat rule without uplink: %s", nat)
 	}

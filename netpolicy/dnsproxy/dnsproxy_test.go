@@ -90,6 +90,7 @@ func newTestServer(t *testing.T, up *fakeUpstream, allowed ...string) (*Server, 
 			}
 			return kept, nil
 		},
+		Client:      netip.MustParseAddr("10.222.0.2"),
 		Upstreams:   []string{"192.0.2.53:53"},
 		Dial:        up.dial,
 		MinTTL:      10 * time.Second,
@@ -246,12 +247,14 @@ func TestServeValidates(t *testing.T) {
 	ok := Config{
 		Allowed:   func(string) bool { return true },
 		Admit:     func(string, []netip.Addr, time.Duration) ([]netip.Addr, error) { return nil, nil },
+		Client:    netip.MustParseAddr("10.222.0.2"),
 		Upstreams: []string{"192.0.2.53:53"},
 	}
 	bad := []func(c *Config){
 		func(c *Config) { c.Allowed = nil },
 		func(c *Config) { c.Admit = nil },
 		func(c *Config) { c.Upstreams = nil },
+		func(c *Config) { c.Client = netip.Addr{} },
 		func(c *Config) { c.Upstreams = []string{"resolver.example"} },
 		func(c *Config) { c.MinTTL, c.MaxTTL = time.Minute, time.Second },
 	}
@@ -268,5 +271,52 @@ func TestServeValidates(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Error(err)
+	}
+}
+
+// recorder is a ResponseWriter that records what the server does.
+type recorder struct {
+	local, remote net.Addr
+	written       []*dns.Msg
+	closed        bool
+}
+
+func (r *recorder) LocalAddr() net.Addr         { return r.local }
+func (r *recorder) RemoteAddr() net.Addr        { return r.remote }
+func (r *recorder) WriteMsg(m *dns.Msg) error   { r.written = append(r.written, m); return nil }
+func (r *recorder) Write(b []byte) (int, error) { return len(b), nil }
+func (r *recorder) Close() error                { r.closed = true; return nil }
+func (r *recorder) TsigStatus() error           { return nil }
+func (r *recorder) TsigTimersOnly(bool)         {}
+func (r *recorder) Hijack()                     {}
+
+// TestAnswersOnlyItsClient: a query whose source is not the guest's
+// address gets no reply (not even NXDOMAIN, which would echo the name to
+// whoever owns that address); a TCP one loses its connection.
+func TestAnswersOnlyItsClient(t *testing.T) {
+	s, _ := newTestServer(t, &fakeUpstream{}, "pypi.org")
+	gw := net.ParseIP("10.222.0.1")
+	for _, c := range []struct {
+		local, remote net.Addr
+		answered      bool
+	}{
+		{&net.UDPAddr{IP: gw, Port: 53}, &net.UDPAddr{IP: net.ParseIP("10.222.0.2"), Port: 5353}, true},
+		{&net.TCPAddr{IP: gw, Port: 53}, &net.TCPAddr{IP: net.ParseIP("10.222.0.2"), Port: 40000}, true},
+		{&net.UDPAddr{IP: gw, Port: 53}, &net.UDPAddr{IP: net.ParseIP("::ffff:10.222.0.2"), Port: 5353}, true},
+		{&net.UDPAddr{IP: gw, Port: 53}, &net.UDPAddr{IP: net.ParseIP("10.222.0.6"), Port: 5353}, false}, // another sandbox
+		{&net.UDPAddr{IP: gw, Port: 53}, &net.UDPAddr{IP: net.ParseIP("192.0.2.9"), Port: 53}, false},   // a LAN host
+		{&net.TCPAddr{IP: gw, Port: 53}, &net.TCPAddr{IP: net.ParseIP("10.222.0.6"), Port: 40000}, false},
+	} {
+		w := &recorder{local: c.local, remote: c.remote}
+		s.handle(w, query("not-listed.example", dns.TypeA))
+		if got := len(w.written) == 1; got != c.answered {
+			t.Errorf("query from %v: answered %v, want %v", c.remote, got, c.answered)
+		}
+		if _, tcp := c.local.(*net.TCPAddr); tcp && !c.answered && !w.closed {
+			t.Errorf("TCP query from %v: connection kept open", c.remote)
+		}
+	}
+	if st := s.Stats(); st.Ignored != 3 || st.Refused != 3 {
+		t.Errorf("stats %+v, want 3 ignored and 3 refused", st)
 	}
 }
