@@ -304,7 +304,7 @@ func TestAnswersOnlyItsClient(t *testing.T) {
 		{&net.TCPAddr{IP: gw, Port: 53}, &net.TCPAddr{IP: net.ParseIP("10.222.0.2"), Port: 40000}, true},
 		{&net.UDPAddr{IP: gw, Port: 53}, &net.UDPAddr{IP: net.ParseIP("::ffff:10.222.0.2"), Port: 5353}, true},
 		{&net.UDPAddr{IP: gw, Port: 53}, &net.UDPAddr{IP: net.ParseIP("10.222.0.6"), Port: 5353}, false}, // another sandbox
-		{&net.UDPAddr{IP: gw, Port: 53}, &net.UDPAddr{IP: net.ParseIP("192.0.2.9"), Port: 53}, false},   // a LAN host
+		{&net.UDPAddr{IP: gw, Port: 53}, &net.UDPAddr{IP: net.ParseIP("192.0.2.9"), Port: 53}, false},    // a LAN host
 		{&net.TCPAddr{IP: gw, Port: 53}, &net.TCPAddr{IP: net.ParseIP("10.222.0.6"), Port: 40000}, false},
 	} {
 		w := &recorder{local: c.local, remote: c.remote}
