@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -54,6 +55,12 @@ type HostConfig struct {
 	// NetNS is the path of the network namespace the host side lives in
 	// (links, rules, resolvers); empty is the daemon's own.
 	NetNS string
+	// PublicRanges are ranges of the denied set (see specialRanges) that
+	// behave as public on this host, such as a documentation range its
+	// network really uses: entries and DNS answers open them like any
+	// public address. They may not cover a metadata address, nor lie in
+	// a range that is never a destination.
+	PublicRanges []netip.Prefix
 }
 
 // Host is the host-wide part: the base chains, the address pool and the
@@ -126,6 +133,9 @@ func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netpolicy: %w", err)
 	}
+	if err := checkPublic(cfg.PublicRanges, cfg.Pool); err != nil {
+		return nil, fmt.Errorf("netpolicy: %w", err)
+	}
 	ipt, err := iptables.New(iptables.IPFamily(iptables.ProtocolIPv4), iptables.Timeout(10))
 	if err != nil {
 		return nil, fmt.Errorf("netpolicy: iptables: %w", err)
@@ -135,13 +145,18 @@ func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 		return nil, fmt.Errorf("netpolicy: %w", err)
 	}
 	h := &Host{
-		cfg: cfg, log: log, ns: nsRunner{path: cfg.NetNS}, ipt: ipt, restorePath: restorePath, denied: deniedRanges,
+		cfg: cfg, log: log, ns: nsRunner{path: cfg.NetNS}, ipt: ipt, restorePath: restorePath, denied: deniedSet(cfg.PublicRanges),
 		alloc: alloc, attached: map[string]*Attachment{}, survivors: map[string]int{},
 	}
-	if ipt6, err := iptables.New(iptables.IPFamily(iptables.ProtocolIPv6), iptables.Timeout(10)); err == nil {
-		h.ipt6 = ipt6
+	// No policy opens IPv6 (Parse refuses IPv6 entries), so IPv6 from
+	// and to the links is dropped; a host whose kernel speaks IPv6 but
+	// whose ip6tables does not work cannot promise that.
+	if err := h.ns.do(func() error { _, err := os.Stat("/proc/sys/net/ipv6"); return err }); err == nil {
+		if h.ipt6, err = iptables.New(iptables.IPFamily(iptables.ProtocolIPv6), iptables.Timeout(10)); err != nil {
+			return nil, fmt.Errorf("netpolicy: ip6tables (needed to keep IPv6 off the sandboxes' links): %w", err)
+		}
 	} else {
-		log.Warn("ip6tables unavailable; relying on disable_ipv6 on cellvm links", "err", err)
+		log.Info("this kernel has no IPv6: nothing to close there")
 	}
 	if err := h.ns.writeSysctl("/proc/sys/net/ipv4/ip_forward", "1"); err != nil {
 		return nil, fmt.Errorf("netpolicy: enable IPv4 forwarding: %w", err)
@@ -182,7 +197,7 @@ func (h *Host) installBase() error {
 	if h.ipt6 != nil {
 		for _, r := range ip6Rules {
 			if err := h.ipt6.InsertUnique(r.Table, r.Chain, 1, r.Spec...); err != nil {
-				h.log.Warn("ip6tables rule", "rule", r.Spec, "err", err)
+				return fmt.Errorf("ip6tables %s %s: %w", r.Chain, strings.Join(r.Spec, " "), err)
 			}
 		}
 	}

@@ -102,6 +102,7 @@ func newTestNet(t *testing.T) *testNet {
 		"203.0.113.60", "203.0.113.61", "203.0.113.62", "203.0.113.63",
 		"198.51.100.10", "10.99.0.1", "172.16.5.5", "169.254.169.254", "100.64.0.9",
 		"203.0.113.70", "203.0.113.71",
+		"168.63.129.16", "192.0.0.192", "100.100.100.200", "198.18.0.1", "240.0.0.1", "8.8.8.8",
 	} {
 		sh(t, "ip", "-n", w, "addr", "add", a+"/32", "dev", "lo")
 	}
@@ -311,6 +312,8 @@ func lookupOver(t *testing.T, network string, ns nsRunner, server netip.Addr, na
 	return r.Rcode, addrs
 }
 
+var testPublic = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.51.100.0/24")}
+
 func testHost(t *testing.T, tn *testNet) *Host {
 	t.Helper()
 	h, err := NewHost(HostConfig{
@@ -321,6 +324,9 @@ func testHost(t *testing.T, tn *testNet) *Host {
 		MaxTTL:         time.Minute,
 		PinGrace:       -1,
 		ExpiryInterval: 100 * time.Millisecond,
+		// The world's servers live in documentation ranges; here they
+		// are the internet.
+		PublicRanges: testPublic,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -55,16 +55,6 @@ func (p Policy) Empty() bool { return len(p.Nets) == 0 && len(p.Names) == 0 }
 // Entries returns the entries as they were given to Parse.
 func (p Policy) Entries() []string { return append([]string(nil), p.entries...) }
 
-// neverListable are destinations no entry may name: they are not
-// destinations a guest can mean (this host's loopback, "this network",
-// multicast, reserved, broadcast).
-var neverListable = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("224.0.0.0/4"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-}
-
 // Parse checks and parses an allowlist. Entries are, each optionally
 // followed by ":port" (1-65535, TCP and UDP):
 //
@@ -165,13 +155,8 @@ func checkDestination(pfx netip.Prefix) error {
 	if !pfx.Addr().Is4() {
 		return errors.New("IPv6 destinations are not supported (the guest link is IPv4 only)")
 	}
-	for _, n := range neverListable {
-		if n.Overlaps(pfx) && n.Bits() <= pfx.Bits() {
-			return fmt.Errorf("%v is inside %v, which is never a destination", pfx, n)
-		}
-	}
-	if pfx.Addr() == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
-		return errors.New("the broadcast address is never a destination")
+	if s, ok := neverDestination(pfx); ok {
+		return fmt.Errorf("%v is inside %v (%s), which is never a destination", pfx, s.prefix, s.what)
 	}
 	return nil
 }

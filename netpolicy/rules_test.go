@@ -29,21 +29,25 @@ func TestPolicyRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := specs(policyRules(n, 1, l, policySteps(l, deniedRanges, p)))
+	denied := []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"),
+		netip.MustParsePrefix("169.254.0.0/16"),
+		netip.MustParsePrefix("169.254.169.254/32"),
+	}
+	got := specs(policyRules(n, 1, l, policySteps(l, denied, p)))
 	want := []string{
 		"filter CELLVM-0123abcd-1 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
 		"filter CELLVM-0123abcd-1 ! -s 10.222.0.6/32 -j CELLVM-0123abcd-R",
 		"filter CELLVM-0123abcd-1 -d 10.222.0.0/16 -j CELLVM-0123abcd-R",
-		// Most specific first: 10.1.2.3 (listed inside a denied range)
-		// before 10.0.0.0/8.
+		// Most specific first, an entry before a denied range of the same
+		// length: 10.1.2.3 (listed inside a denied range) before
+		// 10.0.0.0/8.
 		"filter CELLVM-0123abcd-1 -d 203.0.113.7/32 -j CELLVM-0123abcd-A",
 		"filter CELLVM-0123abcd-1 -d 10.1.2.3/32 -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-1 -d 169.254.169.254/32 -j CELLVM-0123abcd-R",
 		"filter CELLVM-0123abcd-1 -d 198.51.100.0/24 -p tcp --dport 443 -j CELLVM-0123abcd-A",
 		"filter CELLVM-0123abcd-1 -d 198.51.100.0/24 -p udp --dport 443 -j CELLVM-0123abcd-A",
-		"filter CELLVM-0123abcd-1 -d 192.168.0.0/16 -j CELLVM-0123abcd-R",
 		"filter CELLVM-0123abcd-1 -d 169.254.0.0/16 -j CELLVM-0123abcd-R",
-		"filter CELLVM-0123abcd-1 -d 172.16.0.0/12 -j CELLVM-0123abcd-R",
-		"filter CELLVM-0123abcd-1 -d 100.64.0.0/10 -j CELLVM-0123abcd-R",
 		"filter CELLVM-0123abcd-1 -d 10.0.0.0/8 -j CELLVM-0123abcd-R",
 		// 0.0.0.0/0 is after the denied ranges: it does not open them.
 		"filter CELLVM-0123abcd-1 -d 0.0.0.0/0 -p tcp --dport 22 -j CELLVM-0123abcd-A",
@@ -58,7 +62,7 @@ func TestPolicyRules(t *testing.T) {
 
 func TestPolicyRulesEmptyRefusesAll(t *testing.T) {
 	n, l := testLink()
-	got := specs(policyRules(n, 0, l, policySteps(l, deniedRanges, Policy{})))
+	got := specs(policyRules(n, 0, l, policySteps(l, deniedSet(nil), Policy{})))
 	for _, r := range got {
 		if strings.HasSuffix(r, "-j "+n.accept) {
 			t.Errorf("empty policy accepts: %s", r)
@@ -124,14 +128,24 @@ func TestPinRules(t *testing.T) {
 
 func TestDeniedAddr(t *testing.T) {
 	pool := netip.MustParsePrefix("10.222.0.0/16")
+	h := &Host{denied: deniedSet(nil)}
+	hp := &Host{denied: deniedSet([]netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")})}
 	for a, want := range map[string]bool{
 		"169.254.169.254": true, "10.0.0.1": true, "172.31.255.255": true, "172.32.0.1": false,
 		"192.168.1.1": true, "100.64.0.1": true, "100.128.0.1": false, "127.0.0.1": true,
 		"0.0.0.0": true, "224.0.0.251": true, "255.255.255.255": true, "10.222.0.6": true,
-		"203.0.113.50": false, "8.8.8.8": false, "2001:db8::1": true, "::ffff:8.8.8.8": false,
+		"168.63.129.16": true, "192.0.0.192": true, "198.18.0.1": true, "198.19.255.255": true,
+		"198.20.0.1": false, "240.0.0.1": true, "192.0.2.1": true, "203.0.113.50": true,
+		"8.8.8.8": false, "2001:db8::1": true, "::ffff:8.8.8.8": false,
 	} {
-		if got := (&Host{denied: deniedRanges}).deniedAddr(netip.MustParseAddr(a), pool); got != want {
+		if got := h.deniedAddr(netip.MustParseAddr(a), pool); got != want {
 			t.Errorf("deniedAddr(%s) = %v, want %v", a, got, want)
+		}
+	}
+	// A public range: answers into it are pinned like any public one.
+	for a, want := range map[string]bool{"203.0.113.50": false, "198.51.100.1": true, "10.0.0.1": true} {
+		if got := hp.deniedAddr(netip.MustParseAddr(a), pool); got != want {
+			t.Errorf("with 203.0.113.0/24 public: deniedAddr(%s) = %v, want %v", a, got, want)
 		}
 	}
 }

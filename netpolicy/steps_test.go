@@ -11,7 +11,7 @@ import (
 func TestDecide(t *testing.T) {
 	_, l := testLink()
 	p := mustParse(t, "203.0.113.7", "198.51.100.0/24:443", "10.1.2.3", "0.0.0.0/0:22", "10.222.0.0/16")
-	steps := policySteps(l, deniedRanges, p)
+	steps := policySteps(l, deniedSet([]netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.51.100.0/24")}), p)
 	pins := map[netip.Addr]*pin{
 		netip.MustParseAddr("203.0.113.50"): {applied: true},
 		netip.MustParseAddr("203.0.113.51"): {applied: true, ports: []uint16{443}},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -24,6 +25,10 @@ const (
 	unlistedServer = "203.0.113.10"
 	worldNS        = "cellvm-test-world"
 )
+
+// worldRanges are the documentation ranges the world's servers live in:
+// denied by default, public in the test's world.
+var worldRanges = []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("203.0.113.0/24")}
 
 func ip(t *testing.T, args ...string) {
 	t.Helper()
@@ -110,7 +115,7 @@ func TestNetworkPolicyInMicroVM(t *testing.T) {
 		return
 	}
 	makeWorld(t)
-	host, err := netpolicy.NewHost(netpolicy.HostConfig{Uplink: "cvt-up", Upstreams: []string{"192.0.2.2:53"}}, nil)
+	host, err := netpolicy.NewHost(netpolicy.HostConfig{Uplink: "cvt-up", Upstreams: []string{"192.0.2.2:53"}, PublicRanges: worldRanges}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
