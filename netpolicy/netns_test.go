@@ -155,6 +155,7 @@ func (tn *testNet) serveZone() {
 		"target.elsewhere.test.": {"A 203.0.113.61"},
 		"www.wild.test.":         {"A 203.0.113.62"},
 		"wild.test.":             {"A 203.0.113.62"},
+		`x\.wild.test.`:          {"A 203.0.113.62"}, // one label "x.wild" under test
 		"port.test.":             {"A 203.0.113.63"},
 		"echo.test.":             {"A 203.0.113.71"},
 		// A listed name whose answer points into private and link-local
@@ -422,6 +423,9 @@ func TestNamespaces(t *testing.T) {
 		}
 		if rc, _ := lookup(t, g1, a1.DNS, "wild.test"); rc != dns.RcodeNameError {
 			t.Errorf("wild.test (*.wild.test listed): rcode %s, want NXDOMAIN", dns.RcodeToString[rc])
+		}
+		if rc, addrs := lookup(t, g1, a1.DNS, `x\.wild.test`); rc != dns.RcodeNameError {
+			t.Errorf(`x\.wild.test (*.wild.test listed): %s %v, want NXDOMAIN`, dns.RcodeToString[rc], addrs)
 		}
 		mustRefuse(t, g1, "203.0.113.50:80") // not handed out yet
 		if rc, addrs := lookup(t, g1, a1.DNS, "allowed.test"); rc != dns.RcodeSuccess || fmt.Sprint(addrs) != "[203.0.113.50]" {

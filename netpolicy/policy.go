@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/cellvm/cellvm/netpolicy/dnsname"
 )
 
 // Limits on a policy. They bound the rules and the work a policy makes the
@@ -219,16 +222,19 @@ func checkLabel(l string) error {
 	return nil
 }
 
-// NamePorts reports whether name (any case, trailing dot or not) is
-// allowed, and on which ports: nil with ok means every port.
+// NamePorts reports whether name is allowed, and on which ports: nil with
+// ok means every port. name is in presentation format (any case, trailing
+// dot or not, escapes as DNS writes them) and is compared with the
+// entries label by label: "x\.example.com" (the labels "x.example" and
+// "com") is not under "*.example.com".
 func (p Policy) NamePorts(name string) (ports []uint16, ok bool) {
-	name = strings.ToLower(strings.TrimSuffix(name, "."))
-	if name == "" || len(name) > maxNameBytes {
+	labels, valid := dnsname.Labels(name)
+	if !valid || len(labels) == 0 {
 		return nil, false
 	}
 	anyPort := false
 	for _, r := range p.Names {
-		if !r.matches(name) {
+		if !r.matches(labels) {
 			continue
 		}
 		ok = true
@@ -244,21 +250,18 @@ func (p Policy) NamePorts(name string) (ports []uint16, ok bool) {
 	return ports, ok
 }
 
-func (r NameRule) matches(name string) bool {
-	if !r.Wildcard {
-		return name == r.Name
-	}
-	return len(name) > len(r.Name)+1 && strings.HasSuffix(name, r.Name) && name[len(name)-len(r.Name)-1] == '.'
-}
-
-// ListsAddr reports whether an address entry (not a name) covers a.
-func (p Policy) ListsAddr(a netip.Addr) bool {
-	for _, n := range p.Nets {
-		if n.Prefix.Contains(a) {
-			return true
+// matches compares a name's labels (lower case, as dnsname.Labels gives
+// them) with the rule's: all of them, or for a wildcard the last ones with
+// at least one label before them.
+func (r NameRule) matches(labels []string) bool {
+	want := strings.Split(r.Name, ".")
+	if r.Wildcard {
+		if len(labels) <= len(want) {
+			return false
 		}
+		labels = labels[len(labels)-len(want):]
 	}
-	return false
+	return slices.Equal(labels, want)
 }
 
 func appendUnique(s []uint16, v uint16) []uint16 {

@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cellvm/cellvm/netpolicy/dnsname"
 	"github.com/miekg/dns"
 )
 
@@ -53,8 +54,9 @@ const (
 
 // Config says what to answer and where to ask.
 type Config struct {
-	// Allowed reports whether name (lower case, no trailing dot) may be
-	// resolved. It must be safe for concurrent use.
+	// Allowed reports whether name (a host name: lower case, labels of
+	// letters, digits, '-' and '_', no trailing dot) may be resolved. It
+	// must be safe for concurrent use.
 	Allowed func(name string) bool
 	// Admit is called with the IPv4 addresses the upstream returned for an
 	// allowed name and the TTL the guest will be told. It returns those
@@ -270,8 +272,11 @@ func (s *Server) answer(req *dns.Msg) *dns.Msg {
 		resp.Rcode = dns.RcodeRefused
 		return resp
 	}
-	name := strings.ToLower(strings.TrimSuffix(q.Name, "."))
-	if !s.cfg.Allowed(name) {
+	// Names are read as labels: one with a dot or another byte no host
+	// name has inside a label (x\.example.com) is no name a policy
+	// lists, and must not reach Allowed as a string that looks like one.
+	name, ok := dnsname.Host(q.Name)
+	if !ok || !s.cfg.Allowed(name) {
 		s.refused.Add(1)
 		resp.Rcode = dns.RcodeNameError
 		return resp

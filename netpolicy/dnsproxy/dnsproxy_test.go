@@ -320,3 +320,58 @@ func TestAnswersOnlyItsClient(t *testing.T) {
 		t.Errorf("stats %+v, want 3 ignored and 3 refused", st)
 	}
 }
+
+// TestNamesAreLabels: the proxy hands Allowed and the upstream host names
+// only, read label by label from the query. With a policy check as naive
+// as a string suffix, "x\.example.com" (a name under com) still does not
+// pass for a name under example.com.
+func TestNamesAreLabels(t *testing.T) {
+	up := &fakeUpstream{answers: map[string][]string{"www.example.com.": {"www.example.com. 60 IN A 203.0.113.1"}}}
+	var asked []string
+	s, err := newServer(Config{
+		Allowed: func(name string) bool {
+			asked = append(asked, name)
+			return strings.HasSuffix(name, ".example.com")
+		},
+		Admit: func(name string, addrs []netip.Addr, ttl time.Duration) ([]netip.Addr, error) {
+			return addrs, nil
+		},
+		Client:    netip.MustParseAddr("10.222.0.2"),
+		Upstreams: []string{"192.0.2.53:53"},
+		Dial:      up.dial,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		qname   string
+		rcode   int
+		allowed string // what Allowed was asked; "" if nothing
+	}{
+		{`x\.example.com.`, dns.RcodeNameError, ""},
+		{`evil\.example.com.`, dns.RcodeNameError, ""},
+		{`www\046example.com.`, dns.RcodeNameError, ""}, // \046 is a dot, in the label
+		{`a\032b.example.com.`, dns.RcodeNameError, ""},
+		{"WWW.Example.COM.", dns.RcodeSuccess, "www.example.com"},
+		{`\119ww.example.com.`, dns.RcodeSuccess, "www.example.com"}, // \119 is "w"
+		{"example.com.", dns.RcodeNameError, "example.com"},
+	} {
+		asked = nil
+		up.asked = nil
+		m := new(dns.Msg)
+		m.Question = []dns.Question{{Name: c.qname, Qtype: dns.TypeA, Qclass: dns.ClassINET}}
+		r := s.answer(m)
+		if r.Rcode != c.rcode {
+			t.Errorf("%s: %s, want %s", c.qname, dns.RcodeToString[r.Rcode], dns.RcodeToString[c.rcode])
+		}
+		if got := strings.Join(asked, ","); got != c.allowed {
+			t.Errorf("%s: Allowed asked %q, want %q", c.qname, got, c.allowed)
+		}
+		if c.rcode == dns.RcodeSuccess && fmt.Sprint(up.asked) != "[udp www.example.com.]" {
+			t.Errorf("%s: upstream asked %v, want the host name", c.qname, up.asked)
+		}
+		if c.rcode != dns.RcodeSuccess && len(up.asked) != 0 {
+			t.Errorf("%s: reached the upstream: %v", c.qname, up.asked)
+		}
+	}
+}
