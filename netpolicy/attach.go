@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cellvm/cellvm/netpolicy/dnsproxy"
 	"github.com/vishvananda/netlink"
@@ -162,8 +163,14 @@ func (h *Host) Attach(ctx context.Context, sandboxID string, p Policy, opts ...A
 
 func (a *Attachment) setup(ctx context.Context, adopt bool, o attachOptions) error {
 	h := a.h
+	var left map[netip.Addr]*leftPin
 	if adopt {
-		// The old daemon's rules for this VM go; its link stays.
+		// The old daemon's rules for this VM go; its link stays, and so
+		// do the addresses DNS opened that are still due (adoptPins).
+		var err error
+		if left, err = h.readPins(a.names); err != nil {
+			h.log.Warn("reading the DNS addresses an earlier daemon opened; closing them", "sandbox", a.SandboxID, "err", err)
+		}
 		if err := h.purge(a.names, false); err != nil {
 			return err
 		}
@@ -183,6 +190,10 @@ func (a *Attachment) setup(ctx context.Context, adopt bool, o attachOptions) err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if len(left) > 0 {
+		kept, dropped := a.adoptPins(left, time.Now())
+		h.log.Info("DNS addresses an earlier daemon opened", "sandbox", a.SandboxID, "kept", kept, "closed", dropped)
 	}
 	return a.startDNS()
 }
@@ -336,9 +347,9 @@ func (a *Attachment) Update(p Policy) error {
 		if ok && samePorts(ports, pn.ports) {
 			continue
 		}
-		b.deleteRules(pinRules(n, ip, pn.ports))
+		b.deleteRules(pn.rules(n, ip))
 		if ok {
-			b.appendRules(pinRules(n, ip, ports))
+			b.appendRules(pinRules(n, ip, ports, pn.stop, pn.label))
 		}
 		changes = append(changes, change{ip, ports, ok})
 	}

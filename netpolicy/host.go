@@ -164,6 +164,9 @@ func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 	if err := h.ns.do(h.installBase); err != nil {
 		return nil, fmt.Errorf("netpolicy: base chains: %w", err)
 	}
+	if err := h.ns.do(h.probeMatches); err != nil {
+		return nil, fmt.Errorf("netpolicy: iptables matches the pins need (time, comment): %w", err)
+	}
 	if err := h.probeConntrack(); err != nil {
 		return nil, fmt.Errorf("netpolicy: conntrack (needed to cut revoked connections; is nf_conntrack_netlink available?): %w", err)
 	}
@@ -202,6 +205,18 @@ func (h *Host) installBase() error {
 		}
 	}
 	return nil
+}
+
+// probeMatches makes and removes a scratch chain with a rule as the pins
+// use: a host without xt_time fails here, not at a guest's first lookup.
+func (h *Host) probeMatches() error {
+	const c = chainPrefix + "PROBE"
+	var b batch
+	b.chain("filter", c)
+	b.appendRules([]rule{{"filter", c, []string{"-m", "time", "--datestop", time.Now().UTC().Format(datestopLayout),
+		"-m", "comment", "--comment", "cellvm", "-j", "RETURN"}}})
+	b.deleteChains("filter", []string{c})
+	return h.apply(&b)
 }
 
 // Sweep removes what sandboxes not in liveIDs left behind: attachments of

@@ -4,7 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/netip"
+	"slices"
 	"strconv"
+	"time"
 )
 
 // Names of kernel objects. Everything per VM carries the sandbox's tag so
@@ -156,14 +158,29 @@ func allowRules(chain, accept, dst string, port uint16) []rule {
 	}
 }
 
-// pinRules accept an address DNS handed out, on ports (nil: all).
-func pinRules(n objectNames, a netip.Addr, ports []uint16) []rule {
+// datestopLayout is xt_time's --datestop format (UTC).
+const datestopLayout = "2006-01-02T15:04:05"
+
+// pinRules accept an address DNS handed out, on ports (nil: all), until
+// stop: the kernel stops matching them then (xt_time), so that a pin
+// expires even while no daemon runs. label, if not empty, goes into a
+// comment: the names that resolved to the address, for a daemon that
+// adopts the rules (see adoptPins).
+func pinRules(n objectNames, a netip.Addr, ports []uint16, stop time.Time, label string) []rule {
+	tail := []string{"-m", "time", "--datestop", stop.UTC().Format(datestopLayout)}
+	if label != "" {
+		tail = append(tail, "-m", "comment", "--comment", label)
+	}
+	tail = append(tail, "-j", n.accept)
+	dst := []string{"-d", hostPrefix(a)}
 	if len(ports) == 0 {
-		return allowRules(n.pins, n.accept, hostPrefix(a), 0)
+		return []rule{{"filter", n.pins, slices.Concat(dst, tail)}}
 	}
 	var out []rule
 	for _, p := range ports {
-		out = append(out, allowRules(n.pins, n.accept, hostPrefix(a), p)...)
+		for _, proto := range []string{"tcp", "udp"} {
+			out = append(out, rule{"filter", n.pins, slices.Concat(dst, []string{"-p", proto, "--dport", strconv.Itoa(int(p))}, tail)})
+		}
 	}
 	return out
 }

@@ -1,10 +1,12 @@
 package netpolicy
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func testLink() (objectNames, linkAddrs) {
@@ -111,18 +113,72 @@ func TestBaseRules(t *testing.T) {
 func TestPinRules(t *testing.T) {
 	n, _ := testLink()
 	a := netip.MustParseAddr("203.0.113.50")
-	if got := specs(pinRules(n, a, nil)); !reflect.DeepEqual(got, []string{
-		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -j CELLVM-0123abcd-A",
+	stop := time.Date(2026, 12, 1, 10, 0, 5, 0, time.FixedZone("CET", 3600))
+	if got := specs(pinRules(n, a, nil, stop, "")); !reflect.DeepEqual(got, []string{
+		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -m time --datestop 2026-12-01T09:00:05 -j CELLVM-0123abcd-A",
 	}) {
 		t.Errorf("all ports: %q", got)
 	}
-	if got := specs(pinRules(n, a, []uint16{80, 443})); !reflect.DeepEqual(got, []string{
-		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p tcp --dport 80 -j CELLVM-0123abcd-A",
-		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p udp --dport 80 -j CELLVM-0123abcd-A",
-		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p tcp --dport 443 -j CELLVM-0123abcd-A",
-		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p udp --dport 443 -j CELLVM-0123abcd-A",
+	if got := specs(pinRules(n, a, []uint16{80, 443}, stop, "a.test,b.test")); !reflect.DeepEqual(got, []string{
+		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p tcp --dport 80 -m time --datestop 2026-12-01T09:00:05 -m comment --comment a.test,b.test -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p udp --dport 80 -m time --datestop 2026-12-01T09:00:05 -m comment --comment a.test,b.test -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p tcp --dport 443 -m time --datestop 2026-12-01T09:00:05 -m comment --comment a.test,b.test -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p udp --dport 443 -m time --datestop 2026-12-01T09:00:05 -m comment --comment a.test,b.test -j CELLVM-0123abcd-A",
 	}) {
 		t.Errorf("ports 80, 443: %q", got)
+	}
+}
+
+func TestParsePinRule(t *testing.T) {
+	n, _ := testLink()
+	for _, c := range []struct {
+		line  string
+		ip    string // "" if not a pin
+		stop  string
+		names string
+	}{
+		{"-A CELLVM-0123abcd-P -d 203.0.113.50/32 -p tcp -m tcp --dport 443 -m time --datestop 2026-12-01T10:00:05 -m comment --comment a.test,b.test -j CELLVM-0123abcd-A",
+			"203.0.113.50", "2026-12-01T10:00:05Z", "[a.test b.test]"},
+		{`-A CELLVM-0123abcd-P -d 203.0.113.51/32 -m time --datestop 2026-12-01T10:00:05 -m comment --comment "x.test" -j CELLVM-0123abcd-A`,
+			"203.0.113.51", "2026-12-01T10:00:05Z", "[x.test]"},
+		{"-A CELLVM-0123abcd-P -d 203.0.113.52/32 -m time --datestop 2026-12-01T10:00:05 -m comment --comment BAD.name,ok.test -j CELLVM-0123abcd-A",
+			"203.0.113.52", "2026-12-01T10:00:05Z", "[ok.test]"},
+		{"-A CELLVM-0123abcd-P -d 203.0.113.50/32 -j CELLVM-0123abcd-A", "", "", ""}, // no stop: not a pin of ours
+		{"-A CELLVM-0123abcd-P -d 203.0.113.0/24 -m time --datestop 2026-12-01T10:00:05 -j CELLVM-0123abcd-A", "", "", ""},
+		{"-A CELLVM-0123abcd-P -d 203.0.113.50/32 -m time --datestop tomorrow -j CELLVM-0123abcd-A", "", "", ""},
+		{"-A CELLVM-ffffffff-P -d 203.0.113.50/32 -m time --datestop 2026-12-01T10:00:05 -j X", "", "", ""},
+		{"-N CELLVM-0123abcd-P", "", "", ""},
+	} {
+		ip, stop, names, ok := parsePinRule(c.line, n.pins)
+		if !ok {
+			if c.ip != "" {
+				t.Errorf("%q: not read as a pin", c.line)
+			}
+			continue
+		}
+		if c.ip == "" || ip.String() != c.ip || stop.Format(time.RFC3339) != c.stop || fmt.Sprint(names) != c.names {
+			t.Errorf("%q: %v %v %v, want %s %s %s", c.line, ip, stop.Format(time.RFC3339), names, c.ip, c.stop, c.names)
+		}
+	}
+}
+
+func TestKernelStopAndLabel(t *testing.T) {
+	base := time.Unix(1_800_000_000, 0) // a multiple of the grain
+	for off, want := range map[time.Duration]time.Duration{0: 0, time.Millisecond: pinStopGrain, pinStopGrain - 1: pinStopGrain, pinStopGrain + 1: 2 * pinStopGrain} {
+		if got := kernelStop(base.Add(off)).Sub(base); got != want {
+			t.Errorf("kernelStop(+%v) = +%v, want +%v", off, got, want)
+		}
+	}
+	names := map[string]bool{"b.test": true, "a.test": true, `x\.y`: true, "UPPER.test": true}
+	if got := pinLabel(names); got != "a.test,b.test" {
+		t.Errorf("label %q, want the host names in order", got)
+	}
+	many := map[string]bool{}
+	for i := 0; i < 64; i++ {
+		many[fmt.Sprintf("name-%02d.example.com", i)] = true
+	}
+	if got := pinLabel(many); len(got) > maxLabel || !strings.HasPrefix(got, "name-00.example.com,") || strings.HasSuffix(got, ",") {
+		t.Errorf("label of 64 names: %d bytes %q", len(got), got)
 	}
 }
 
