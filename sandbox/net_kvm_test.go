@@ -97,6 +97,9 @@ func TestMain(m *testing.M) {
 		worldServer()
 		return
 	}
+	if dir := os.Getenv(envCrashingManager); dir != "" {
+		os.Exit(crashingManager(dir))
+	}
 	if os.Getenv("CELLVM_TEST_FAKE_VMM") == "agent" {
 		os.Exit(fakeAgentVMM(os.Args[1:]))
 	}
