@@ -156,6 +156,7 @@ func (h *Host) Attach(ctx context.Context, sandboxID string, p Policy, opts ...A
 		a.mu.Unlock()
 	}
 	go a.expireLoop()
+	h.checkPosition()
 	h.log.Info("sandbox network attached", "sandbox", sandboxID, "link", n.link,
 		"guest", a.GuestAddr, "entries", len(p.entries), "adopted", adopt)
 	return a, nil
@@ -367,6 +368,7 @@ func (a *Attachment) Update(p Policy) error {
 		}
 	}
 	a.revoke("policy update")
+	h.checkPosition()
 	h.log.Info("sandbox network policy replaced", "sandbox", a.SandboxID, "entries", len(p.entries))
 	return nil
 }

@@ -43,6 +43,11 @@
 // (their conntrack entries are deleted), so revocation is not only for
 // new connections.
 //
+// Everything hangs off one jump at the top of each of the host's built-in
+// chains; another firewall manager that restarts may put its rules above
+// it, so the jumps are checked at start, after every rule change and on a
+// timer, and put back on top (hold.go).
+//
 // Every kernel object carries the cellvm prefix and the sandbox's tag, so
 // that a daemon starting after a crash can find and remove what dead
 // sandboxes left behind (Host.Sweep).

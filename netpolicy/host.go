@@ -49,6 +49,9 @@ type HostConfig struct {
 	MaxPins int
 	// ExpiryInterval is how often expired addresses are closed.
 	ExpiryInterval time.Duration
+	// PositionCheck is how often the jumps to cellvm's chains are checked
+	// and put back on top of the host's chains (see hold.go).
+	PositionCheck time.Duration
 	// TAPOwner and TAPGroup own the TAPs, for a VMM that does not run as
 	// root (0: root).
 	TAPOwner, TAPGroup uint32
@@ -71,11 +74,17 @@ type Host struct {
 	ns   nsRunner
 	ipt  *iptables.IPTables
 	ipt6 *iptables.IPTables // nil without ip6tables
-	// restorePath is iptables-restore, of the same flavour as iptables.
-	restorePath string
+	// restorePath is iptables-restore, of the same flavour as iptables;
+	// restore6Path ip6tables-restore.
+	restorePath, restore6Path string
 	// denied are the ranges no policy step opens unless an entry inside
 	// one names it.
 	denied []netip.Prefix
+
+	holdMu    sync.Mutex // one position check at a time
+	closing   chan struct{}
+	holdDone  chan struct{}
+	closeOnce sync.Once
 
 	mu        sync.Mutex
 	alloc     *allocator
@@ -112,6 +121,9 @@ func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 	if cfg.ExpiryInterval <= 0 {
 		cfg.ExpiryInterval = DefaultExpiryInterval
 	}
+	if cfg.PositionCheck <= 0 {
+		cfg.PositionCheck = DefaultPositionCheck
+	}
 	if cfg.Uplink != "" && len(cfg.Uplink) > 15 {
 		return nil, fmt.Errorf("netpolicy: uplink name %q too long", cfg.Uplink)
 	}
@@ -147,6 +159,7 @@ func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 	h := &Host{
 		cfg: cfg, log: log, ns: nsRunner{path: cfg.NetNS}, ipt: ipt, restorePath: restorePath, denied: deniedSet(cfg.PublicRanges),
 		alloc: alloc, attached: map[string]*Attachment{}, survivors: map[string]int{},
+		closing: make(chan struct{}), holdDone: make(chan struct{}),
 	}
 	// No policy opens IPv6 (Parse refuses IPv6 entries), so IPv6 from
 	// and to the links is dropped; a host whose kernel speaks IPv6 but
@@ -154,6 +167,9 @@ func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 	if err := h.ns.do(func() error { _, err := os.Stat("/proc/sys/net/ipv6"); return err }); err == nil {
 		if h.ipt6, err = iptables.New(iptables.IPFamily(iptables.ProtocolIPv6), iptables.Timeout(10)); err != nil {
 			return nil, fmt.Errorf("netpolicy: ip6tables (needed to keep IPv6 off the sandboxes' links): %w", err)
+		}
+		if h.restore6Path, err = exec.LookPath("ip6tables-restore"); err != nil {
+			return nil, fmt.Errorf("netpolicy: %w", err)
 		}
 	} else {
 		log.Info("this kernel has no IPv6: nothing to close there")
@@ -170,6 +186,11 @@ func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 	if err := h.probeConntrack(); err != nil {
 		return nil, fmt.Errorf("netpolicy: conntrack (needed to cut revoked connections; is nf_conntrack_netlink available?): %w", err)
 	}
+	// A jump that exists below another manager's rules is moved up now.
+	if err := h.holdPosition(); err != nil {
+		return nil, fmt.Errorf("netpolicy: base chains: %w", err)
+	}
+	go h.holdLoop()
 	return h, nil
 }
 
@@ -198,7 +219,20 @@ func (h *Host) installBase() error {
 		}
 	}
 	if h.ipt6 != nil {
+		if ok, err := h.ipt6.ChainExists("filter", ip6Chain); err != nil || !ok {
+			if err == nil {
+				err = h.ipt6.NewChain("filter", ip6Chain)
+			}
+			if err != nil {
+				return fmt.Errorf("ip6tables chain %s: %w", ip6Chain, err)
+			}
+		}
 		for _, r := range ip6Rules {
+			if err := h.ipt6.AppendUnique(r.Table, r.Chain, r.Spec...); err != nil {
+				return fmt.Errorf("ip6tables %s %s: %w", r.Chain, strings.Join(r.Spec, " "), err)
+			}
+		}
+		for _, r := range ip6Jumps() {
 			if err := h.ipt6.InsertUnique(r.Table, r.Chain, 1, r.Spec...); err != nil {
 				return fmt.Errorf("ip6tables %s %s: %w", r.Chain, strings.Join(r.Spec, " "), err)
 			}

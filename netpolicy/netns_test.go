@@ -332,6 +332,7 @@ func testHost(t *testing.T, tn *testNet) *Host {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { h.Close() })
 	return h
 }
 

@@ -264,14 +264,6 @@ var catchAllRules = []rule{
 	{"filter", inChain, []string{"-i", linkPrefix + "+", "-j", "DROP"}},
 }
 
-// ip6Rules keep IPv6 off cellvm links even if a link got an IPv6 address
-// despite disable_ipv6: the guest is IPv4 only.
-var ip6Rules = []rule{
-	{"filter", "FORWARD", []string{"-i", linkPrefix + "+", "-j", "DROP"}},
-	{"filter", "FORWARD", []string{"-o", linkPrefix + "+", "-j", "DROP"}},
-	{"filter", "INPUT", []string{"-i", linkPrefix + "+", "-j", "DROP"}},
-}
-
 // deniedAddr reports whether a DNS answer of a may not be pinned: not
 // IPv4, another sandbox's, or in a denied range.
 func (h *Host) deniedAddr(a netip.Addr, pool netip.Prefix) bool {

@@ -122,6 +122,7 @@ func TestNetworkPolicyInMicroVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer host.Close()
 	m := newRigManager(t)
 	m.opt.Net = host
 	ctx := context.Background()

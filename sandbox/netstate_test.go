@@ -123,6 +123,7 @@ func TestPolicyUpdateSurvivesACrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer opt.Net.Close()
 	m, err := NewVMManager(opt)
 	if err != nil {
 		t.Fatal(err)

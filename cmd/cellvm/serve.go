@@ -90,11 +90,17 @@ func cmdServe(args []string, stderr io.Writer) error {
 		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1",
 	})
 	if err != nil {
+		if netHost != nil {
+			netHost.Close()
+		}
 		return err
 	}
 	ln, err := api.ListenUnix(socket, api.WithListenLogger(log))
 	if err != nil {
 		m.Close()
+		if netHost != nil {
+			netHost.Close()
+		}
 		return err
 	}
 	srv := api.NewHTTPServer(api.NewServer(m, log))
@@ -112,6 +118,9 @@ func cmdServe(args []string, stderr io.Writer) error {
 	defer cancel()
 	srv.Shutdown(sctx)
 	m.Close()
+	if netHost != nil {
+		netHost.Close()
+	}
 	os.Remove(socket)
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
