@@ -117,6 +117,9 @@ func NewVMManager(opt Options) (*VMManager, error) {
 		opt: opt, log: opt.Log, sandboxes: map[string]*vmSandbox{}, nextCID: 3,
 		stopReap: make(chan struct{}), reapDone: make(chan struct{}),
 	}
+	if err := m.checkNetworkState(); err != nil {
+		return nil, err
+	}
 	m.recover()
 	go m.reapLoop()
 	return m, nil

@@ -28,9 +28,9 @@ var (
 	updatedPolicy = []string{"198.51.100.0/24:443"}
 )
 
-// fakeOptions are a manager's options over dir with the fake agent VMM
-// (the test binary) and a network host in this process's namespace.
-func fakeOptions(dir string) (Options, error) {
+// fakeFiles are a manager's options over dir with the fake agent VMM
+// (the test binary) and empty guest files, without network.
+func fakeFiles(dir string) (Options, error) {
 	for _, f := range []string{"vmlinux", "initramfs.cpio", "rootfs.ext4"} {
 		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o600); err != nil {
 			return Options{}, err
@@ -40,15 +40,22 @@ func fakeOptions(dir string) (Options, error) {
 	if err != nil {
 		return Options{}, err
 	}
-	host, err := netpolicy.NewHost(netpolicy.HostConfig{Upstreams: []string{"192.0.2.53:53"}, PublicRanges: worldRanges}, nil)
-	if err != nil {
-		return Options{}, err
-	}
 	return Options{
 		Exe: exe, Kernel: filepath.Join(dir, "vmlinux"), Initrd: filepath.Join(dir, "initramfs.cpio"),
 		RootFS: filepath.Join(dir, "rootfs.ext4"), StateDir: filepath.Join(dir, "state"), BootTimeout: 30 * time.Second,
-		Net: host, Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	}, nil
+}
+
+// fakeOptions are fakeFiles with a network host in this process's
+// namespace.
+func fakeOptions(dir string) (Options, error) {
+	opt, err := fakeFiles(dir)
+	if err != nil {
+		return Options{}, err
+	}
+	opt.Net, err = netpolicy.NewHost(netpolicy.HostConfig{Upstreams: []string{"192.0.2.53:53"}, PublicRanges: worldRanges}, nil)
+	return opt, err
 }
 
 // crashingManager is the first daemon of TestPolicyUpdateSurvivesACrash.
@@ -167,4 +174,52 @@ func TestPolicyUpdateSurvivesACrash(t *testing.T) {
 	if rules, _ := exec.Command("iptables-save").Output(); strings.Contains(string(rules), chain) {
 		t.Errorf("rules of %s left after delete", id)
 	}
+}
+
+// TestNoNetworkManagerRefusesNetworkState: a manager without network
+// support over a state directory that holds a sandbox with network
+// refuses to start, says how to clean up, and removes nothing; without
+// such a sandbox it starts.
+func TestNoNetworkManagerRefusesNetworkState(t *testing.T) {
+	dir := t.TempDir()
+	opt, err := fakeFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(opt.StateDir, "sandboxes", "sb-000000000001")
+	netted := filepath.Join(opt.StateDir, "sandboxes", "sb-000000000002")
+	for d, cfg := range map[string]Config{plain: {}, netted: {Network: &NetworkPolicy{Allow: []string{"203.0.113.7"}}}} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeConfig(d, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = NewVMManager(opt)
+	if err == nil {
+		t.Fatal("a manager without network started over a sandbox with network")
+	}
+	tag := netpolicy.Tag("sb-000000000002")
+	for _, want := range []string{"sb-000000000002", "cvm-" + tag, "CELLVM-" + tag, "--network", "by hand"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q: %v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "sb-000000000001") {
+		t.Errorf("error names the sandbox without network: %v", err)
+	}
+	for _, d := range []string{plain, netted} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("refusing to start removed %s: %v", d, err)
+		}
+	}
+	if err := os.RemoveAll(netted); err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewVMManager(opt)
+	if err != nil {
+		t.Fatalf("without network state: %v", err)
+	}
+	m.Close()
 }
