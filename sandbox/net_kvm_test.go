@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -25,6 +26,10 @@ const (
 	unlistedServer = "203.0.113.10"
 	worldNS        = "cellvm-test-world"
 )
+
+// metadataServers stand in for the clouds' metadata and wire servers: in
+// the world, reachable from the host, refused to every guest.
+var metadataServers = []string{"169.254.169.254", "168.63.129.16", "192.0.0.192", "100.100.100.200"}
 
 // worldRanges are the documentation ranges the world's servers live in:
 // denied by default, public in the test's world.
@@ -59,6 +64,10 @@ func makeWorld(t *testing.T) {
 	ip(t, "-n", worldNS, "addr", "add", "192.0.2.2/24", "dev", "cvt-down")
 	ip(t, "-n", worldNS, "addr", "add", allowedServer+"/32", "dev", "cvt-down")
 	ip(t, "-n", worldNS, "addr", "add", unlistedServer+"/32", "dev", "cvt-down")
+	for _, a := range metadataServers {
+		ip(t, "-n", worldNS, "addr", "add", a+"/32", "dev", "cvt-down")
+		ip(t, "route", "replace", a+"/32", "via", "192.0.2.2")
+	}
 	ip(t, "-n", worldNS, "link", "set", "cvt-down", "up")
 	ip(t, "-n", worldNS, "link", "set", "lo", "up")
 	ip(t, "route", "replace", "198.51.100.0/24", "via", "192.0.2.2")
@@ -69,7 +78,7 @@ func makeWorld(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
-	for _, addr := range []string{allowedServer, unlistedServer} {
+	for _, addr := range append([]string{allowedServer, unlistedServer}, metadataServers...) {
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			c, err := net.DialTimeout("tcp", addr+":80", time.Second)
@@ -85,8 +94,20 @@ func makeWorld(t *testing.T) {
 	}
 }
 
-// worldServer is the test binary's role inside the world namespace.
+// worldServer is the test binary's role inside the world namespace: HTTP
+// on port 80, TCP echo on port 7.
 func worldServer() {
+	if l, err := net.Listen("tcp", ":7"); err == nil {
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go func() { defer c.Close(); io.Copy(c, c) }()
+			}
+		}()
+	}
 	http.ListenAndServe(":80", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello from %s", strings.Split(r.Host, ":")[0])
 	}))
