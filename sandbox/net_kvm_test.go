@@ -127,6 +127,21 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// netRigManager is a rig manager that enforces network policies, with the
+// world around it. Call it in the test's own namespace (netnstest.Isolate).
+func netRigManager(t *testing.T) *VMManager {
+	t.Helper()
+	makeWorld(t)
+	host, err := netpolicy.NewHost(netpolicy.HostConfig{Uplink: "cvt-up", Upstreams: []string{"192.0.2.2:53"}, PublicRanges: worldRanges}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Close() })
+	m := newRigManager(t)
+	m.opt.Net = host
+	return m
+}
+
 func TestNetworkPolicyInMicroVM(t *testing.T) {
 	kvmtest.Require(t)
 	if os.Geteuid() != 0 {
@@ -138,14 +153,7 @@ func TestNetworkPolicyInMicroVM(t *testing.T) {
 	if !netnstest.Isolate(t) {
 		return
 	}
-	makeWorld(t)
-	host, err := netpolicy.NewHost(netpolicy.HostConfig{Uplink: "cvt-up", Upstreams: []string{"192.0.2.2:53"}, PublicRanges: worldRanges}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	m := newRigManager(t)
-	m.opt.Net = host
+	m := netRigManager(t)
 	ctx := context.Background()
 	info, err := m.Create(ctx, Config{MemoryMiB: 512, Network: &NetworkPolicy{Allow: []string{allowedServer}}})
 	if err != nil {

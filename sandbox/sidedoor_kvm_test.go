@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/cell"
-	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/test/kvmtest"
 	"github.com/cellvm/cellvm/test/netnstest"
 )
@@ -88,14 +87,7 @@ func TestNetworkSideDoorsInMicroVM(t *testing.T) {
 	if !netnstest.Isolate(t) {
 		return
 	}
-	makeWorld(t)
-	host, err := netpolicy.NewHost(netpolicy.HostConfig{Uplink: "cvt-up", Upstreams: []string{"192.0.2.2:53"}, PublicRanges: worldRanges}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	m := newRigManager(t)
-	m.opt.Net = host
+	m := netRigManager(t)
 	ctx := context.Background()
 	info, err := m.Create(ctx, Config{MemoryMiB: 512, Network: &NetworkPolicy{Allow: []string{"0.0.0.0/0"}}})
 	if err != nil {
