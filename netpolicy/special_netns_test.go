@@ -2,6 +2,10 @@ package netpolicy
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -44,4 +48,25 @@ func TestSpecialRangesStayShut(t *testing.T) {
 			mustRefuse(t, g, addr)
 		}
 	})
+}
+
+// TestNoIP6TablesNoStart: on a kernel with IPv6, a host whose ip6tables
+// is missing does not start: it could not keep IPv6 off the links.
+func TestNoIP6TablesNoStart(t *testing.T) {
+	tn := newTestNet(t)
+	bin := t.TempDir()
+	for _, tool := range []string{"iptables", "iptables-restore", "iptables-save"} {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			t.Skipf("needs %s: %v", tool, err)
+		}
+		if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin)
+	_, err := NewHost(HostConfig{NetNS: tn.nsPath(tn.host), Upstreams: []string{"203.0.113.53:53"}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "ip6tables") {
+		t.Errorf("NewHost without ip6tables: %v, want a refusal naming ip6tables", err)
+	}
 }
