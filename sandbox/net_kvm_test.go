@@ -128,9 +128,20 @@ func TestMain(m *testing.M) {
 }
 
 // netRigManager is a rig manager that enforces network policies, with the
-// world around it. Call it in the test's own namespace (netnstest.Isolate).
+// world around it, in a network namespace of the test's own: the uplink,
+// the world's routes, the TAP, the iptables chains and ip_forward never
+// touch the host's (where 192.0.2.0/24 may be the real uplink). In the
+// parent process it runs the test in that namespace (netnstest.Isolate)
+// and returns nil: the caller returns at once.
 func netRigManager(t *testing.T) *VMManager {
 	t.Helper()
+	kvmtest.Require(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for TAPs and iptables")
+	}
+	if !netnstest.Isolate(t) {
+		return nil
+	}
 	makeWorld(t)
 	host, err := netpolicy.NewHost(netpolicy.HostConfig{Uplink: "cvt-up", Upstreams: []string{"192.0.2.2:53"}, PublicRanges: worldRanges}, nil)
 	if err != nil {
@@ -143,17 +154,10 @@ func netRigManager(t *testing.T) *VMManager {
 }
 
 func TestNetworkPolicyInMicroVM(t *testing.T) {
-	kvmtest.Require(t)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for TAPs and iptables")
-	}
-	// The uplink, the world's routes, the TAP, the iptables chains and
-	// ip_forward all live in a network namespace this test makes: never in
-	// the host's (where 192.0.2.0/24 may be the real uplink).
-	if !netnstest.Isolate(t) {
+	m := netRigManager(t)
+	if m == nil {
 		return
 	}
-	m := netRigManager(t)
 	ctx := context.Background()
 	info, err := m.Create(ctx, Config{MemoryMiB: 512, Network: &NetworkPolicy{Allow: []string{allowedServer}}})
 	if err != nil {

@@ -3,15 +3,12 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cellvm/cellvm/cell"
-	"github.com/cellvm/cellvm/test/kvmtest"
-	"github.com/cellvm/cellvm/test/netnstest"
 )
 
 // probeCell connects from the guest to each host on port 80 and prints
@@ -80,14 +77,10 @@ func failedFast(res, want string, limit float64) bool {
 // catch-all policy still refuses the metadata and wire-server addresses;
 // an IPv6 connection fails fast; a flow the policy update revokes is cut.
 func TestNetworkSideDoorsInMicroVM(t *testing.T) {
-	kvmtest.Require(t)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for TAPs and iptables")
-	}
-	if !netnstest.Isolate(t) {
+	m := netRigManager(t)
+	if m == nil {
 		return
 	}
-	m := netRigManager(t)
 	ctx := context.Background()
 	info, err := m.Create(ctx, Config{MemoryMiB: 512, Network: &NetworkPolicy{Allow: []string{"0.0.0.0/0"}}})
 	if err != nil {
