@@ -25,10 +25,10 @@ func newAllocator(pool netip.Prefix) (*allocator, error) {
 	if pool != pool.Masked() {
 		return nil, fmt.Errorf("pool %v: host bits set", pool)
 	}
-	if !inDenied(pool) {
+	if !privatePool(pool) {
 		// The pool is refused to every guest by its own rule, but its
 		// addresses must also not be anyone's real destinations.
-		return nil, fmt.Errorf("pool %v: want a prefix inside a private range", pool)
+		return nil, fmt.Errorf("pool %v: %w", pool, errNotPrivatePool)
 	}
 	return &allocator{
 		pool:  pool,

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cellvm/cellvm/netpolicy/dnsproxy"
 	"github.com/vishvananda/netlink"
@@ -57,12 +58,14 @@ type Attachment struct {
 	stop   chan struct{}
 	done   chan struct{}
 
-	mu      sync.Mutex // the fields below and every change of rules
-	gen     int        // policy chain in use
-	pins    map[netip.Addr]*pin
-	closed  bool
-	built   bool      // Attach completed: teardown knows what exists
-	counted [2]uint64 // last counters read, returned if a read fails
+	mu         sync.Mutex // the fields below and every change of rules
+	gen        int        // policy chain in use
+	steps      []step     // the policy chain's steps in force
+	pins       map[netip.Addr]*pin
+	cutPending bool // revoked flows not cut yet: the expiry loop retries
+	closed     bool
+	built      bool      // Attach completed: teardown knows what exists
+	counted    [2]uint64 // last counters read, returned if a read fails
 }
 
 // KernelArgs returns what the guest's kernel command line needs for its
@@ -126,6 +129,7 @@ func (h *Host) Attach(ctx context.Context, sandboxID string, p Policy, opts ...A
 	g := a.addrs.Guest.As4()
 	a.MAC = net.HardwareAddr{0x02, 0xc7, g[0], g[1], g[2], g[3]}
 	a.policy.Store(&p)
+	a.steps = policySteps(a.addrs, h.denied, p)
 
 	err := a.setup(ctx, adopt, o)
 	a.built = err == nil
@@ -144,7 +148,15 @@ func (h *Host) Attach(ctx context.Context, sandboxID string, p Policy, opts ...A
 		h.mu.Unlock()
 		return nil, fmt.Errorf("netpolicy: attach %s: %w", sandboxID, err)
 	}
+	if adopt {
+		// The running VM's connections were made under the old daemon's
+		// rules: keep only those the policy now in force allows.
+		a.mu.Lock()
+		a.revoke("attach over a running VM")
+		a.mu.Unlock()
+	}
 	go a.expireLoop()
+	h.checkPosition()
 	h.log.Info("sandbox network attached", "sandbox", sandboxID, "link", n.link,
 		"guest", a.GuestAddr, "entries", len(p.entries), "adopted", adopt)
 	return a, nil
@@ -152,8 +164,14 @@ func (h *Host) Attach(ctx context.Context, sandboxID string, p Policy, opts ...A
 
 func (a *Attachment) setup(ctx context.Context, adopt bool, o attachOptions) error {
 	h := a.h
+	var left map[netip.Addr]*leftPin
 	if adopt {
-		// The old daemon's rules for this VM go; its link stays.
+		// The old daemon's rules for this VM go; its link stays, and so
+		// do the addresses DNS opened that are still due (adoptPins).
+		var err error
+		if left, err = h.readPins(a.names); err != nil {
+			h.log.Warn("reading the DNS addresses an earlier daemon opened; closing them", "sandbox", a.SandboxID, "err", err)
+		}
 		if err := h.purge(a.names, false); err != nil {
 			return err
 		}
@@ -174,6 +192,10 @@ func (a *Attachment) setup(ctx context.Context, adopt bool, o attachOptions) err
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if len(left) > 0 {
+		kept, dropped := a.adoptPins(left, time.Now())
+		h.log.Info("DNS addresses an earlier daemon opened", "sandbox", a.SandboxID, "kept", kept, "closed", dropped)
+	}
 	return a.startDNS()
 }
 
@@ -186,7 +208,7 @@ func (a *Attachment) build(adopt bool, o attachOptions) error {
 	}
 	b.appendRules(acceptRules(n))
 	b.appendRules(rejectRules(n, a.addrs))
-	b.appendRules(policyRules(n, 0, a.addrs, *a.policy.Load()))
+	b.appendRules(policyRules(n, 0, a.addrs, a.steps))
 	b.insertRules(append(baseRules(n, a.addrs, h.cfg.Uplink), jumpRule(n, 0)))
 	if err := h.ns.do(func() error { return h.apply(&b) }); err != nil {
 		return fmt.Errorf("rules: %w", err)
@@ -201,7 +223,8 @@ func (a *Attachment) build(adopt bool, o attachOptions) error {
 }
 
 // createLink makes the TAP (or veth), names it for people, keeps IPv6 off
-// it, gives it the gateway address and brings it up.
+// it, turns on strict reverse-path filtering on it (a second source check
+// behind the raw rule), gives it the gateway address and brings it up.
 func (a *Attachment) createLink(o attachOptions) error {
 	h, n := a.h, a.names
 	var link netlink.Link
@@ -235,6 +258,9 @@ func (a *Attachment) createLink(o attachOptions) error {
 	err := os.WriteFile("/proc/sys/net/ipv6/conf/"+n.link+"/disable_ipv6", []byte("1"), 0o644)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("disable IPv6: %w", err)
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+n.link+"/rp_filter", []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("strict reverse-path filter: %w", err)
 	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: a.addrs.Gateway.AsSlice(), Mask: net.CIDRMask(30, 32)}}
 	if err := netlink.AddrAdd(link, addr); err != nil {
@@ -273,6 +299,7 @@ func (a *Attachment) startDNS() error {
 			return ok
 		},
 		Admit:     a.admit,
+		Client:    a.addrs.Guest,
 		Upstreams: h.cfg.Upstreams,
 		Dial:      h.ns.dial,
 		MinTTL:    h.cfg.MinTTL,
@@ -291,7 +318,8 @@ func (a *Attachment) startDNS() error {
 // Update replaces the policy. The new policy chain is built beside the old
 // one and the jump to it swapped, so every packet sees one policy or the
 // other. Addresses DNS opened stay open only for names still allowed, on
-// the ports now allowed. Connections already established are kept.
+// the ports now allowed. Then the connections the new policy does not
+// allow are cut (see revoke); those it allows are kept.
 func (a *Attachment) Update(p Policy) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -304,7 +332,8 @@ func (a *Attachment) Update(p Policy) error {
 	// gone, and the DNS-opened addresses no longer allowed closed.
 	var b batch
 	b.chain("filter", n.policy[next])
-	b.appendRules(policyRules(n, next, a.addrs, p))
+	steps := policySteps(a.addrs, h.denied, p)
+	b.appendRules(policyRules(n, next, a.addrs, steps))
 	b.insertRules([]rule{jumpRule(n, next)})
 	b.deleteRules([]rule{jumpRule(n, a.gen)})
 	b.deleteChains("filter", []string{n.policy[a.gen]})
@@ -319,9 +348,9 @@ func (a *Attachment) Update(p Policy) error {
 		if ok && samePorts(ports, pn.ports) {
 			continue
 		}
-		b.deleteRules(pinRules(n, ip, pn.ports))
+		b.deleteRules(pn.rules(n, ip))
 		if ok {
-			b.appendRules(pinRules(n, ip, ports))
+			b.appendRules(pinRules(n, ip, ports, pn.stop, pn.label))
 		}
 		changes = append(changes, change{ip, ports, ok})
 	}
@@ -329,6 +358,7 @@ func (a *Attachment) Update(p Policy) error {
 		return fmt.Errorf("netpolicy: update %s: %w", a.SandboxID, err)
 	}
 	a.gen = next
+	a.steps = steps
 	a.policy.Store(&p)
 	for _, c := range changes {
 		if c.keep {
@@ -337,6 +367,8 @@ func (a *Attachment) Update(p Policy) error {
 			delete(a.pins, c.ip)
 		}
 	}
+	a.revoke("policy update")
+	h.checkPosition()
 	h.log.Info("sandbox network policy replaced", "sandbox", a.SandboxID, "entries", len(p.entries))
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -48,12 +49,21 @@ type HostConfig struct {
 	MaxPins int
 	// ExpiryInterval is how often expired addresses are closed.
 	ExpiryInterval time.Duration
+	// PositionCheck is how often the jumps to cellvm's chains are checked
+	// and put back on top of the host's chains (see hold.go).
+	PositionCheck time.Duration
 	// TAPOwner and TAPGroup own the TAPs, for a VMM that does not run as
 	// root (0: root).
 	TAPOwner, TAPGroup uint32
 	// NetNS is the path of the network namespace the host side lives in
 	// (links, rules, resolvers); empty is the daemon's own.
 	NetNS string
+	// PublicRanges are ranges of the denied set (see specialRanges) that
+	// behave as public on this host, such as a documentation range its
+	// network really uses: entries and DNS answers open them like any
+	// public address. They may not cover a metadata address, nor lie in
+	// a range that is never a destination.
+	PublicRanges []netip.Prefix
 }
 
 // Host is the host-wide part: the base chains, the address pool and the
@@ -64,8 +74,17 @@ type Host struct {
 	ns   nsRunner
 	ipt  *iptables.IPTables
 	ipt6 *iptables.IPTables // nil without ip6tables
-	// restorePath is iptables-restore, of the same flavour as iptables.
-	restorePath string
+	// restorePath is iptables-restore, of the same flavour as iptables;
+	// restore6Path ip6tables-restore.
+	restorePath, restore6Path string
+	// denied are the ranges no policy step opens unless an entry inside
+	// one names it.
+	denied []netip.Prefix
+
+	holdMu    sync.Mutex // one position check at a time
+	closing   chan struct{}
+	holdDone  chan struct{}
+	closeOnce sync.Once
 
 	mu        sync.Mutex
 	alloc     *allocator
@@ -102,6 +121,9 @@ func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 	if cfg.ExpiryInterval <= 0 {
 		cfg.ExpiryInterval = DefaultExpiryInterval
 	}
+	if cfg.PositionCheck <= 0 {
+		cfg.PositionCheck = DefaultPositionCheck
+	}
 	if cfg.Uplink != "" && len(cfg.Uplink) > 15 {
 		return nil, fmt.Errorf("netpolicy: uplink name %q too long", cfg.Uplink)
 	}
@@ -123,6 +145,9 @@ func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netpolicy: %w", err)
 	}
+	if err := checkPublic(cfg.PublicRanges, cfg.Pool); err != nil {
+		return nil, fmt.Errorf("netpolicy: %w", err)
+	}
 	ipt, err := iptables.New(iptables.IPFamily(iptables.ProtocolIPv4), iptables.Timeout(10))
 	if err != nil {
 		return nil, fmt.Errorf("netpolicy: iptables: %w", err)
@@ -132,13 +157,22 @@ func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 		return nil, fmt.Errorf("netpolicy: %w", err)
 	}
 	h := &Host{
-		cfg: cfg, log: log, ns: nsRunner{path: cfg.NetNS}, ipt: ipt, restorePath: restorePath,
+		cfg: cfg, log: log, ns: nsRunner{path: cfg.NetNS}, ipt: ipt, restorePath: restorePath, denied: deniedSet(cfg.PublicRanges),
 		alloc: alloc, attached: map[string]*Attachment{}, survivors: map[string]int{},
+		closing: make(chan struct{}), holdDone: make(chan struct{}),
 	}
-	if ipt6, err := iptables.New(iptables.IPFamily(iptables.ProtocolIPv6), iptables.Timeout(10)); err == nil {
-		h.ipt6 = ipt6
+	// No policy opens IPv6 (Parse refuses IPv6 entries), so IPv6 from
+	// and to the links is dropped; a host whose kernel speaks IPv6 but
+	// whose ip6tables does not work cannot promise that.
+	if err := h.ns.do(func() error { _, err := os.Stat("/proc/sys/net/ipv6"); return err }); err == nil {
+		if h.ipt6, err = iptables.New(iptables.IPFamily(iptables.ProtocolIPv6), iptables.Timeout(10)); err != nil {
+			return nil, fmt.Errorf("netpolicy: ip6tables (needed to keep IPv6 off the sandboxes' links): %w", err)
+		}
+		if h.restore6Path, err = exec.LookPath("ip6tables-restore"); err != nil {
+			return nil, fmt.Errorf("netpolicy: %w", err)
+		}
 	} else {
-		log.Warn("ip6tables unavailable; relying on disable_ipv6 on cellvm links", "err", err)
+		log.Info("this kernel has no IPv6: nothing to close there")
 	}
 	if err := h.ns.writeSysctl("/proc/sys/net/ipv4/ip_forward", "1"); err != nil {
 		return nil, fmt.Errorf("netpolicy: enable IPv4 forwarding: %w", err)
@@ -146,13 +180,24 @@ func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 	if err := h.ns.do(h.installBase); err != nil {
 		return nil, fmt.Errorf("netpolicy: base chains: %w", err)
 	}
+	if err := h.ns.do(h.probeMatches); err != nil {
+		return nil, fmt.Errorf("netpolicy: iptables matches the pins need (time, comment): %w", err)
+	}
+	if err := h.probeConntrack(); err != nil {
+		return nil, fmt.Errorf("netpolicy: conntrack (needed to cut revoked connections; is nf_conntrack_netlink available?): %w", err)
+	}
+	// A jump that exists below another manager's rules is moved up now.
+	if err := h.holdPosition(); err != nil {
+		return nil, fmt.Errorf("netpolicy: base chains: %w", err)
+	}
+	go h.holdLoop()
 	return h, nil
 }
 
 // installBase creates the host-wide chains, their catch-all drops and the
 // jumps to them at the top of FORWARD, INPUT and POSTROUTING.
 func (h *Host) installBase() error {
-	for _, c := range []struct{ table, chain string }{{"filter", fwdChain}, {"filter", inChain}, {"nat", postChain}} {
+	for _, c := range baseChains {
 		ok, err := h.ipt.ChainExists(c.table, c.chain)
 		if err != nil {
 			return err
@@ -168,19 +213,44 @@ func (h *Host) installBase() error {
 			return err
 		}
 	}
-	for _, r := range hostChains {
+	for _, r := range hostJumps() {
 		if err := h.ipt.InsertUnique(r.Table, r.Chain, 1, r.Spec...); err != nil {
 			return err
 		}
 	}
 	if h.ipt6 != nil {
+		if ok, err := h.ipt6.ChainExists("filter", ip6Chain); err != nil || !ok {
+			if err == nil {
+				err = h.ipt6.NewChain("filter", ip6Chain)
+			}
+			if err != nil {
+				return fmt.Errorf("ip6tables chain %s: %w", ip6Chain, err)
+			}
+		}
 		for _, r := range ip6Rules {
+			if err := h.ipt6.AppendUnique(r.Table, r.Chain, r.Spec...); err != nil {
+				return fmt.Errorf("ip6tables %s %s: %w", r.Chain, strings.Join(r.Spec, " "), err)
+			}
+		}
+		for _, r := range ip6Jumps() {
 			if err := h.ipt6.InsertUnique(r.Table, r.Chain, 1, r.Spec...); err != nil {
-				h.log.Warn("ip6tables rule", "rule", r.Spec, "err", err)
+				return fmt.Errorf("ip6tables %s %s: %w", r.Chain, strings.Join(r.Spec, " "), err)
 			}
 		}
 	}
 	return nil
+}
+
+// probeMatches makes and removes a scratch chain with a rule as the pins
+// use: a host without xt_time fails here, not at a guest's first lookup.
+func (h *Host) probeMatches() error {
+	const c = chainPrefix + "PROBE"
+	var b batch
+	b.chain("filter", c)
+	b.appendRules([]rule{{"filter", c, []string{"-m", "time", "--datestop", time.Now().UTC().Format(datestopLayout),
+		"-m", "comment", "--comment", "cellvm", "-j", "RETURN"}}})
+	b.deleteChains("filter", []string{c})
+	return h.apply(&b)
 }
 
 // Sweep removes what sandboxes not in liveIDs left behind: attachments of
@@ -273,7 +343,7 @@ func (h *Host) findTags() (map[string]bool, map[string]netip.Addr, error) {
 				found[tag] = true
 			}
 		}
-		for _, c := range []struct{ table, chain string }{{"filter", fwdChain}, {"filter", inChain}, {"nat", postChain}} {
+		for _, c := range baseChains {
 			rules, err := h.ipt.List(c.table, c.chain)
 			if err != nil {
 				return err
@@ -299,7 +369,7 @@ func (h *Host) findTags() (map[string]bool, map[string]netip.Addr, error) {
 func (h *Host) purge(n objectNames, deleteLink bool) error {
 	var errs []error
 	err := h.ns.do(func() error {
-		for _, c := range []struct{ table, chain string }{{"filter", fwdChain}, {"filter", inChain}, {"nat", postChain}} {
+		for _, c := range baseChains {
 			rules, err := h.ipt.List(c.table, c.chain)
 			if err != nil {
 				errs = append(errs, err)

@@ -101,6 +101,8 @@ func newTestNet(t *testing.T) *testNet {
 		"203.0.113.7", "203.0.113.8", "203.0.113.50", "203.0.113.51", "203.0.113.52", "203.0.113.53",
 		"203.0.113.60", "203.0.113.61", "203.0.113.62", "203.0.113.63",
 		"198.51.100.10", "10.99.0.1", "172.16.5.5", "169.254.169.254", "100.64.0.9",
+		"203.0.113.70", "203.0.113.71",
+		"168.63.129.16", "192.0.0.192", "100.100.100.200", "198.18.0.1", "240.0.0.1", "8.8.8.8",
 	} {
 		sh(t, "ip", "-n", w, "addr", "add", a+"/32", "dev", "lo")
 	}
@@ -109,6 +111,9 @@ func newTestNet(t *testing.T) *testNet {
 		tn.serveHTTP(tn.worldNS, "0.0.0.0:"+port, "world")
 	}
 	tn.serveHTTP(tn.hostNS, "0.0.0.0:8080", "host")
+	for _, a := range []string{"203.0.113.7", "203.0.113.70", "203.0.113.71"} {
+		tn.serveEcho(tn.worldNS, a+":7") // on the address: UDP replies come from it
+	}
 	tn.serveZone()
 	return tn
 }
@@ -150,12 +155,14 @@ func (tn *testNet) serveZone() {
 		"target.elsewhere.test.": {"A 203.0.113.61"},
 		"www.wild.test.":         {"A 203.0.113.62"},
 		"wild.test.":             {"A 203.0.113.62"},
+		`x\.wild.test.`:          {"A 203.0.113.62"}, // one label "x.wild" under test
 		"port.test.":             {"A 203.0.113.63"},
+		"echo.test.":             {"A 203.0.113.71"},
 		// A listed name whose answer points into private and link-local
 		// space (DNS rebinding): the guest must get only the public one.
 		"rebind.test.": {"A 10.99.0.1", "A 169.254.169.254", "A 203.0.113.50"},
 	}
-	ttl := map[string]int{"short.test.": 1}
+	ttl := map[string]int{"short.test.": 1, "echo.test.": 1}
 	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(r)
@@ -306,6 +313,8 @@ func lookupOver(t *testing.T, network string, ns nsRunner, server netip.Addr, na
 	return r.Rcode, addrs
 }
 
+var testPublic = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.51.100.0/24")}
+
 func testHost(t *testing.T, tn *testNet) *Host {
 	t.Helper()
 	h, err := NewHost(HostConfig{
@@ -316,10 +325,14 @@ func testHost(t *testing.T, tn *testNet) *Host {
 		MaxTTL:         time.Minute,
 		PinGrace:       -1,
 		ExpiryInterval: 100 * time.Millisecond,
+		// The world's servers live in documentation ranges; here they
+		// are the internet.
+		PublicRanges: testPublic,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { h.Close() })
 	return h
 }
 
@@ -411,6 +424,9 @@ func TestNamespaces(t *testing.T) {
 		}
 		if rc, _ := lookup(t, g1, a1.DNS, "wild.test"); rc != dns.RcodeNameError {
 			t.Errorf("wild.test (*.wild.test listed): rcode %s, want NXDOMAIN", dns.RcodeToString[rc])
+		}
+		if rc, addrs := lookup(t, g1, a1.DNS, `x\.wild.test`); rc != dns.RcodeNameError {
+			t.Errorf(`x\.wild.test (*.wild.test listed): %s %v, want NXDOMAIN`, dns.RcodeToString[rc], addrs)
 		}
 		mustRefuse(t, g1, "203.0.113.50:80") // not handed out yet
 		if rc, addrs := lookup(t, g1, a1.DNS, "allowed.test"); rc != dns.RcodeSuccess || fmt.Sprint(addrs) != "[203.0.113.50]" {
@@ -618,8 +634,22 @@ func TestNamespacesTAP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rc, _ := lookup(t, tn.hostNS, a.DNS, "anything.test"); rc != dns.RcodeNameError {
-		t.Errorf("resolver on the TAP's gateway: %s, want NXDOMAIN", dns.RcodeToString[rc])
+	// The resolver holds the gateway's port 53 (no guest is there to ask
+	// it: it answers only the guest's address).
+	err = tn.hostNS.do(func() error {
+		lc := net.ListenConfig{Control: freebind}
+		c, err := lc.ListenPacket(context.Background(), "udp4", netip.AddrPortFrom(a.DNS, 53).String())
+		if err == nil {
+			c.Close()
+			return errors.New("the gateway's port 53 is free: no resolver there")
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 	if !strings.Contains(a.KernelArgs(), "cellvm.ip=10.222.0.2/30 cellvm.gw=10.222.0.1 cellvm.dns=10.222.0.1") {
 		t.Errorf("KernelArgs %q", a.KernelArgs())

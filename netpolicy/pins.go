@@ -4,7 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/cellvm/cellvm/netpolicy/dnsname"
 )
 
 // Addresses opened by DNS ("pins"). The resolver calls admit before the
@@ -15,9 +19,56 @@ import (
 // pin is an address DNS handed out, open until expires.
 type pin struct {
 	names   map[string]bool // names that resolved to it
-	ports   []uint16        // the ports its rules open; nil: all
-	applied bool            // its rules are in the pins chain
 	expires time.Time
+	// What its rules in the pins chain say, once applied: the ports they
+	// open (nil: all), when the kernel stops them, the names' label.
+	applied bool
+	ports   []uint16
+	stop    time.Time
+	label   string
+}
+
+// pinStopGrain rounds up the kernel's expiry of a pin's rules, so that a
+// name resolved again and again rewrites them at most once per grain.
+// With the daemon gone a pin stays open at most this much past its TTL.
+const pinStopGrain = 5 * time.Second
+
+// kernelStop is when a pin's rules stop matching: its expiry, rounded up
+// to the grain.
+func kernelStop(expires time.Time) time.Time {
+	t := expires.Truncate(pinStopGrain)
+	if t.Before(expires) {
+		t = t.Add(pinStopGrain)
+	}
+	return t
+}
+
+// maxLabel is an iptables comment's limit.
+const maxLabel = 255
+
+// pinLabel lists a pin's names in a comment, in order, as many as fit.
+// Only host names go in (the resolver hands over no others): they need
+// no quoting. A daemon that reads a label back with names missing can
+// only open less.
+func pinLabel(names map[string]bool) string {
+	sorted := make([]string, 0, len(names))
+	for n := range names {
+		if h, ok := dnsname.Host(n); ok && h == n {
+			sorted = append(sorted, n)
+		}
+	}
+	slices.Sort(sorted)
+	var b strings.Builder
+	for _, n := range sorted {
+		if b.Len()+len(n)+1 > maxLabel {
+			break
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(n)
+	}
+	return b.String()
 }
 
 // maxNamesPerPin bounds a pin's names (a wildcard can make many names
@@ -42,8 +93,8 @@ func (a *Attachment) admit(name string, addrs []netip.Addr, ttl time.Duration) (
 	var kept []netip.Addr
 	var errs []error
 	for _, ip := range addrs {
-		if deniedAddr(ip, a.addrs.Pool) {
-			if pol.ListsAddr(ip) && !a.addrs.Pool.Contains(ip) {
+		if a.h.deniedAddr(ip, a.addrs.Pool) {
+			if opens(a.steps, ip) {
 				kept = append(kept, ip)
 			} else {
 				a.h.log.Warn("DNS answer in a denied range removed", "sandbox", a.SandboxID, "name", name, "addr", ip)
@@ -62,13 +113,15 @@ func (a *Attachment) admit(name string, addrs []netip.Addr, ttl time.Duration) (
 			p.names[name] = true
 		}
 		ports, _ := pinPorts(pol, p.names)
-		if err := a.setPinRules(ip, p, ports); err != nil {
+		until := p.expires
+		if expires.After(until) {
+			until = expires
+		}
+		if err := a.setPinRules(ip, p, ports, kernelStop(until)); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if expires.After(p.expires) {
-			p.expires = expires
-		}
+		p.expires = until
 		a.pins[ip] = p
 		kept = append(kept, ip)
 	}
@@ -108,22 +161,32 @@ func sortPorts(p []uint16) []uint16 {
 	return p
 }
 
-// setPinRules makes ip's rules open ports: new rules first, then the old
-// ones go, so an open address never closes in between. a.mu is held.
-func (a *Attachment) setPinRules(ip netip.Addr, p *pin, ports []uint16) error {
-	if p.applied && samePorts(p.ports, ports) {
+// setPinRules makes ip's rules open ports until at least stop: new rules
+// first, then the old ones go, so an open address never closes in
+// between. The kernel's stop only moves later. a.mu is held.
+func (a *Attachment) setPinRules(ip netip.Addr, p *pin, ports []uint16, stop time.Time) error {
+	if p.applied && p.stop.After(stop) {
+		stop = p.stop
+	}
+	label := pinLabel(p.names)
+	if p.applied && samePorts(p.ports, ports) && p.stop.Equal(stop) && p.label == label {
 		return nil
 	}
 	var b batch
-	b.appendRules(pinRules(a.names, ip, ports))
+	b.appendRules(pinRules(a.names, ip, ports, stop, label))
 	if p.applied {
-		b.deleteRules(pinRules(a.names, ip, p.ports))
+		b.deleteRules(p.rules(a.names, ip))
 	}
 	if err := a.h.ns.do(func() error { return a.h.apply(&b) }); err != nil {
 		return fmt.Errorf("open %v: %w", ip, err)
 	}
-	p.ports, p.applied = ports, true
+	p.applied, p.ports, p.stop, p.label = true, ports, stop, label
 	return nil
+}
+
+// rules are the pin's rules as applied.
+func (p *pin) rules(n objectNames, ip netip.Addr) []rule {
+	return pinRules(n, ip, p.ports, p.stop, p.label)
 }
 
 func samePorts(a, b []uint16) bool {
@@ -149,6 +212,7 @@ func (a *Attachment) expireLoop() {
 			return
 		case now := <-t.C:
 			a.expire(now)
+			a.retryCut()
 		}
 	}
 }
@@ -162,7 +226,7 @@ func (a *Attachment) expire(now time.Time) {
 		if now.Before(p.expires) {
 			continue
 		}
-		b.deleteRules(pinRules(a.names, ip, p.ports))
+		b.deleteRules(p.rules(a.names, ip))
 		gone = append(gone, ip)
 	}
 	if len(gone) == 0 {
@@ -174,5 +238,15 @@ func (a *Attachment) expire(now time.Time) {
 	}
 	for _, ip := range gone {
 		delete(a.pins, ip)
+	}
+	a.revoke("DNS address expired")
+}
+
+// retryCut retries a cut of revoked flows that failed.
+func (a *Attachment) retryCut() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cutPending && !a.closed {
+		a.revoke("retry")
 	}
 }

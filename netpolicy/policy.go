@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/cellvm/cellvm/netpolicy/dnsname"
 )
 
 // Limits on a policy. They bound the rules and the work a policy makes the
@@ -54,16 +57,6 @@ func (p Policy) Empty() bool { return len(p.Nets) == 0 && len(p.Names) == 0 }
 
 // Entries returns the entries as they were given to Parse.
 func (p Policy) Entries() []string { return append([]string(nil), p.entries...) }
-
-// neverListable are destinations no entry may name: they are not
-// destinations a guest can mean (this host's loopback, "this network",
-// multicast, reserved, broadcast).
-var neverListable = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("224.0.0.0/4"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-}
 
 // Parse checks and parses an allowlist. Entries are, each optionally
 // followed by ":port" (1-65535, TCP and UDP):
@@ -165,13 +158,8 @@ func checkDestination(pfx netip.Prefix) error {
 	if !pfx.Addr().Is4() {
 		return errors.New("IPv6 destinations are not supported (the guest link is IPv4 only)")
 	}
-	for _, n := range neverListable {
-		if n.Overlaps(pfx) && n.Bits() <= pfx.Bits() {
-			return fmt.Errorf("%v is inside %v, which is never a destination", pfx, n)
-		}
-	}
-	if pfx.Addr() == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
-		return errors.New("the broadcast address is never a destination")
+	if s, ok := neverDestination(pfx); ok {
+		return fmt.Errorf("%v is inside %v (%s), which is never a destination", pfx, s.prefix, s.what)
 	}
 	return nil
 }
@@ -234,16 +222,19 @@ func checkLabel(l string) error {
 	return nil
 }
 
-// NamePorts reports whether name (any case, trailing dot or not) is
-// allowed, and on which ports: nil with ok means every port.
+// NamePorts reports whether name is allowed, and on which ports: nil with
+// ok means every port. name is in presentation format (any case, trailing
+// dot or not, escapes as DNS writes them) and is compared with the
+// entries label by label: "x\.example.com" (the labels "x.example" and
+// "com") is not under "*.example.com".
 func (p Policy) NamePorts(name string) (ports []uint16, ok bool) {
-	name = strings.ToLower(strings.TrimSuffix(name, "."))
-	if name == "" || len(name) > maxNameBytes {
+	labels, valid := dnsname.Labels(name)
+	if !valid || len(labels) == 0 {
 		return nil, false
 	}
 	anyPort := false
 	for _, r := range p.Names {
-		if !r.matches(name) {
+		if !r.matches(labels) {
 			continue
 		}
 		ok = true
@@ -259,21 +250,18 @@ func (p Policy) NamePorts(name string) (ports []uint16, ok bool) {
 	return ports, ok
 }
 
-func (r NameRule) matches(name string) bool {
-	if !r.Wildcard {
-		return name == r.Name
-	}
-	return len(name) > len(r.Name)+1 && strings.HasSuffix(name, r.Name) && name[len(name)-len(r.Name)-1] == '.'
-}
-
-// ListsAddr reports whether an address entry (not a name) covers a.
-func (p Policy) ListsAddr(a netip.Addr) bool {
-	for _, n := range p.Nets {
-		if n.Prefix.Contains(a) {
-			return true
+// matches compares a name's labels (lower case, as dnsname.Labels gives
+// them) with the rule's: all of them, or for a wildcard the last ones with
+// at least one label before them.
+func (r NameRule) matches(labels []string) bool {
+	want := strings.Split(r.Name, ".")
+	if r.Wildcard {
+		if len(labels) <= len(want) {
+			return false
 		}
+		labels = labels[len(labels)-len(want):]
 	}
-	return false
+	return slices.Equal(labels, want)
 }
 
 func appendUnique(s []uint16, v uint16) []uint16 {

@@ -152,23 +152,23 @@ func TestNamePorts(t *testing.T) {
 		{"api.example.com", true, []uint16{443, 8443, 80}},
 		{"badexample.com", false, nil},
 		{"", false, nil},
+		{".", false, nil},
+		// Labels, not strings: an escaped dot is inside a label.
+		{`x\.example.com`, false, nil},                // "x.example" under com
+		{`a\.b.example.com`, true, []uint16{443, 80}}, // "a.b" under example.com
+		{`example\.com`, false, nil},
+		{`pypi\.org`, false, nil},
+		{`api.example\.com`, false, nil},
+		{`\097pi.example.com`, true, []uint16{443, 8443, 80}}, // \097 is "a": api.example.com
+		{`\080yPI.org`, true, nil},                            // \080 is "P"
+		{"API.EXAMPLE.COM.", true, []uint16{443, 8443, 80}},
+		{"a..example.com", false, nil},
+		{`a\`, false, nil},
 	}
 	for _, c := range cases {
 		ports, ok := p.NamePorts(c.name)
 		if ok != c.ok || !reflect.DeepEqual(ports, c.ports) {
 			t.Errorf("NamePorts(%q) = %v, %v; want %v, %v", c.name, ports, ok, c.ports, c.ok)
-		}
-	}
-}
-
-func TestListsAddr(t *testing.T) {
-	p, err := Parse([]string{"10.1.0.0/16", "203.0.113.7"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for a, want := range map[string]bool{"10.1.2.3": true, "10.2.0.1": false, "203.0.113.7": true, "203.0.113.8": false} {
-		if got := p.ListsAddr(netip.MustParseAddr(a)); got != want {
-			t.Errorf("ListsAddr(%s) = %v", a, got)
 		}
 	}
 }

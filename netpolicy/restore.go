@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strings"
 )
 
@@ -73,7 +74,11 @@ func (b *batch) String() string {
 
 // apply runs the batch with iptables-restore --noflush; the caller is in
 // the right namespace (the child inherits the thread's).
-func (h *Host) apply(b *batch) error {
+func (h *Host) apply(b *batch) error { return h.applyWith(h.restorePath, b) }
+
+// applyWith runs the batch with restore (iptables-restore or
+// ip6tables-restore).
+func (h *Host) applyWith(restore string, b *batch) error {
 	if len(b.order) == 0 {
 		return nil
 	}
@@ -81,12 +86,12 @@ func (h *Host) apply(b *batch) error {
 	if strings.ContainsAny(in, "\"'\\\x00") {
 		return fmt.Errorf("iptables-restore input with quoting characters refused")
 	}
-	cmd := exec.Command(h.restorePath, "--noflush", "--wait")
+	cmd := exec.Command(restore, "--noflush", "--wait")
 	cmd.Stdin = strings.NewReader(in)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("iptables-restore: %w: %s", err, strings.TrimSpace(clip(out.String(), 512)))
+		return fmt.Errorf("%s: %w: %s", filepath.Base(restore), err, strings.TrimSpace(clip(out.String(), 512)))
 	}
 	return nil
 }

@@ -4,7 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/netip"
+	"slices"
 	"strconv"
+	"time"
 )
 
 // Names of kernel objects. Everything per VM carries the sandbox's tag so
@@ -16,18 +18,16 @@ const (
 	fwdChain  = "CELLVM-FWD"  // filter, jumped to from FORWARD
 	inChain   = "CELLVM-IN"   // filter, jumped to from INPUT
 	postChain = "CELLVM-POST" // nat, jumped to from POSTROUTING
+	preChain  = "CELLVM-PRE"  // raw, jumped to from PREROUTING
 )
 
-// deniedRanges are never reachable through DNS, and reachable through the
-// policy only by an entry inside them: private, shared (CGN) and
-// link-local space, which is where a host's neighbours and its cloud
-// metadata service (169.254.169.254) live.
-var deniedRanges = []netip.Prefix{
-	netip.MustParsePrefix("10.0.0.0/8"),
-	netip.MustParsePrefix("172.16.0.0/12"),
-	netip.MustParsePrefix("192.168.0.0/16"),
-	netip.MustParsePrefix("100.64.0.0/10"),
-	netip.MustParsePrefix("169.254.0.0/16"),
+// baseChains are the host-wide chains, each with the built-in chain that
+// jumps to it.
+var baseChains = []struct{ table, chain, from string }{
+	{"raw", preChain, "PREROUTING"},
+	{"filter", fwdChain, "FORWARD"},
+	{"filter", inChain, "INPUT"},
+	{"nat", postChain, "POSTROUTING"},
 }
 
 // Tag returns the 8 hex digits that name a sandbox's kernel objects: the
@@ -118,38 +118,27 @@ type rule struct {
 // policyRules is the content of a policy chain: what the guest may reach
 // through the host. The order is the policy:
 //
-//  1. packets of connections already accepted pass;
+//  1. packets of connections already accepted pass (a policy change
+//     deletes the conntrack entries of the connections it revokes, so
+//     they do not: see cutFlows);
 //  2. a source other than the guest's address is dropped (in the reject
 //     chain);
-//  3. other sandboxes (the pool) are refused, whatever is listed;
-//  4. entries inside a denied range (listing 10.1.2.3 is explicit);
-//  5. the denied ranges are refused;
-//  6. the other entries (0.0.0.0/0 does not open 10.0.0.0/8);
-//  7. addresses DNS handed out (pins chain);
-//  8. everything else is refused.
-func policyRules(n objectNames, gen int, l linkAddrs, p Policy) []rule {
+//  3. the steps (policySteps): the pool refused, then entries and denied
+//     ranges, most specific first;
+//  4. addresses DNS handed out (pins chain);
+//  5. everything else is refused.
+func policyRules(n objectNames, gen int, l linkAddrs, steps []step) []rule {
 	c := n.policy[gen]
 	out := []rule{
 		{"filter", c, []string{"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"}},
 		{"filter", c, []string{"!", "-s", hostPrefix(l.Guest), "-j", n.reject}},
-		{"filter", c, []string{"-d", l.Pool.String(), "-j", n.reject}},
 	}
-	var inside, outside []NetRule
-	for _, r := range p.Nets {
-		if inDenied(r.Prefix) {
-			inside = append(inside, r)
+	for _, s := range steps {
+		if s.accept {
+			out = append(out, allowRules(c, n.accept, s.dst.String(), s.port)...)
 		} else {
-			outside = append(outside, r)
+			out = append(out, rule{"filter", c, []string{"-d", s.dst.String(), "-j", n.reject}})
 		}
-	}
-	for _, r := range inside {
-		out = append(out, allowRules(c, n.accept, r.Prefix.String(), r.Port)...)
-	}
-	for _, d := range deniedRanges {
-		out = append(out, rule{"filter", c, []string{"-d", d.String(), "-j", n.reject}})
-	}
-	for _, r := range outside {
-		out = append(out, allowRules(c, n.accept, r.Prefix.String(), r.Port)...)
 	}
 	return append(out,
 		rule{"filter", c, []string{"-j", n.pins}},
@@ -169,14 +158,29 @@ func allowRules(chain, accept, dst string, port uint16) []rule {
 	}
 }
 
-// pinRules accept an address DNS handed out, on ports (nil: all).
-func pinRules(n objectNames, a netip.Addr, ports []uint16) []rule {
+// datestopLayout is xt_time's --datestop format (UTC).
+const datestopLayout = "2006-01-02T15:04:05"
+
+// pinRules accept an address DNS handed out, on ports (nil: all), until
+// stop: the kernel stops matching them then (xt_time), so that a pin
+// expires even while no daemon runs. label, if not empty, goes into a
+// comment: the names that resolved to the address, for a daemon that
+// adopts the rules (see adoptPins).
+func pinRules(n objectNames, a netip.Addr, ports []uint16, stop time.Time, label string) []rule {
+	tail := []string{"-m", "time", "--datestop", stop.UTC().Format(datestopLayout)}
+	if label != "" {
+		tail = append(tail, "-m", "comment", "--comment", label)
+	}
+	tail = append(tail, "-j", n.accept)
+	dst := []string{"-d", hostPrefix(a)}
 	if len(ports) == 0 {
-		return allowRules(n.pins, n.accept, hostPrefix(a), 0)
+		return []rule{{"filter", n.pins, slices.Concat(dst, tail)}}
 	}
 	var out []rule
 	for _, p := range ports {
-		out = append(out, allowRules(n.pins, n.accept, hostPrefix(a), p)...)
+		for _, proto := range []string{"tcp", "udp"} {
+			out = append(out, rule{"filter", n.pins, slices.Concat(dst, []string{"-p", proto, "--dport", strconv.Itoa(int(p))}, tail)})
+		}
 	}
 	return out
 }
@@ -215,6 +219,11 @@ func jumpRule(n objectNames, gen int) rule {
 // guest the host itself answers DNS on the gateway and nothing else. The
 // guest's address is masqueraded to the uplink (any interface when uplink
 // is empty).
+//
+// Before all of it, in raw PREROUTING (ahead of conntrack, the resolver
+// and every filter chain), a packet from the link whose source is not the
+// guest's address is dropped: a guest cannot speak, to the host or
+// through it, in another sandbox's or a LAN host's name.
 func baseRules(n objectNames, l linkAddrs, uplink string) []rule {
 	gw := hostPrefix(l.Gateway)
 	nat := []string{"-s", hostPrefix(l.Guest)}
@@ -227,6 +236,7 @@ func baseRules(n objectNames, l linkAddrs, uplink string) []rule {
 	// otherwise names only addresses.
 	nat = append(nat, "-m", "comment", "--comment", n.link, "-j", "MASQUERADE")
 	return []rule{
+		{"raw", preChain, []string{"-i", n.link, "!", "-s", hostPrefix(l.Guest), "-j", "DROP"}},
 		{"filter", fwdChain, []string{"-o", n.link, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"}},
 		{"filter", inChain, []string{"-i", n.link, "-d", gw, "-p", "udp", "--dport", "53", "-j", "ACCEPT"}},
 		{"filter", inChain, []string{"-i", n.link, "-d", gw, "-p", "tcp", "--dport", "53", "-j", "ACCEPT"}},
@@ -235,11 +245,14 @@ func baseRules(n objectNames, l linkAddrs, uplink string) []rule {
 	}
 }
 
-// hostChains are the host-wide chains and what jumps to them.
-var hostChains = []rule{
-	{"filter", "FORWARD", []string{"-j", fwdChain}},
-	{"filter", "INPUT", []string{"-j", inChain}},
-	{"nat", "POSTROUTING", []string{"-j", postChain}},
+// hostJumps are the jumps from the built-in chains to the host-wide ones,
+// at the top of each.
+func hostJumps() []rule {
+	out := make([]rule, 0, len(baseChains))
+	for _, c := range baseChains {
+		out = append(out, rule{c.table, c.from, []string{"-j", c.chain}})
+	}
+	return out
 }
 
 // catchAllRules end the host-wide chains: anything on a cellvm link that
@@ -251,40 +264,19 @@ var catchAllRules = []rule{
 	{"filter", inChain, []string{"-i", linkPrefix + "+", "-j", "DROP"}},
 }
 
-// ip6Rules keep IPv6 off cellvm links even if a link got an IPv6 address
-// despite disable_ipv6: the guest is IPv4 only.
-var ip6Rules = []rule{
-	{"filter", "FORWARD", []string{"-i", linkPrefix + "+", "-j", "DROP"}},
-	{"filter", "FORWARD", []string{"-o", linkPrefix + "+", "-j", "DROP"}},
-	{"filter", "INPUT", []string{"-i", linkPrefix + "+", "-j", "DROP"}},
-}
-
-func inDenied(p netip.Prefix) bool {
-	for _, d := range deniedRanges {
-		if d.Bits() <= p.Bits() && d.Contains(p.Addr()) {
-			return true
-		}
-	}
-	return false
-}
-
-// deniedAddr reports whether DNS may not open a.
-func deniedAddr(a netip.Addr, pool netip.Prefix) bool {
+// deniedAddr reports whether a DNS answer of a may not be pinned: not
+// IPv4, another sandbox's, or in a denied range.
+func (h *Host) deniedAddr(a netip.Addr, pool netip.Prefix) bool {
 	a = a.Unmap()
 	if !a.Is4() || pool.Contains(a) {
 		return true
 	}
-	for _, d := range deniedRanges {
+	for _, d := range h.denied {
 		if d.Contains(a) {
 			return true
 		}
 	}
-	for _, d := range neverListable {
-		if d.Contains(a) {
-			return true
-		}
-	}
-	return a == netip.AddrFrom4([4]byte{255, 255, 255, 255})
+	return false
 }
 
 func hostPrefix(a netip.Addr) string {

@@ -1,10 +1,12 @@
 package netpolicy
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func testLink() (objectNames, linkAddrs) {
@@ -29,21 +31,26 @@ func TestPolicyRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := specs(policyRules(n, 1, l, p))
+	denied := []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"),
+		netip.MustParsePrefix("169.254.0.0/16"),
+		netip.MustParsePrefix("169.254.169.254/32"),
+	}
+	got := specs(policyRules(n, 1, l, policySteps(l, denied, p)))
 	want := []string{
 		"filter CELLVM-0123abcd-1 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
 		"filter CELLVM-0123abcd-1 ! -s 10.222.0.6/32 -j CELLVM-0123abcd-R",
 		"filter CELLVM-0123abcd-1 -d 10.222.0.0/16 -j CELLVM-0123abcd-R",
-		// Listed inside a denied range: before the denied ranges.
-		"filter CELLVM-0123abcd-1 -d 10.1.2.3/32 -j CELLVM-0123abcd-A",
-		"filter CELLVM-0123abcd-1 -d 10.0.0.0/8 -j CELLVM-0123abcd-R",
-		"filter CELLVM-0123abcd-1 -d 172.16.0.0/12 -j CELLVM-0123abcd-R",
-		"filter CELLVM-0123abcd-1 -d 192.168.0.0/16 -j CELLVM-0123abcd-R",
-		"filter CELLVM-0123abcd-1 -d 100.64.0.0/10 -j CELLVM-0123abcd-R",
-		"filter CELLVM-0123abcd-1 -d 169.254.0.0/16 -j CELLVM-0123abcd-R",
+		// Most specific first, an entry before a denied range of the same
+		// length: 10.1.2.3 (listed inside a denied range) before
+		// 10.0.0.0/8.
 		"filter CELLVM-0123abcd-1 -d 203.0.113.7/32 -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-1 -d 10.1.2.3/32 -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-1 -d 169.254.169.254/32 -j CELLVM-0123abcd-R",
 		"filter CELLVM-0123abcd-1 -d 198.51.100.0/24 -p tcp --dport 443 -j CELLVM-0123abcd-A",
 		"filter CELLVM-0123abcd-1 -d 198.51.100.0/24 -p udp --dport 443 -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-1 -d 169.254.0.0/16 -j CELLVM-0123abcd-R",
+		"filter CELLVM-0123abcd-1 -d 10.0.0.0/8 -j CELLVM-0123abcd-R",
 		// 0.0.0.0/0 is after the denied ranges: it does not open them.
 		"filter CELLVM-0123abcd-1 -d 0.0.0.0/0 -p tcp --dport 22 -j CELLVM-0123abcd-A",
 		"filter CELLVM-0123abcd-1 -d 0.0.0.0/0 -p udp --dport 22 -j CELLVM-0123abcd-A",
@@ -57,7 +64,7 @@ func TestPolicyRules(t *testing.T) {
 
 func TestPolicyRulesEmptyRefusesAll(t *testing.T) {
 	n, l := testLink()
-	got := specs(policyRules(n, 0, l, Policy{}))
+	got := specs(policyRules(n, 0, l, policySteps(l, deniedSet(nil), Policy{})))
 	for _, r := range got {
 		if strings.HasSuffix(r, "-j "+n.accept) {
 			t.Errorf("empty policy accepts: %s", r)
@@ -86,6 +93,7 @@ func TestBaseRules(t *testing.T) {
 	n, l := testLink()
 	got := specs(append(baseRules(n, l, "eth0"), jumpRule(n, 0)))
 	want := []string{
+		"raw CELLVM-PRE -i cvm-0123abcd ! -s 10.222.0.6/32 -j DROP",
 		"filter CELLVM-FWD -o cvm-0123abcd -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
 		"filter CELLVM-IN -i cvm-0123abcd -d 10.222.0.5/32 -p udp --dport 53 -j ACCEPT",
 		"filter CELLVM-IN -i cvm-0123abcd -d 10.222.0.5/32 -p tcp --dport 53 -j ACCEPT",
@@ -96,7 +104,7 @@ func TestBaseRules(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	nat := specs(baseRules(n, l, ""))[4]
+	nat := specs(baseRules(n, l, ""))[5]
 	if nat != "nat CELLVM-POST -s 10.222.0.6/32 ! -o cvm-0123abcd -m comment --comment cvm-0123abcd -j MASQUERADE" {
 		t.Errorf("nat rule without uplink: %s", nat)
 	}
@@ -105,31 +113,95 @@ func TestBaseRules(t *testing.T) {
 func TestPinRules(t *testing.T) {
 	n, _ := testLink()
 	a := netip.MustParseAddr("203.0.113.50")
-	if got := specs(pinRules(n, a, nil)); !reflect.DeepEqual(got, []string{
-		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -j CELLVM-0123abcd-A",
+	stop := time.Date(2026, 12, 1, 10, 0, 5, 0, time.FixedZone("CET", 3600))
+	if got := specs(pinRules(n, a, nil, stop, "")); !reflect.DeepEqual(got, []string{
+		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -m time --datestop 2026-12-01T09:00:05 -j CELLVM-0123abcd-A",
 	}) {
 		t.Errorf("all ports: %q", got)
 	}
-	if got := specs(pinRules(n, a, []uint16{80, 443})); !reflect.DeepEqual(got, []string{
-		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p tcp --dport 80 -j CELLVM-0123abcd-A",
-		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p udp --dport 80 -j CELLVM-0123abcd-A",
-		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p tcp --dport 443 -j CELLVM-0123abcd-A",
-		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p udp --dport 443 -j CELLVM-0123abcd-A",
+	if got := specs(pinRules(n, a, []uint16{80, 443}, stop, "a.test,b.test")); !reflect.DeepEqual(got, []string{
+		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p tcp --dport 80 -m time --datestop 2026-12-01T09:00:05 -m comment --comment a.test,b.test -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p udp --dport 80 -m time --datestop 2026-12-01T09:00:05 -m comment --comment a.test,b.test -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p tcp --dport 443 -m time --datestop 2026-12-01T09:00:05 -m comment --comment a.test,b.test -j CELLVM-0123abcd-A",
+		"filter CELLVM-0123abcd-P -d 203.0.113.50/32 -p udp --dport 443 -m time --datestop 2026-12-01T09:00:05 -m comment --comment a.test,b.test -j CELLVM-0123abcd-A",
 	}) {
 		t.Errorf("ports 80, 443: %q", got)
 	}
 }
 
+func TestParsePinRule(t *testing.T) {
+	n, _ := testLink()
+	for _, c := range []struct {
+		line  string
+		ip    string // "" if not a pin
+		stop  string
+		names string
+	}{
+		{"-A CELLVM-0123abcd-P -d 203.0.113.50/32 -p tcp -m tcp --dport 443 -m time --datestop 2026-12-01T10:00:05 -m comment --comment a.test,b.test -j CELLVM-0123abcd-A",
+			"203.0.113.50", "2026-12-01T10:00:05Z", "[a.test b.test]"},
+		{`-A CELLVM-0123abcd-P -d 203.0.113.51/32 -m time --datestop 2026-12-01T10:00:05 -m comment --comment "x.test" -j CELLVM-0123abcd-A`,
+			"203.0.113.51", "2026-12-01T10:00:05Z", "[x.test]"},
+		{"-A CELLVM-0123abcd-P -d 203.0.113.52/32 -m time --datestop 2026-12-01T10:00:05 -m comment --comment BAD.name,ok.test -j CELLVM-0123abcd-A",
+			"203.0.113.52", "2026-12-01T10:00:05Z", "[ok.test]"},
+		{"-A CELLVM-0123abcd-P -d 203.0.113.50/32 -j CELLVM-0123abcd-A", "", "", ""}, // no stop: not a pin of ours
+		{"-A CELLVM-0123abcd-P -d 203.0.113.0/24 -m time --datestop 2026-12-01T10:00:05 -j CELLVM-0123abcd-A", "", "", ""},
+		{"-A CELLVM-0123abcd-P -d 203.0.113.50/32 -m time --datestop tomorrow -j CELLVM-0123abcd-A", "", "", ""},
+		{"-A CELLVM-ffffffff-P -d 203.0.113.50/32 -m time --datestop 2026-12-01T10:00:05 -j X", "", "", ""},
+		{"-N CELLVM-0123abcd-P", "", "", ""},
+	} {
+		ip, stop, names, ok := parsePinRule(c.line, n.pins)
+		if !ok {
+			if c.ip != "" {
+				t.Errorf("%q: not read as a pin", c.line)
+			}
+			continue
+		}
+		if c.ip == "" || ip.String() != c.ip || stop.Format(time.RFC3339) != c.stop || fmt.Sprint(names) != c.names {
+			t.Errorf("%q: %v %v %v, want %s %s %s", c.line, ip, stop.Format(time.RFC3339), names, c.ip, c.stop, c.names)
+		}
+	}
+}
+
+func TestKernelStopAndLabel(t *testing.T) {
+	base := time.Unix(1_800_000_000, 0) // a multiple of the grain
+	for off, want := range map[time.Duration]time.Duration{0: 0, time.Millisecond: pinStopGrain, pinStopGrain - 1: pinStopGrain, pinStopGrain + 1: 2 * pinStopGrain} {
+		if got := kernelStop(base.Add(off)).Sub(base); got != want {
+			t.Errorf("kernelStop(+%v) = +%v, want +%v", off, got, want)
+		}
+	}
+	names := map[string]bool{"b.test": true, "a.test": true, `x\.y`: true, "UPPER.test": true}
+	if got := pinLabel(names); got != "a.test,b.test" {
+		t.Errorf("label %q, want the host names in order", got)
+	}
+	many := map[string]bool{}
+	for i := 0; i < 64; i++ {
+		many[fmt.Sprintf("name-%02d.example.com", i)] = true
+	}
+	if got := pinLabel(many); len(got) > maxLabel || !strings.HasPrefix(got, "name-00.example.com,") || strings.HasSuffix(got, ",") {
+		t.Errorf("label of 64 names: %d bytes %q", len(got), got)
+	}
+}
+
 func TestDeniedAddr(t *testing.T) {
 	pool := netip.MustParsePrefix("10.222.0.0/16")
+	h := &Host{denied: deniedSet(nil)}
+	hp := &Host{denied: deniedSet([]netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")})}
 	for a, want := range map[string]bool{
 		"169.254.169.254": true, "10.0.0.1": true, "172.31.255.255": true, "172.32.0.1": false,
 		"192.168.1.1": true, "100.64.0.1": true, "100.128.0.1": false, "127.0.0.1": true,
 		"0.0.0.0": true, "224.0.0.251": true, "255.255.255.255": true, "10.222.0.6": true,
-		"203.0.113.50": false, "8.8.8.8": false, "2001:db8::1": true, "::ffff:8.8.8.8": false,
+		"168.63.129.16": true, "192.0.0.192": true, "198.18.0.1": true, "198.19.255.255": true,
+		"198.20.0.1": false, "240.0.0.1": true, "192.0.2.1": true, "203.0.113.50": true,
+		"8.8.8.8": false, "2001:db8::1": true, "::ffff:8.8.8.8": false,
 	} {
-		if got := deniedAddr(netip.MustParseAddr(a), pool); got != want {
+		if got := h.deniedAddr(netip.MustParseAddr(a), pool); got != want {
 			t.Errorf("deniedAddr(%s) = %v, want %v", a, got, want)
+		}
+	}
+	// A public range: answers into it are pinned like any public one.
+	for a, want := range map[string]bool{"203.0.113.50": false, "198.51.100.1": true, "10.0.0.1": true} {
+		if got := hp.deniedAddr(netip.MustParseAddr(a), pool); got != want {
+			t.Errorf("with 203.0.113.0/24 public: deniedAddr(%s) = %v, want %v", a, got, want)
 		}
 	}
 }

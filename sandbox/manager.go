@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -118,6 +117,9 @@ func NewVMManager(opt Options) (*VMManager, error) {
 		opt: opt, log: opt.Log, sandboxes: map[string]*vmSandbox{}, nextCID: 3,
 		stopReap: make(chan struct{}), reapDone: make(chan struct{}),
 	}
+	if err := m.checkNetworkState(); err != nil {
+		return nil, err
+	}
 	m.recover()
 	go m.reapLoop()
 	return m, nil
@@ -205,8 +207,8 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return Info{}, fmt.Errorf("sandbox directory: %w", err)
 	}
-	if b, err := json.Marshal(cfg); err == nil {
-		os.WriteFile(filepath.Join(s.dir, configFile), b, 0o600)
+	if err := writeConfig(s.dir, cfg); err != nil {
+		return Info{}, err
 	}
 	if err := os.Mkdir(runDir(s.dir), 0o755); err != nil {
 		return Info{}, fmt.Errorf("sandbox run directory: %w", err)
@@ -665,13 +667,7 @@ func (m *VMManager) SetNetwork(ctx context.Context, id string, p NetworkPolicy) 
 		}
 		return fmt.Errorf("%w: sandbox %s was created without network and has no network device; create it with a network policy", ErrNotSupported, id)
 	}
-	if err := s.net.Update(pol); err != nil {
-		return fmt.Errorf("network: %w", err)
-	}
-	s.netMu.Lock()
-	s.cfg.Network = &NetworkPolicy{Allow: pol.Entries()}
-	s.netMu.Unlock()
-	return nil
+	return m.setNetwork(s, pol)
 }
 
 // Pause implements Manager by stopping the VMM process: its vCPU threads

@@ -3,8 +3,10 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -24,6 +26,14 @@ const (
 	unlistedServer = "203.0.113.10"
 	worldNS        = "cellvm-test-world"
 )
+
+// metadataServers stand in for the clouds' metadata and wire servers: in
+// the world, reachable from the host, refused to every guest.
+var metadataServers = []string{"169.254.169.254", "168.63.129.16", "192.0.0.192", "100.100.100.200"}
+
+// worldRanges are the documentation ranges the world's servers live in:
+// denied by default, public in the test's world.
+var worldRanges = []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("203.0.113.0/24")}
 
 func ip(t *testing.T, args ...string) {
 	t.Helper()
@@ -54,6 +64,10 @@ func makeWorld(t *testing.T) {
 	ip(t, "-n", worldNS, "addr", "add", "192.0.2.2/24", "dev", "cvt-down")
 	ip(t, "-n", worldNS, "addr", "add", allowedServer+"/32", "dev", "cvt-down")
 	ip(t, "-n", worldNS, "addr", "add", unlistedServer+"/32", "dev", "cvt-down")
+	for _, a := range metadataServers {
+		ip(t, "-n", worldNS, "addr", "add", a+"/32", "dev", "cvt-down")
+		ip(t, "route", "replace", a+"/32", "via", "192.0.2.2")
+	}
 	ip(t, "-n", worldNS, "link", "set", "cvt-down", "up")
 	ip(t, "-n", worldNS, "link", "set", "lo", "up")
 	ip(t, "route", "replace", "198.51.100.0/24", "via", "192.0.2.2")
@@ -64,7 +78,7 @@ func makeWorld(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
-	for _, addr := range []string{allowedServer, unlistedServer} {
+	for _, addr := range append([]string{allowedServer, unlistedServer}, metadataServers...) {
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			c, err := net.DialTimeout("tcp", addr+":80", time.Second)
@@ -80,8 +94,20 @@ func makeWorld(t *testing.T) {
 	}
 }
 
-// worldServer is the test binary's role inside the world namespace.
+// worldServer is the test binary's role inside the world namespace: HTTP
+// on port 80, TCP echo on port 7.
 func worldServer() {
+	if l, err := net.Listen("tcp", ":7"); err == nil {
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go func() { defer c.Close(); io.Copy(c, c) }()
+			}
+		}()
+	}
 	http.ListenAndServe(":80", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello from %s", strings.Split(r.Host, ":")[0])
 	}))
@@ -92,30 +118,46 @@ func TestMain(m *testing.M) {
 		worldServer()
 		return
 	}
+	if dir := os.Getenv(envCrashingManager); dir != "" {
+		os.Exit(crashingManager(dir))
+	}
 	if os.Getenv("CELLVM_TEST_FAKE_VMM") == "agent" {
 		os.Exit(fakeAgentVMM(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }
 
-func TestNetworkPolicyInMicroVM(t *testing.T) {
+// netRigManager is a rig manager that enforces network policies, with the
+// world around it, in a network namespace of the test's own: the uplink,
+// the world's routes, the TAP, the iptables chains and ip_forward never
+// touch the host's (where 192.0.2.0/24 may be the real uplink). In the
+// parent process it runs the test in that namespace (netnstest.Isolate)
+// and returns nil: the caller returns at once.
+func netRigManager(t *testing.T) *VMManager {
+	t.Helper()
 	kvmtest.Require(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for TAPs and iptables")
 	}
-	// The uplink, the world's routes, the TAP, the iptables chains and
-	// ip_forward all live in a network namespace this test makes: never in
-	// the host's (where 192.0.2.0/24 may be the real uplink).
 	if !netnstest.Isolate(t) {
-		return
+		return nil
 	}
 	makeWorld(t)
-	host, err := netpolicy.NewHost(netpolicy.HostConfig{Uplink: "cvt-up", Upstreams: []string{"192.0.2.2:53"}}, nil)
+	host, err := netpolicy.NewHost(netpolicy.HostConfig{Uplink: "cvt-up", Upstreams: []string{"192.0.2.2:53"}, PublicRanges: worldRanges}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { host.Close() })
 	m := newRigManager(t)
 	m.opt.Net = host
+	return m
+}
+
+func TestNetworkPolicyInMicroVM(t *testing.T) {
+	m := netRigManager(t)
+	if m == nil {
+		return
+	}
 	ctx := context.Background()
 	info, err := m.Create(ctx, Config{MemoryMiB: 512, Network: &NetworkPolicy{Allow: []string{allowedServer}}})
 	if err != nil {

@@ -3,8 +3,10 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cellvm/cellvm/agentclient"
@@ -94,4 +96,34 @@ func (m *VMManager) recoverNetwork() {
 			m.log.Error("re-attach a taken-back sandbox's network; it has none now", "id", id, "error", err)
 		}
 	}
+}
+
+// checkNetworkState refuses a manager without network support over a
+// state directory whose sandboxes have network: it could neither enforce
+// their policies nor remove their links and rules, which would stay as
+// they are, half open, for as long as it ran.
+func (m *VMManager) checkNetworkState() error {
+	if m.opt.Net != nil {
+		return nil
+	}
+	dirs, _ := filepath.Glob(filepath.Join(m.opt.StateDir, "sandboxes", "sb-*"))
+	var found []string
+	for _, dir := range dirs {
+		var cfg Config
+		b, err := os.ReadFile(filepath.Join(dir, configFile))
+		if err != nil || json.Unmarshal(b, &cfg) != nil || cfg.Network == nil || len(cfg.Network.Allow) == 0 {
+			continue
+		}
+		id := filepath.Base(dir)
+		found = append(found, fmt.Sprintf("%s (link cvm-%s, chains CELLVM-%s-*)", id, netpolicy.Tag(id), netpolicy.Tag(id)))
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: the state directory %s holds sandboxes with network: %s; a daemon without network support can "+
+		"neither enforce their policies nor remove their network. Start the daemon once with network support (as root, "+
+		"--network) on this state directory: it takes the running ones back and removes what the others left (SIGTERM "+
+		"then destroys them all). Or remove them by hand: stop their VMMs, delete the links and chains named above "+
+		"(ip link delete cvm-<tag>; iptables-save | grep CELLVM-<tag>) and their directories",
+		ErrNotSupported, m.opt.StateDir, strings.Join(found, ", "))
 }

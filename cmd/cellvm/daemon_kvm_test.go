@@ -35,10 +35,15 @@ type daemon struct {
 	log    *bytes.Buffer
 }
 
-func startDaemon(t *testing.T, dir string) *daemon {
+// startDaemon starts `cellvm serve` on dir with flags (default
+// --network=false) and waits for its socket.
+func startDaemon(t *testing.T, dir string, flags ...string) *daemon {
 	t.Helper()
+	if len(flags) == 0 {
+		flags = []string{"--network=false"}
+	}
 	d := &daemon{socket: filepath.Join(dir, "cellvm.sock"), state: filepath.Join(dir, "state"), log: &bytes.Buffer{}}
-	d.cmd = exec.Command(os.Args[0], "serve", "--socket", d.socket, "--state-dir", d.state, "--network=false")
+	d.cmd = exec.Command(os.Args[0], append([]string{"serve", "--socket", d.socket, "--state-dir", d.state}, flags...)...)
 	d.cmd.Env = guestEnv(t)
 	d.cmd.Stderr = d.log
 	if err := d.cmd.Start(); err != nil {

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,9 +33,14 @@ func cmdServe(args []string, stderr io.Writer) error {
 	maxMemory := fs.Int("max-memory", 0, "cap on total guest memory in MiB (default: 3/4 of the host's)")
 	withNet := fs.Bool("network", os.Geteuid() == 0, "enforce network policies (TAP, iptables, DNS; needs root)")
 	uplink := fs.String("uplink", "", "interface guest traffic leaves through (default: any)")
+	var public prefixList
+	fs.Var(&public, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses)")
 	*b.logLevel = "info"
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
+	}
+	if len(public) > 0 && !*withNet {
+		return usageError{errors.New("--public-ranges needs --network")}
 	}
 	socket := *b.socket
 	if socket == "" {
@@ -67,9 +74,10 @@ func cmdServe(args []string, stderr io.Writer) error {
 	}
 	var netHost *netpolicy.Host
 	if *withNet {
-		if netHost, err = netpolicy.NewHost(netpolicy.HostConfig{Uplink: *uplink}, log); err != nil {
+		if netHost, err = netpolicy.NewHost(netpolicy.HostConfig{Uplink: *uplink, PublicRanges: public}, log); err != nil {
 			return fmt.Errorf("network policies: %w (pass --network=false to run without them)", err)
 		}
+		log.Info("network policies on", "uplink", *uplink, "public_ranges", public.String())
 	}
 	jailOpt, err := b.jailOptions(log)
 	if err != nil {
@@ -82,11 +90,17 @@ func cmdServe(args []string, stderr io.Writer) error {
 		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1",
 	})
 	if err != nil {
+		if netHost != nil {
+			netHost.Close()
+		}
 		return err
 	}
 	ln, err := api.ListenUnix(socket, api.WithListenLogger(log))
 	if err != nil {
 		m.Close()
+		if netHost != nil {
+			netHost.Close()
+		}
 		return err
 	}
 	srv := api.NewHTTPServer(api.NewServer(m, log))
@@ -104,11 +118,36 @@ func cmdServe(args []string, stderr io.Writer) error {
 	defer cancel()
 	srv.Shutdown(sctx)
 	m.Close()
+	if netHost != nil {
+		netHost.Close()
+	}
 	os.Remove(socket)
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	return err
+}
+
+// prefixList is a flag of comma-separated CIDR prefixes.
+type prefixList []netip.Prefix
+
+func (l *prefixList) String() string {
+	s := make([]string, len(*l))
+	for i, p := range *l {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *prefixList) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("%q: want a CIDR prefix such as 192.0.2.0/24", f)
+		}
+		*l = append(*l, p)
+	}
+	return nil
 }
 
 func hostMemMiB() (int, error) {

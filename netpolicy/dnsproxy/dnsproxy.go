@@ -12,6 +12,12 @@
 // addresses this package does not pin or carry data nobody asked for. For
 // allowed names they get an empty answer.
 //
+// It answers one address, its guest's: a query from any other source gets
+// no reply at all, so that a spoofed query cannot turn the resolver into a
+// channel towards the host that owns the claimed address (another
+// sandbox, the LAN). The host's rules drop such packets first; this is
+// the second check.
+//
 // Queries come from the guest and are hostile: one question per message,
 // class IN, bounded concurrency towards the upstream, bounded TCP
 // connections; miekg/dns bounds the message parsing.
@@ -29,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cellvm/cellvm/netpolicy/dnsname"
 	"github.com/miekg/dns"
 )
 
@@ -47,8 +54,9 @@ const (
 
 // Config says what to answer and where to ask.
 type Config struct {
-	// Allowed reports whether name (lower case, no trailing dot) may be
-	// resolved. It must be safe for concurrent use.
+	// Allowed reports whether name (a host name: lower case, labels of
+	// letters, digits, '-' and '_', no trailing dot) may be resolved. It
+	// must be safe for concurrent use.
 	Allowed func(name string) bool
 	// Admit is called with the IPv4 addresses the upstream returned for an
 	// allowed name and the TTL the guest will be told. It returns those
@@ -56,6 +64,8 @@ type Config struct {
 	// An error makes the answer SERVFAIL. It must be safe for concurrent
 	// use.
 	Admit func(name string, addrs []netip.Addr, ttl time.Duration) ([]netip.Addr, error)
+	// Client is the only source address answered (the guest's).
+	Client netip.Addr
 	// Upstreams are "ip:port" resolvers, tried in order.
 	Upstreams []string
 	// Dial opens connections to the upstreams; nil uses a net.Dialer. It
@@ -77,6 +87,7 @@ type Stats struct {
 	Forwarded uint64 // allowed A queries answered from the upstream
 	Refused   uint64 // names not allowed (NXDOMAIN)
 	Failed    uint64 // SERVFAIL: upstream unreachable, overload, Admit error
+	Ignored   uint64 // queries from another source than Client: no reply
 }
 
 // Server serves one guest on a UDP socket and a TCP listener.
@@ -88,7 +99,7 @@ type Server struct {
 	close    sync.Once
 	closeErr error
 
-	forwarded, refused, failed atomic.Uint64
+	forwarded, refused, failed, ignored atomic.Uint64
 }
 
 // Serve starts answering on pc and l (either may be nil) and returns at
@@ -118,6 +129,9 @@ func Serve(cfg Config, pc net.PacketConn, l net.Listener) (*Server, error) {
 func newServer(cfg Config) (*Server, error) {
 	if cfg.Allowed == nil || cfg.Admit == nil {
 		return nil, errors.New("dnsproxy: Allowed and Admit are required")
+	}
+	if !cfg.Client.IsValid() {
+		return nil, errors.New("dnsproxy: no client address")
 	}
 	if len(cfg.Upstreams) == 0 {
 		return nil, errors.New("dnsproxy: no upstream resolver")
@@ -197,10 +211,17 @@ func (s *Server) shutdown() error {
 
 // Stats returns the counts so far.
 func (s *Server) Stats() Stats {
-	return Stats{Forwarded: s.forwarded.Load(), Refused: s.refused.Load(), Failed: s.failed.Load()}
+	return Stats{Forwarded: s.forwarded.Load(), Refused: s.refused.Load(), Failed: s.failed.Load(), Ignored: s.ignored.Load()}
 }
 
 func (s *Server) handle(w dns.ResponseWriter, req *dns.Msg) {
+	if !fromAddr(w.RemoteAddr(), s.cfg.Client) {
+		s.ignored.Add(1)
+		if _, udp := w.LocalAddr().(*net.UDPAddr); !udp {
+			w.Close()
+		}
+		return
+	}
 	resp := s.answer(req)
 	if _, udp := w.LocalAddr().(*net.UDPAddr); udp {
 		size := dns.MinMsgSize
@@ -212,6 +233,21 @@ func (s *Server) handle(w dns.ResponseWriter, req *dns.Msg) {
 	if err := w.WriteMsg(resp); err != nil {
 		s.cfg.Log.Debug("dns reply", "err", err)
 	}
+}
+
+// fromAddr reports whether a is an address of ip's (any port).
+func fromAddr(a net.Addr, ip netip.Addr) bool {
+	var got net.IP
+	switch a := a.(type) {
+	case *net.UDPAddr:
+		got = a.IP
+	case *net.TCPAddr:
+		got = a.IP
+	default:
+		return false
+	}
+	g, ok := netip.AddrFromSlice(got)
+	return ok && g.Unmap() == ip.Unmap()
 }
 
 // answer builds the reply to one guest query.
@@ -236,8 +272,11 @@ func (s *Server) answer(req *dns.Msg) *dns.Msg {
 		resp.Rcode = dns.RcodeRefused
 		return resp
 	}
-	name := strings.ToLower(strings.TrimSuffix(q.Name, "."))
-	if !s.cfg.Allowed(name) {
+	// Names are read as labels: one with a dot or another byte no host
+	// name has inside a label (x\.example.com) is no name a policy
+	// lists, and must not reach Allowed as a string that looks like one.
+	name, ok := dnsname.Host(q.Name)
+	if !ok || !s.cfg.Allowed(name) {
 		s.refused.Add(1)
 		resp.Rcode = dns.RcodeNameError
 		return resp

@@ -90,6 +90,7 @@ func newTestServer(t *testing.T, up *fakeUpstream, allowed ...string) (*Server, 
 			}
 			return kept, nil
 		},
+		Client:      netip.MustParseAddr("10.222.0.2"),
 		Upstreams:   []string{"192.0.2.53:53"},
 		Dial:        up.dial,
 		MinTTL:      10 * time.Second,
@@ -246,12 +247,14 @@ func TestServeValidates(t *testing.T) {
 	ok := Config{
 		Allowed:   func(string) bool { return true },
 		Admit:     func(string, []netip.Addr, time.Duration) ([]netip.Addr, error) { return nil, nil },
+		Client:    netip.MustParseAddr("10.222.0.2"),
 		Upstreams: []string{"192.0.2.53:53"},
 	}
 	bad := []func(c *Config){
 		func(c *Config) { c.Allowed = nil },
 		func(c *Config) { c.Admit = nil },
 		func(c *Config) { c.Upstreams = nil },
+		func(c *Config) { c.Client = netip.Addr{} },
 		func(c *Config) { c.Upstreams = []string{"resolver.example"} },
 		func(c *Config) { c.MinTTL, c.MaxTTL = time.Minute, time.Second },
 	}
@@ -268,5 +271,107 @@ func TestServeValidates(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Error(err)
+	}
+}
+
+// recorder is a ResponseWriter that records what the server does.
+type recorder struct {
+	local, remote net.Addr
+	written       []*dns.Msg
+	closed        bool
+}
+
+func (r *recorder) LocalAddr() net.Addr         { return r.local }
+func (r *recorder) RemoteAddr() net.Addr        { return r.remote }
+func (r *recorder) WriteMsg(m *dns.Msg) error   { r.written = append(r.written, m); return nil }
+func (r *recorder) Write(b []byte) (int, error) { return len(b), nil }
+func (r *recorder) Close() error                { r.closed = true; return nil }
+func (r *recorder) TsigStatus() error           { return nil }
+func (r *recorder) TsigTimersOnly(bool)         {}
+func (r *recorder) Hijack()                     {}
+
+// TestAnswersOnlyItsClient: a query whose source is not the guest's
+// address gets no reply (not even NXDOMAIN, which would echo the name to
+// whoever owns that address); a TCP one loses its connection.
+func TestAnswersOnlyItsClient(t *testing.T) {
+	s, _ := newTestServer(t, &fakeUpstream{}, "pypi.org")
+	gw := net.ParseIP("10.222.0.1")
+	for _, c := range []struct {
+		local, remote net.Addr
+		answered      bool
+	}{
+		{&net.UDPAddr{IP: gw, Port: 53}, &net.UDPAddr{IP: net.ParseIP("10.222.0.2"), Port: 5353}, true},
+		{&net.TCPAddr{IP: gw, Port: 53}, &net.TCPAddr{IP: net.ParseIP("10.222.0.2"), Port: 40000}, true},
+		{&net.UDPAddr{IP: gw, Port: 53}, &net.UDPAddr{IP: net.ParseIP("::ffff:10.222.0.2"), Port: 5353}, true},
+		{&net.UDPAddr{IP: gw, Port: 53}, &net.UDPAddr{IP: net.ParseIP("10.222.0.6"), Port: 5353}, false}, // another sandbox
+		{&net.UDPAddr{IP: gw, Port: 53}, &net.UDPAddr{IP: net.ParseIP("192.0.2.9"), Port: 53}, false},    // a LAN host
+		{&net.TCPAddr{IP: gw, Port: 53}, &net.TCPAddr{IP: net.ParseIP("10.222.0.6"), Port: 40000}, false},
+	} {
+		w := &recorder{local: c.local, remote: c.remote}
+		s.handle(w, query("not-listed.example", dns.TypeA))
+		if got := len(w.written) == 1; got != c.answered {
+			t.Errorf("query from %v: answered %v, want %v", c.remote, got, c.answered)
+		}
+		if _, tcp := c.local.(*net.TCPAddr); tcp && !c.answered && !w.closed {
+			t.Errorf("TCP query from %v: connection kept open", c.remote)
+		}
+	}
+	if st := s.Stats(); st.Ignored != 3 || st.Refused != 3 {
+		t.Errorf("stats %+v, want 3 ignored and 3 refused", st)
+	}
+}
+
+// TestNamesAreLabels: the proxy hands Allowed and the upstream host names
+// only, read label by label from the query. With a policy check as naive
+// as a string suffix, "x\.example.com" (a name under com) still does not
+// pass for a name under example.com.
+func TestNamesAreLabels(t *testing.T) {
+	up := &fakeUpstream{answers: map[string][]string{"www.example.com.": {"www.example.com. 60 IN A 203.0.113.1"}}}
+	var asked []string
+	s, err := newServer(Config{
+		Allowed: func(name string) bool {
+			asked = append(asked, name)
+			return strings.HasSuffix(name, ".example.com")
+		},
+		Admit: func(name string, addrs []netip.Addr, ttl time.Duration) ([]netip.Addr, error) {
+			return addrs, nil
+		},
+		Client:    netip.MustParseAddr("10.222.0.2"),
+		Upstreams: []string{"192.0.2.53:53"},
+		Dial:      up.dial,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		qname   string
+		rcode   int
+		allowed string // what Allowed was asked; "" if nothing
+	}{
+		{`x\.example.com.`, dns.RcodeNameError, ""},
+		{`evil\.example.com.`, dns.RcodeNameError, ""},
+		{`www\046example.com.`, dns.RcodeNameError, ""}, // \046 is a dot, in the label
+		{`a\032b.example.com.`, dns.RcodeNameError, ""},
+		{"WWW.Example.COM.", dns.RcodeSuccess, "www.example.com"},
+		{`\119ww.example.com.`, dns.RcodeSuccess, "www.example.com"}, // \119 is "w"
+		{"example.com.", dns.RcodeNameError, "example.com"},
+	} {
+		asked = nil
+		up.asked = nil
+		m := new(dns.Msg)
+		m.Question = []dns.Question{{Name: c.qname, Qtype: dns.TypeA, Qclass: dns.ClassINET}}
+		r := s.answer(m)
+		if r.Rcode != c.rcode {
+			t.Errorf("%s: %s, want %s", c.qname, dns.RcodeToString[r.Rcode], dns.RcodeToString[c.rcode])
+		}
+		if got := strings.Join(asked, ","); got != c.allowed {
+			t.Errorf("%s: Allowed asked %q, want %q", c.qname, got, c.allowed)
+		}
+		if c.rcode == dns.RcodeSuccess && fmt.Sprint(up.asked) != "[udp www.example.com.]" {
+			t.Errorf("%s: upstream asked %v, want the host name", c.qname, up.asked)
+		}
+		if c.rcode != dns.RcodeSuccess && len(up.asked) != 0 {
+			t.Errorf("%s: reached the upstream: %v", c.qname, up.asked)
+		}
 	}
 }

@@ -1,7 +1,10 @@
 // Package net is virtio-net (virtio 1.x, 5.1) over a host TAP device: one
-// rx and one tx queue, the MAC address in config space, and no offloads, so
-// the 12-byte virtio_net_hdr passes between guest and TAP (opened with
-// IFF_VNET_HDR) unchanged on tx and with num_buffers set to 1 on rx.
+// rx and one tx queue, the MAC address in config space, and no offloads.
+// The 12-byte virtio_net_hdr goes between guest and TAP (opened with
+// IFF_VNET_HDR): on rx with num_buffers set to 1; on tx zeroed whatever
+// the guest wrote, since no checksum or segmentation offload was
+// negotiated and the host kernel's GSO parsing is not the guest's to
+// reach.
 //
 // The TAP is read by one goroutine for the device's lifetime, because a
 // blocking read on an arbitrary io.Reader cannot be interrupted; the queues
@@ -207,6 +210,7 @@ func (n *Net) txLoop(a *virtio.Activation, stop <-chan struct{}) {
 			} else {
 				k, err := io.ReadFull(c.NewReader(a.Mem), buf[:c.ReadableLen])
 				if err == nil {
+					sanitizeTxHeader(buf[:HeaderLen])
 					_, err = n.tap.Write(buf[:k])
 				}
 				if err != nil {
@@ -220,4 +224,13 @@ func (n *Net) txLoop(a *virtio.Activation, stop <-chan struct{}) {
 		}
 		a.SignalUsed(q)
 	}
+}
+
+// sanitizeTxHeader zeroes a guest's virtio_net_hdr before the TAP sees it:
+// flags (NEEDS_CSUM), gso_type, hdr_len, gso_size, csum_start and
+// csum_offset are meaningful only with the offload features, none of
+// which the device offers, and num_buffers is unused on tx. A zero header
+// is a plain frame with its checksums done.
+func sanitizeTxHeader(h []byte) {
+	clear(h)
 }

@@ -132,3 +132,35 @@ func TestOpenTAP(t *testing.T) {
 		t.Fatal("Close did not interrupt Read")
 	}
 }
+
+// TestTransmitZeroesHeader: a guest that fills the virtio_net_hdr with
+// offload fields never negotiated (checksum, TCP segmentation) gets them
+// zeroed before the TAP, and the frame itself unchanged.
+func TestTransmitZeroesHeader(t *testing.T) {
+	tap := newFakeTAP()
+	h := virtiotest.Start(t, New(tap, [6]byte{2}, nil), ^uint64(0), 64)
+	f := frame("a TCP segment the guest wants the host to split")
+	copy(f, []byte{
+		0x01,       // flags: VIRTIO_NET_HDR_F_NEEDS_CSUM
+		0x81,       // gso_type: VIRTIO_NET_HDR_GSO_TCPV4 | ECN
+		0x36, 0x00, // hdr_len 54
+		0xa8, 0x05, // gso_size 1448
+		0x22, 0x00, // csum_start 34
+		0x10, 0x00, // csum_offset 16
+		0x07, 0x00, // num_buffers 7
+	})
+	// The header split across descriptors, as a guest may post it.
+	h.Post(txQueue, virtiotest.R(f[:5]), virtiotest.R(f[5:HeaderLen+3]), virtiotest.R(f[HeaderLen+3:]))
+	select {
+	case got := <-tap.fromDev:
+		if !bytes.Equal(got[:HeaderLen], make([]byte, HeaderLen)) {
+			t.Errorf("TAP got header % x, want zeroes", got[:HeaderLen])
+		}
+		if !bytes.Equal(got[HeaderLen:], f[HeaderLen:]) {
+			t.Errorf("TAP got frame %q, want %q", got[HeaderLen:], f[HeaderLen:])
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing written to the TAP")
+	}
+	h.Wait(txQueue, 5*time.Second)
+}
