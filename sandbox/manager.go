@@ -66,6 +66,8 @@ type VMManager struct {
 	closed    bool
 	stopReap  chan struct{}
 	reapDone  chan struct{}
+
+	events EventHub
 }
 
 type vmSandbox struct {
@@ -86,6 +88,7 @@ type vmSandbox struct {
 	exitSeen    sync.Once // markLost's: the VMM's own exit is handled once
 	cells       atomic.Int64
 	lastUsed    atomic.Int64 // unix nanoseconds
+	bootMS      atomic.Int64 // how long Create took to boot the VM
 }
 
 func (s *vmSandbox) State() State { return s.state.Load().(State) }
@@ -283,10 +286,12 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 	if err != nil {
 		return Info{}, err
 	}
+	s.bootMS.Store(time.Since(start).Milliseconds())
 	s.state.Store(StateRunning)
 	s.lastUsed.Store(time.Now().UnixNano())
 	go m.watch(s)
-	m.log.Info("sandbox created", "id", id, "vcpus", cfg.VCPUs, "memory_mib", cfg.MemoryMiB, "boot_ms", time.Since(start).Milliseconds())
+	m.log.Info("sandbox created", "id", id, "vcpus", cfg.VCPUs, "memory_mib", cfg.MemoryMiB, "boot_ms", s.bootMS.Load())
+	m.events.Publish(Event{Type: EventCreated, Sandbox: id})
 	return m.info(s), nil
 }
 
@@ -307,7 +312,9 @@ func (m *VMManager) markLost(s *vmSandbox) {
 		for _, st := range []State{StateRunning, StatePaused} {
 			if s.state.CompareAndSwap(st, StateLost) {
 				why := lostInfo(s.proc.err, readTail(filepath.Join(s.dir, vmmLogFile), 4096))
+				why.Console = lostConsole(s.dir)
 				s.lost.Store(&why)
+				m.events.Publish(Event{Type: EventLost, Sandbox: s.id, Lost: &why})
 				m.log.Warn("sandbox lost: its VM exited", "id", s.id, "error", s.proc.err, "reason", why.Reason, "killed_by", why.KilledBy,
 					"vmm_log", lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 4096), 10),
 					"console", lastLines(consoleTail(s.dir, 8192), 30))
@@ -436,6 +443,7 @@ func (m *VMManager) Delete(ctx context.Context, id string) error {
 	}
 	m.destroy(s)
 	m.log.Info("sandbox deleted", "id", id)
+	m.events.Publish(Event{Type: EventDeleted, Sandbox: id, Reason: DeletedByRequest})
 	return nil
 }
 
@@ -446,6 +454,7 @@ func (m *VMManager) info(s *vmSandbox) Info {
 	in := Info{
 		ID: s.id, State: s.State(), Config: cfg, CreatedAt: s.created,
 		UptimeS: time.Since(s.created).Seconds(), Cells: int(s.cells.Load()), CellRunning: s.cellRunning.Load(),
+		BootMS: s.bootMS.Load(),
 	}
 	if s.proc != nil && s.proc.alive() {
 		in.Usage = procUsage(s.proc.pid)
@@ -667,7 +676,11 @@ func (m *VMManager) SetNetwork(ctx context.Context, id string, p NetworkPolicy) 
 		}
 		return fmt.Errorf("%w: sandbox %s was created without network and has no network device; create it with a network policy", ErrNotSupported, id)
 	}
-	return m.setNetwork(s, pol)
+	if err := m.setNetwork(s, pol); err != nil {
+		return err
+	}
+	m.events.Publish(Event{Type: EventPolicyChanged, Sandbox: id, Network: &NetworkPolicy{Allow: pol.Entries()}})
+	return nil
 }
 
 // Pause implements Manager by stopping the VMM process: its vCPU threads
@@ -684,6 +697,7 @@ func (m *VMManager) Pause(ctx context.Context, id string) error {
 		return fmt.Errorf("pause: %w", err)
 	}
 	s.state.Store(StatePaused)
+	m.events.Publish(Event{Type: EventPaused, Sandbox: id})
 	return nil
 }
 
@@ -700,6 +714,7 @@ func (m *VMManager) Resume(ctx context.Context, id string) error {
 		return fmt.Errorf("resume: %w", err)
 	}
 	s.state.Store(StateRunning)
+	m.events.Publish(Event{Type: EventResumed, Sandbox: id})
 	return nil
 }
 
@@ -723,22 +738,23 @@ func (m *VMManager) reapLoop() {
 		case <-t.C:
 		}
 		m.mu.Lock()
-		var expired []*vmSandbox
+		expired := map[*vmSandbox]string{}
 		now := time.Now()
 		for _, s := range m.sandboxes {
 			if s.State() == StateStarting || s.State() == StateStopping || s.cellRunning.Load() {
 				continue
 			}
 			if s.cfg.TTL > 0 && now.Sub(s.created) > s.cfg.TTL {
-				expired = append(expired, s)
+				expired[s] = DeletedByTTL
 			} else if s.cfg.IdleTimeout > 0 && now.Sub(time.Unix(0, s.lastUsed.Load())) > s.cfg.IdleTimeout {
-				expired = append(expired, s)
+				expired[s] = DeletedByIdle
 			}
 		}
 		m.mu.Unlock()
-		for _, s := range expired {
-			m.log.Info("sandbox expired", "id", s.id)
+		for s, why := range expired {
+			m.log.Info("sandbox expired", "id", s.id, "reason", why)
 			m.destroy(s)
+			m.events.Publish(Event{Type: EventDeleted, Sandbox: s.id, Reason: why})
 		}
 	}
 }
@@ -761,7 +777,11 @@ func (m *VMManager) Close() error {
 	var wg sync.WaitGroup
 	for _, s := range ss {
 		wg.Add(1)
-		go func() { defer wg.Done(); m.destroy(s) }()
+		go func() {
+			defer wg.Done()
+			m.destroy(s)
+			m.events.Publish(Event{Type: EventDeleted, Sandbox: s.id, Reason: DeletedByShutdown})
+		}()
 	}
 	wg.Wait()
 	return nil
