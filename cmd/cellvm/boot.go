@@ -1,19 +1,24 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/cellvm/cellvm/vmm"
 )
 
-func cmdBoot(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("boot", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func (a *app) bootCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "boot",
+		Short: "boot a kernel with the serial console on stdin/stdout",
+		Args:  noArgs,
+	}
+	fs := cmd.Flags()
 	kernel := fs.String("kernel", "", "ELF vmlinux or bzImage (default: the project's build/kernel/vmlinux, or $CELLVM_KERNEL)")
 	initrd := fs.String("initrd", "", "initramfs to load")
 	cmdline := fs.String("cmdline", "", "kernel command line (default: "+vmm.DefaultCmdline+")")
@@ -24,12 +29,24 @@ func cmdBoot(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.Var(&disks, "disk", "`PATH[,ro]` file-backed virtio-blk disk (repeatable; /dev/vda, /dev/vdb, ...)")
 	vsockSpec := fs.String("vsock", "", "`CID,UDS` virtio-vsock with guest context ID CID and host Unix socket UDS")
 	tap := fs.String("net", "", "`TAP` host TAP device for a virtio-net NIC")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+	cmd.RunE = func(*cobra.Command, []string) error {
+		return boot(bootArgs{kernel: *kernel, initrd: *initrd, cmdline: *cmdline, vcpus: *vcpus, memory: *memory,
+			logLevel: *logLevel, disks: disks, vsock: *vsockSpec, tap: *tap}, a.stdin, a.stdout, a.stderr)
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
-	}
+	return cmd
+}
+
+type bootArgs struct {
+	kernel, initrd, cmdline string
+	vcpus                   int
+	memory                  uint64
+	logLevel                string
+	disks                   diskFlags
+	vsock, tap              string
+}
+
+func boot(b bootArgs, stdin io.Reader, stdout, stderr io.Writer) error {
+	kernel, initrd, cmdline, vcpus, memory, logLevel, disks, vsockSpec, tap := &b.kernel, &b.initrd, &b.cmdline, &b.vcpus, &b.memory, &b.logLevel, b.disks, &b.vsock, &b.tap
 	if *vcpus < 1 {
 		return usageError{fmt.Errorf("--vcpus must be at least 1, got %d", *vcpus)}
 	}
@@ -86,6 +103,8 @@ func cmdBoot(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 type diskFlags []vmm.Disk
 
 func (d *diskFlags) String() string { return fmt.Sprint(*d) }
+
+func (d *diskFlags) Type() string { return "PATH[,ro]" }
 
 func (d *diskFlags) Set(v string) error {
 	path, opt, _ := strings.Cut(v, ",")
