@@ -29,7 +29,7 @@ type Handler func(code string) (cell.Result, bool)
 // Streamer is a Handler that emits its own events as it goes (it may block,
 // until ctx ends, to show a cell still running); the end event is sent for
 // it. It returns false to leave the code to the Handler.
-type Streamer func(ctx context.Context, code string, emit func(cell.Event)) (cell.Result, bool)
+type Streamer func(ctx context.Context, id, code string, emit func(cell.Event)) (cell.Result, bool)
 
 // Manager is the fake.
 type Manager struct {
@@ -169,7 +169,7 @@ func (m *Manager) RunCell(ctx context.Context, id, code string, timeout time.Dur
 		}
 	}
 	if m.Streamer != nil {
-		if r, ok := m.Streamer(ctx, code, emit); ok {
+		if r, ok := m.Streamer(ctx, id, code, emit); ok {
 			res = r
 			res.ExecutionCount = n
 			emit(cell.Event{Type: cell.EventEnd, End: &res})

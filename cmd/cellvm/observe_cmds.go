@@ -146,6 +146,9 @@ func (a *app) eventsCommand() *cobra.Command {
 			return err
 		}
 		defer st.Close()
+		// Said once subscribed, so a supervisor (or a test) knows that no
+		// later event will be missed.
+		fmt.Fprintln(a.stderr, "cellvm events: watching (Ctrl-C to stop)")
 		for {
 			ev, err := st.Next(ctx)
 			if errors.Is(err, io.EOF) || ctx.Err() != nil {

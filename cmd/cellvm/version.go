@@ -25,6 +25,11 @@ func (a *app) versionCommand() *cobra.Command {
 	return cmd
 }
 
+// buildCommit is the commit the Makefile passes with -ldflags -X, for
+// builds where Go records no VCS stamp (a git worktree, whose .git is a
+// file, or GOFLAGS=-buildvcs=false).
+var buildCommit string
+
 // buildVersion is what a binary knows about where it came from.
 type buildVersion struct {
 	Module   string `json:"module"`
@@ -39,6 +44,9 @@ type buildVersion struct {
 // vcs.time, vcs.modified) that `go build` records from a git checkout.
 func versionOf(info *debug.BuildInfo) buildVersion {
 	v := buildVersion{Module: "github.com/cellvm/cellvm", Version: "unknown", Commit: "unknown"}
+	if buildCommit != "" {
+		v.Commit = buildCommit
+	}
 	if info == nil {
 		return v
 	}
