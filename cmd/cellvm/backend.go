@@ -71,7 +71,9 @@ func (c *connFlags) client() (*api.Client, error) {
 	return api.NewClient(s), nil
 }
 
-// token reads the bearer token: --token-file, else $CELLVM_TOKEN.
+// token reads the bearer token: the first token line of --token-file (the
+// daemon's format: blank lines and # comments are skipped), else
+// $CELLVM_TOKEN.
 func (c *connFlags) token() (string, error) {
 	if c.tokenFile == "" {
 		return os.Getenv("CELLVM_TOKEN"), nil
@@ -80,11 +82,12 @@ func (c *connFlags) token() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read the token: %w", err)
 	}
-	t := strings.TrimSpace(string(b))
-	if t == "" {
-		return "", fmt.Errorf("token file %s is empty", c.tokenFile)
+	for _, line := range strings.Split(string(b), "\n") {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
+			return t, nil
+		}
 	}
-	return t, nil
+	return "", fmt.Errorf("token file %s holds no token", c.tokenFile)
 }
 
 // guestFlags choose the guest's files and how VMMs are confined, for the
