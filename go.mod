@@ -16,6 +16,7 @@ require (
 	github.com/u-root/u-root v0.16.0
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
+	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/sys v0.50.0
 	golang.org/x/time v0.15.0
 )

@@ -52,7 +52,11 @@ type Options struct {
 	// TestHooks arms each VMM's test-only seccomp trigger (SIGUSR2 makes a
 	// forbidden system call). Only tests set it.
 	TestHooks bool
-	Log       *slog.Logger
+	// Node, when set, is written into every sandbox id ("sb-NODE-<hex>"),
+	// so a router in front of many daemons can tell from an id alone
+	// which daemon holds it (see ValidNode).
+	Node string
+	Log  *slog.Logger
 }
 
 // VMManager is the Manager that runs each sandbox in its own microVM.
@@ -113,6 +117,9 @@ func NewVMManager(opt Options) (*VMManager, error) {
 			return nil, fmt.Errorf("%s: %w (run 'make setup')", name, err)
 		}
 	}
+	if err := ValidNode(opt.Node); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(filepath.Join(opt.StateDir, "sandboxes"), 0o700); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
@@ -128,9 +135,12 @@ func NewVMManager(opt Options) (*VMManager, error) {
 	return m, nil
 }
 
-func newID() string {
+func newID(node string) string {
 	b := make([]byte, 6)
 	rand.Read(b)
+	if node != "" {
+		return "sb-" + node + "-" + hex.EncodeToString(b)
+	}
 	return "sb-" + hex.EncodeToString(b)
 }
 
@@ -167,7 +177,7 @@ func (m *VMManager) reserve(cfg Config) (string, uint64, error) {
 	}
 	cid := m.nextCID
 	m.nextCID++
-	id := newID()
+	id := newID(m.opt.Node)
 	// Hold the slot while the VM boots, so concurrent creates count it.
 	s := &vmSandbox{id: id, cfg: cfg, cid: cid, created: time.Now(), dir: m.sandboxDir(id)}
 	s.state.Store(StateStarting)

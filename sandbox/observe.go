@@ -121,3 +121,26 @@ type Capacity struct {
 	MemoryMiBUsed int `json:"memory_mib_used"`
 	VCPUsUsed     int `json:"vcpus_used"`
 }
+
+// MaxNodeLen bounds a node name in sandbox ids.
+const MaxNodeLen = 63
+
+// ValidNode checks a node name for sandbox ids: lower-case letters,
+// digits, dots and dashes, starting and ending with a letter or digit (a
+// DNS name, as a router resolves it), at most MaxNodeLen bytes; "" is no
+// node.
+func ValidNode(node string) error {
+	if node == "" {
+		return nil
+	}
+	ok := len(node) <= MaxNodeLen
+	for i := 0; ok && i < len(node); i++ {
+		c := node[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		ok = alnum || (c == '-' || c == '.') && i > 0 && i < len(node)-1
+	}
+	if !ok {
+		return fmt.Errorf("%w: node name %q: want lower-case letters, digits, '.' and '-' (not at the ends), at most %d bytes", ErrInvalid, clip(node, 80), MaxNodeLen)
+	}
+	return nil
+}

@@ -181,3 +181,22 @@ func TestReadNewAfterShrink(t *testing.T) {
 		t.Errorf("lines after the shrink: %q %v", got, err)
 	}
 }
+
+func TestValidNodeAndIDs(t *testing.T) {
+	for _, ok := range []string{"", "n1", "node-3.cluster.local", "ip-10-0-1-5.ec2.internal"} {
+		if err := ValidNode(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"-a", "a-", "A", "a/b", "a_b", ".a", strings.Repeat("a", MaxNodeLen+1)} {
+		if err := ValidNode(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if id := newID("n1"); !strings.HasPrefix(id, "sb-n1-") || len(id) != len("sb-n1-")+12 {
+		t.Errorf("id %q", id)
+	}
+	if id := newID(""); !strings.HasPrefix(id, "sb-") || len(id) != 15 {
+		t.Errorf("id %q", id)
+	}
+}

@@ -35,6 +35,7 @@ type serveOptions struct {
 	network      bool
 	uplink       string
 	publicRanges prefixList
+	node         string
 
 	listen      string
 	tokenFile   string
@@ -87,6 +88,7 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.BoolVar(&o.network, "network", os.Geteuid() == 0, "enforce network policies (TAP, iptables, DNS; needs root)")
 	fs.StringVar(&o.uplink, "uplink", "", "interface guest traffic leaves through (default: any)")
 	fs.Var(&o.publicRanges, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses)")
+	fs.StringVar(&o.node, "node", "", "this daemon's node name, written into sandbox ids (sb-NODE-...) for a router in front of many daemons")
 	fs.StringVar(&o.listen, "listen", "", "also serve the API over TLS at tcp://HOST:PORT (needs --token-file)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file of bearer tokens accepted on --listen, one a line (at least 16 characters each)")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate for --listen (default: a self-signed one made at start)")
@@ -136,6 +138,9 @@ func (o *serveOptions) check() error {
 	}
 	if len(o.publicRanges) > 0 && !o.network {
 		return usagef("--public-ranges needs --network")
+	}
+	if err := sandbox.ValidNode(o.node); err != nil {
+		return usageError{err}
 	}
 	if o.mcpSession <= 0 {
 		return usagef("--mcp-idle-timeout must be positive")
@@ -272,7 +277,7 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		Exe: exe, Kernel: k, Initrd: i, RootFS: r, StateDir: o.stateDir,
 		MaxSandboxes: o.maxSandboxes, MaxMemoryMiB: o.maxMemory, Log: log,
 		BootTimeout: bootTimeoutFromEnv(), Net: netHost, Jail: jailOpt,
-		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1",
+		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node,
 	})
 	if err != nil {
 		closeNet()
