@@ -322,16 +322,12 @@ func (m *Manager) SetNetwork(ctx context.Context, id string, p sandbox.NetworkPo
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	b, err := m.get(id)
-	if err != nil {
-		return err
-	}
-	pol := sandbox.NetworkPolicy{Allow: append([]string{}, p.Allow...)}
-	b.info.Config.Network = &pol
-	m.events.Publish(sandbox.Event{Type: sandbox.EventPolicyChanged, Sandbox: id, Network: &pol})
-	return nil
+	return m.update(id, func(b *box) error {
+		pol := sandbox.NetworkPolicy{Allow: append([]string{}, p.Allow...)}
+		b.info.Config.Network = &pol
+		m.events.Publish(sandbox.Event{Type: sandbox.EventPolicyChanged, Sandbox: id, Network: &pol})
+		return nil
+	})
 }
 
 // Pause and Resume move the sandbox between running and paused.
@@ -343,58 +339,50 @@ func (m *Manager) Resume(ctx context.Context, id string) error {
 	return m.setState(id, sandbox.StatePaused, sandbox.StateRunning, sandbox.EventResumed)
 }
 
-func (m *Manager) setState(id string, from, to sandbox.State, ev sandbox.EventType) error {
+// update runs f on the sandbox under the lock.
+func (m *Manager) update(id string, f func(b *box) error) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, err := m.get(id)
 	if err != nil {
 		return err
 	}
-	if b.info.State != from {
-		return fmt.Errorf("%w: sandbox %s is %s, not %s", sandbox.ErrBusy, id, b.info.State, from)
-	}
-	b.info.State = to
-	m.events.Publish(sandbox.Event{Type: ev, Sandbox: id})
-	return nil
+	return f(b)
+}
+
+func (m *Manager) setState(id string, from, to sandbox.State, ev sandbox.EventType) error {
+	return m.update(id, func(b *box) error {
+		if b.info.State != from {
+			return fmt.Errorf("%w: sandbox %s is %s, not %s", sandbox.ErrBusy, id, b.info.State, from)
+		}
+		b.info.State = to
+		m.events.Publish(sandbox.Event{Type: ev, Sandbox: id})
+		return nil
+	})
 }
 
 // Lose makes the sandbox lost, as a VM that died would.
 func (m *Manager) Lose(id string, why sandbox.LostInfo) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	b, err := m.get(id)
-	if err != nil {
-		return err
-	}
-	b.info.State = sandbox.StateLost
-	b.info.Lost = &why
-	m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: id, Lost: &why})
-	return nil
+	return m.update(id, func(b *box) error {
+		b.info.State = sandbox.StateLost
+		b.info.Lost = &why
+		m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: id, Lost: &why})
+		return nil
+	})
 }
 
 // SetNetworkCounters sets the egress counters the sandbox's info reports.
 func (m *Manager) SetNetworkCounters(id string, c sandbox.NetworkCounters) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	b, err := m.get(id)
-	if err != nil {
-		return err
-	}
-	b.info.Network = c
-	return nil
+	return m.update(id, func(b *box) error { b.info.Network = c; return nil })
 }
 
 // AppendLog adds lines to one of a sandbox's logs (and wakes followers).
 func (m *Manager) AppendLog(id string, src sandbox.LogSource, lines ...string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	b, err := m.get(id)
-	if err != nil {
-		return err
-	}
-	b.logs[src] = append(b.logs[src], lines...)
-	m.changed.Broadcast()
-	return nil
+	return m.update(id, func(b *box) error {
+		b.logs[src] = append(b.logs[src], lines...)
+		m.changed.Broadcast()
+		return nil
+	})
 }
 
 // Logs implements sandbox.Manager over the lines AppendLog added.

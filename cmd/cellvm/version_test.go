@@ -34,9 +34,17 @@ func TestVersionNamesTheCommit(t *testing.T) {
 	if err != nil {
 		t.Skipf("not in a git checkout (or no git): %v", err)
 	}
+	wantVersionCommit(t, strings.TrimSpace(string(head)), nil,
+		"-buildvcs=auto", "-ldflags", "-X main.buildCommit="+strings.TrimSpace(string(head)))
+}
+
+// wantVersionCommit builds cellvm with flags and checks that `cellvm
+// version` names commit.
+func wantVersionCommit(t *testing.T, commit string, env []string, flags ...string) {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "cellvm")
-	build := exec.Command("go", "build", "-buildvcs=auto", "-ldflags", "-X main.buildCommit="+strings.TrimSpace(string(head)), "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build := exec.Command("go", append(append([]string{"build"}, flags...), "-o", bin, ".")...)
+	build.Env = append(append(os.Environ(), "CGO_ENABLED=0"), env...)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -44,8 +52,8 @@ func TestVersionNamesTheCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(out), "commit "+strings.TrimSpace(string(head))) {
-		t.Errorf("cellvm version printed %q; want commit %s", out, head)
+	if !strings.Contains(string(out), "commit "+commit) {
+		t.Errorf("cellvm version printed %q; want commit %s", out, commit)
 	}
 }
 
@@ -63,14 +71,5 @@ func TestVersionFromVCSStamp(t *testing.T) {
 		t.Skip("a git worktree (.git is a file): Go records no VCS stamp there; the Makefile's -ldflags covers it")
 	}
 	head, _ := exec.Command("git", "rev-parse", "HEAD").Output()
-	bin := filepath.Join(t.TempDir(), "cellvm")
-	build := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	out, _ := exec.Command(bin, "version").Output()
-	if !strings.Contains(string(out), "commit "+strings.TrimSpace(string(head))) {
-		t.Errorf("cellvm version printed %q; want commit %s", out, head)
-	}
+	wantVersionCommit(t, strings.TrimSpace(string(head)), []string{"GOFLAGS="}, "-buildvcs=true")
 }
