@@ -30,7 +30,7 @@ image:
 
 cellvm:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/cellvm ./cmd/cellvm
+	$(GO) build -buildvcs=auto -ldflags "-X main.buildCommit=$$(git rev-parse HEAD 2>/dev/null)" -o $(BIN)/cellvm ./cmd/cellvm
 
 ## initramfs: the static guest init as /init of build/initramfs.cpio
 initramfs:

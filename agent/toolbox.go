@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -92,6 +93,15 @@ func (t *Toolbox) Call(ctx context.Context, name string, args json.RawMessage) T
 		return t.readFile(ctx, args)
 	case ToolWriteFile:
 		return t.writeFile(ctx, args)
+	case ToolListFiles:
+		return t.listFiles(ctx, args)
+	case ToolUploadFile:
+		return t.uploadFile(ctx, args)
+	case ToolRestartPython:
+		if err := t.Manager.Restart(ctx, t.SandboxID); err != nil {
+			return sandboxError(err)
+		}
+		return ToolResult{Text: "The interpreter was restarted: earlier variables and imports are gone; files on disk are kept."}
 	}
 	return ToolError("tool %q is not implemented", name)
 }
@@ -219,6 +229,59 @@ func (t *Toolbox) writeFile(ctx context.Context, args json.RawMessage) ToolResul
 		return ToolError("%v", err)
 	}
 	n, err := t.Manager.Upload(ctx, t.SandboxID, p, strings.NewReader(*a.Content))
+	if err != nil {
+		return sandboxError(err)
+	}
+	return ToolResult{Text: fmt.Sprintf("wrote %d bytes to %s", n, p)}
+}
+
+func (t *Toolbox) listFiles(ctx context.Context, args json.RawMessage) ToolResult {
+	var a struct {
+		Path string `json:"path"`
+	}
+	if err := decodeArgs(args, &a); err != nil {
+		return ToolError("%v", err)
+	}
+	if a.Path == "" {
+		a.Path = "/workspace"
+	}
+	p, err := sandbox.GuestPath(a.Path)
+	if err != nil {
+		return ToolError("%v", err)
+	}
+	def, _ := t.timeouts()
+	res, err := t.Manager.Exec(ctx, t.SandboxID, sandbox.ExecRequest{
+		Argv: []string{"ls", "-la", "--time-style=long-iso", "--", p}, Timeout: def})
+	if err != nil {
+		return sandboxError(err)
+	}
+	if res.ExitCode != 0 {
+		return ToolError("cannot list %s: %s", p, strings.TrimSpace(res.Stderr))
+	}
+	text, _ := ClipMiddle(res.Stdout, t.Format.withDefaults().MaxChars)
+	return ToolResult{Text: text}
+}
+
+func (t *Toolbox) uploadFile(ctx context.Context, args json.RawMessage) ToolResult {
+	var a struct {
+		Path    string  `json:"path"`
+		Content *string `json:"content_base64"`
+	}
+	if err := decodeArgs(args, &a); err != nil {
+		return ToolError("%v", err)
+	}
+	if a.Content == nil {
+		return ToolError(`upload_file needs "content_base64", the file's bytes in base64`)
+	}
+	p, err := sandbox.GuestPath(a.Path)
+	if err != nil {
+		return ToolError("%v", err)
+	}
+	data, err := base64.StdEncoding.DecodeString(*a.Content)
+	if err != nil {
+		return ToolError("content_base64 is not valid base64: %v", err)
+	}
+	n, err := t.Manager.Upload(ctx, t.SandboxID, p, bytes.NewReader(data))
 	if err != nil {
 		return sandboxError(err)
 	}

@@ -12,6 +12,12 @@ const (
 	ToolExec      = "exec"
 	ToolReadFile  = "read_file"
 	ToolWriteFile = "write_file"
+	// ToolListFiles, ToolUploadFile and ToolRestartPython complete the
+	// companions: a directory listing, binary files in, a fresh
+	// interpreter.
+	ToolListFiles     = "list_files"
+	ToolUploadFile    = "upload_file"
+	ToolRestartPython = "restart_python"
 )
 
 // ToolSpec describes a tool to a model: its name, what it does, and the
@@ -92,6 +98,26 @@ func Specs(f SandboxFacts, withCompanions bool) []ToolSpec {
 				`"path":{"type":"string","description":"Absolute path in the sandbox."},` +
 				`"content":{"type":"string","description":"The file's full text."}` +
 				`},"required":["path","content"],"additionalProperties":false}`),
+		},
+		ToolSpec{
+			Name:        ToolListFiles,
+			Description: "List a directory in the sandbox (default /workspace): names, sizes, kinds and modification times.",
+			Schema: json.RawMessage(`{"type":"object","properties":{` +
+				`"path":{"type":"string","description":"Absolute directory path in the sandbox (default /workspace)."}` +
+				`},"additionalProperties":false}`),
+		},
+		ToolSpec{
+			Name:        ToolUploadFile,
+			Description: "Put a file of any content (binary too) into the sandbox, given as base64, creating parent directories and replacing any existing file.",
+			Schema: json.RawMessage(`{"type":"object","properties":{` +
+				`"path":{"type":"string","description":"Absolute path in the sandbox."},` +
+				`"content_base64":{"type":"string","description":"The file's bytes, base64-encoded (standard alphabet, padded)."}` +
+				`},"required":["path","content_base64"],"additionalProperties":false}`),
+		},
+		ToolSpec{
+			Name:        ToolRestartPython,
+			Description: "Replace the Python interpreter with a fresh one: every variable, import and open file of earlier run_python calls is gone; files on disk stay.",
+			Schema:      json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`),
 		},
 	)
 }

@@ -28,11 +28,14 @@ const (
 	maxEventLine = 64 << 20
 )
 
-// Client talks to a cellvm daemon over its Unix socket. It implements
-// sandbox.Manager, so code written against the manager works remotely;
-// errors are *Error values that match the sandbox sentinels with errors.Is.
+// Client talks to a cellvm daemon over its Unix socket, or over HTTPS
+// with a bearer token (see Dial). It implements sandbox.Manager, so code
+// written against the manager works remotely; errors are *Error values that
+// match the sandbox sentinels with errors.Is.
 type Client struct {
-	hc *http.Client
+	hc    *http.Client
+	base  string // scheme and authority: "http://cellvm" on a socket
+	token string
 }
 
 var _ sandbox.Manager = (*Client)(nil)
@@ -40,16 +43,20 @@ var _ sandbox.Manager = (*Client)(nil)
 // NewClient returns a client for the socket at socketPath.
 func NewClient(socketPath string) *Client {
 	d := &net.Dialer{Timeout: 5 * time.Second}
-	tr := &http.Transport{
+	return newClient("http://cellvm", "", &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return d.DialContext(ctx, "unix", socketPath)
 		},
-		MaxIdleConns:          8,
-		IdleConnTimeout:       30 * time.Second,
-		ExpectContinueTimeout: 2 * time.Second,
-		DisableCompression:    true,
-	}
-	return &Client{hc: &http.Client{
+	})
+}
+
+func newClient(base, token string, tr *http.Transport) *Client {
+	tr.MaxIdleConns = 8
+	tr.IdleConnTimeout = 30 * time.Second
+	tr.ExpectContinueTimeout = 2 * time.Second
+	tr.DisableCompression = true
+	tr.TLSHandshakeTimeout = 10 * time.Second
+	return &Client{base: base, token: token, hc: &http.Client{
 		Transport: tr,
 		// The API never redirects; following one could turn a PUT into a GET.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -60,17 +67,29 @@ func NewClient(socketPath string) *Client {
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
 // sandboxesURL is the collection's URL.
-func sandboxesURL() string { return "http://cellvm/v1/sandboxes" }
+func (c *Client) sandboxesURL() string { return c.base + "/v1/sandboxes" }
 
 // sandboxURL builds the URL of one sandbox's route, escaping each segment.
-func sandboxURL(id string, rest ...string) string {
+func (c *Client) sandboxURL(id string, rest ...string) string {
 	var b strings.Builder
-	b.WriteString(sandboxesURL())
+	b.WriteString(c.sandboxesURL())
 	b.WriteString("/" + url.PathEscape(id))
 	for _, r := range rest {
 		b.WriteString("/" + url.PathEscape(r))
 	}
 	return b.String()
+}
+
+// newRequest makes a request that carries the client's token.
+func (c *Client) newRequest(ctx context.Context, method, u string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return req, nil
 }
 
 // do sends a request with an optional JSON body and decodes a JSON
@@ -84,7 +103,7 @@ func (c *Client) do(ctx context.Context, method, u string, in, out any, want int
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	req, err := c.newRequest(ctx, method, u, body)
 	if err != nil {
 		return err
 	}
@@ -136,53 +155,53 @@ func codeForStatus(status int) string {
 // Create creates a sandbox and returns it once it runs.
 func (c *Client) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info, error) {
 	var info sandbox.Info
-	err := c.do(ctx, http.MethodPost, sandboxesURL(), cfg, &info, http.StatusCreated)
+	err := c.do(ctx, http.MethodPost, c.sandboxesURL(), cfg, &info, http.StatusCreated)
 	return info, err
 }
 
 // List returns all sandboxes.
 func (c *Client) List(ctx context.Context) ([]sandbox.Info, error) {
 	var lr ListResponse
-	err := c.do(ctx, http.MethodGet, sandboxesURL(), nil, &lr, http.StatusOK)
+	err := c.do(ctx, http.MethodGet, c.sandboxesURL(), nil, &lr, http.StatusOK)
 	return lr.Sandboxes, err
 }
 
 // Get returns one sandbox.
 func (c *Client) Get(ctx context.Context, id string) (sandbox.Info, error) {
 	var info sandbox.Info
-	err := c.do(ctx, http.MethodGet, sandboxURL(id), nil, &info, http.StatusOK)
+	err := c.do(ctx, http.MethodGet, c.sandboxURL(id), nil, &info, http.StatusOK)
 	return info, err
 }
 
 // Delete destroys a sandbox.
 func (c *Client) Delete(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodDelete, sandboxURL(id), nil, nil, http.StatusNoContent)
+	return c.do(ctx, http.MethodDelete, c.sandboxURL(id), nil, nil, http.StatusNoContent)
 }
 
 // Interrupt interrupts the running cell.
 func (c *Client) Interrupt(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodPost, sandboxURL(id, "interrupt"), nil, nil, http.StatusNoContent)
+	return c.do(ctx, http.MethodPost, c.sandboxURL(id, "interrupt"), nil, nil, http.StatusNoContent)
 }
 
 // Restart gives the sandbox a fresh interpreter.
 func (c *Client) Restart(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodPost, sandboxURL(id, "restart"), nil, nil, http.StatusNoContent)
+	return c.do(ctx, http.MethodPost, c.sandboxURL(id, "restart"), nil, nil, http.StatusNoContent)
 }
 
 // Pause pauses the sandbox's VM.
 func (c *Client) Pause(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodPost, sandboxURL(id, "pause"), nil, nil, http.StatusNoContent)
+	return c.do(ctx, http.MethodPost, c.sandboxURL(id, "pause"), nil, nil, http.StatusNoContent)
 }
 
 // Resume resumes a paused VM.
 func (c *Client) Resume(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodPost, sandboxURL(id, "resume"), nil, nil, http.StatusNoContent)
+	return c.do(ctx, http.MethodPost, c.sandboxURL(id, "resume"), nil, nil, http.StatusNoContent)
 }
 
 // Snapshot snapshots the sandbox.
 func (c *Client) Snapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
 	var snap sandbox.SnapshotInfo
-	err := c.do(ctx, http.MethodPost, sandboxURL(id, "snapshot"), nil, &snap, http.StatusOK)
+	err := c.do(ctx, http.MethodPost, c.sandboxURL(id, "snapshot"), nil, &snap, http.StatusOK)
 	return snap, err
 }
 
@@ -191,13 +210,13 @@ func (c *Client) SetNetwork(ctx context.Context, id string, p sandbox.NetworkPol
 	if p.Allow == nil {
 		p.Allow = []string{}
 	}
-	return c.do(ctx, http.MethodPut, sandboxURL(id, "network"), p, nil, http.StatusNoContent)
+	return c.do(ctx, http.MethodPut, c.sandboxURL(id, "network"), p, nil, http.StatusNoContent)
 }
 
 // OpenAPI fetches the server's OpenAPI document.
 func (c *Client) OpenAPI(ctx context.Context) ([]byte, error) {
 	var raw json.RawMessage
-	err := c.do(ctx, http.MethodGet, "http://cellvm/v1/openapi.json", nil, &raw, http.StatusOK)
+	err := c.do(ctx, http.MethodGet, c.base+"/v1/openapi.json", nil, &raw, http.StatusOK)
 	return raw, err
 }
 
@@ -211,7 +230,7 @@ func (c *Client) Exec(ctx context.Context, id string, req sandbox.ExecRequest) (
 		wire.StdinBase64 = base64.StdEncoding.EncodeToString(req.Stdin)
 	}
 	var res cell.ExecResult
-	err := c.do(ctx, http.MethodPost, sandboxURL(id, "exec"), wire, &res, http.StatusOK)
+	err := c.do(ctx, http.MethodPost, c.sandboxURL(id, "exec"), wire, &res, http.StatusOK)
 	return res, err
 }
 
@@ -237,14 +256,14 @@ func (c *Client) RunCell(ctx context.Context, id, code string, timeout time.Dura
 	in := CellRequest{Code: code, TimeoutMS: timeoutMS(timeout)}
 	var res cell.Result
 	if onEvent == nil {
-		err := c.do(ctx, http.MethodPost, sandboxURL(id, "cells"), in, &res, http.StatusOK)
+		err := c.do(ctx, http.MethodPost, c.sandboxURL(id, "cells"), in, &res, http.StatusOK)
 		return res, err
 	}
 	b, err := json.Marshal(in)
 	if err != nil {
 		return res, fmt.Errorf("encoding request: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sandboxURL(id, "cells"), bytes.NewReader(b))
+	req, err := c.newRequest(ctx, http.MethodPost, c.sandboxURL(id, "cells"), bytes.NewReader(b))
 	if err != nil {
 		return res, err
 	}
@@ -289,9 +308,9 @@ func readEvents(r io.Reader, onEvent func(cell.Event)) (cell.Result, error) {
 }
 
 // filesURL is the files route for an absolute (or relative) guest path.
-func filesURL(id, guestPath string) string {
+func (c *Client) filesURL(id, guestPath string) string {
 	segs := strings.Split(strings.TrimLeft(guestPath, "/"), "/")
-	return sandboxURL(id, append([]string{"files"}, segs...)...)
+	return c.sandboxURL(id, append([]string{"files"}, segs...)...)
 }
 
 // Upload streams r to guestPath in the sandbox and returns the bytes the
@@ -299,7 +318,7 @@ func filesURL(id, guestPath string) string {
 // bytes.Buffer) it is declared, so an oversized upload is refused before
 // it is sent.
 func (c *Client) Upload(ctx context.Context, id, guestPath string, r io.Reader) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, filesURL(id, guestPath), r)
+	req, err := c.newRequest(ctx, http.MethodPut, c.filesURL(id, guestPath), r)
 	if err != nil {
 		return 0, err
 	}
@@ -326,7 +345,7 @@ func (c *Client) Upload(ctx context.Context, id, guestPath string, r io.Reader) 
 // written. A transfer cut off by the server is an error
 // (io.ErrUnexpectedEOF), never a silently short file.
 func (c *Client) Download(ctx context.Context, id, guestPath string, w io.Writer) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, filesURL(id, guestPath), nil)
+	req, err := c.newRequest(ctx, http.MethodGet, c.filesURL(id, guestPath), nil)
 	if err != nil {
 		return 0, err
 	}

@@ -11,6 +11,12 @@
 // own and root. Anyone who can connect can run code in every sandbox, so
 // both checks are kept, each covering a mistake in the other (a permissive
 // parent directory, a socket passed to another user by a supervisor).
+// AllowGroup opens the socket to one group as well.
+//
+// Over TCP (cellvm serve --listen) the server runs behind TLS and
+// RequireToken: every request carries a bearer token from a token file,
+// compared in constant time; failures are rate limited per address. Dial
+// is the client's side of both.
 //
 // Routes (the table in routes.go is the one source; the OpenAPI document is
 // tested to match it):
@@ -30,6 +36,10 @@
 //	POST   /v1/sandboxes/{id}/pause
 //	POST   /v1/sandboxes/{id}/resume
 //	POST   /v1/sandboxes/{id}/snapshot
+//	GET    /v1/sandboxes/{id}/logs        console, agent or vmm log (NDJSON with follow=1)
+//	GET    /v1/events                     lifecycle events (NDJSON)
+//	GET    /v1/capacity                   the host's caps and their use
+//	GET    /metrics                       Prometheus text format
 //
 // Errors are {"error":{"code":...,"message":...}}; see errors.go for the
 // mapping of codes to statuses.

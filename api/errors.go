@@ -19,10 +19,16 @@ const (
 	CodeInternal     = "internal"      // 500
 	CodeNotSupported = "not_supported" // 501
 	CodeFull         = "full"          // 503: host capacity reached, retry later
+	CodeUnauthorized = "unauthorized"  // 401: no valid bearer token (TCP listener)
+	CodeRateLimited  = "rate_limited"  // 429: too many failed authentications
 )
 
 // ErrForbidden matches an *Error with CodeForbidden.
 var ErrForbidden = errors.New("forbidden")
+
+// ErrUnauthorized matches an *Error with CodeUnauthorized or
+// CodeRateLimited.
+var ErrUnauthorized = errors.New("unauthorized")
 
 // codeTable maps each code to its HTTP status and the sentinel error it
 // stands for. "full" is 503 rather than 507: the condition is capacity that
@@ -41,6 +47,8 @@ var codeTable = []struct {
 	{CodeTooLarge, http.StatusRequestEntityTooLarge, sandbox.ErrTooLarge},
 	{CodeNotSupported, http.StatusNotImplemented, sandbox.ErrNotSupported},
 	{CodeFull, http.StatusServiceUnavailable, sandbox.ErrFull},
+	{CodeUnauthorized, http.StatusUnauthorized, ErrUnauthorized},
+	{CodeRateLimited, http.StatusTooManyRequests, ErrUnauthorized},
 	{CodeInternal, http.StatusInternalServerError, nil},
 }
 

@@ -43,6 +43,12 @@ type fakeManager struct {
 	cellCanceled chan struct{}
 	// blockTimedOut is set when a "block" cell gave up waiting.
 	blockTimedOut bool
+
+	events sandbox.EventHub
+	// logs are each sandbox's console lines; a follow also gets every
+	// line sent on logFeed, until its sandbox is deleted.
+	logs    map[string][]string
+	logFeed chan string
 }
 
 type fakeBox struct {
@@ -57,6 +63,8 @@ func newFakeManager() *fakeManager {
 		cellStarted:  make(chan struct{}, 4),
 		release:      make(chan struct{}),
 		cellCanceled: make(chan struct{}, 4),
+		logs:         map[string][]string{},
+		logFeed:      make(chan string),
 	}
 }
 
@@ -95,6 +103,7 @@ func (f *fakeManager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.I
 		info:  sandbox.Info{ID: id, State: sandbox.StateRunning, Config: cfg, CreatedAt: time.Unix(1700000000, 0).UTC()},
 		files: map[string][]byte{},
 	}
+	f.events.Publish(sandbox.Event{Type: sandbox.EventCreated, Sandbox: id})
 	return f.boxes[id].info, nil
 }
 
@@ -128,6 +137,7 @@ func (f *fakeManager) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	delete(f.boxes, id)
+	f.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: id, Reason: sandbox.DeletedByRequest})
 	return nil
 }
 
@@ -146,8 +156,21 @@ func (f *fakeManager) Interrupt(ctx context.Context, id string) error {
 	return f.simple("Interrupt", id)
 }
 func (f *fakeManager) Restart(ctx context.Context, id string) error { return f.simple("Restart", id) }
-func (f *fakeManager) Pause(ctx context.Context, id string) error   { return f.simple("Pause", id) }
-func (f *fakeManager) Resume(ctx context.Context, id string) error  { return f.simple("Resume", id) }
+func (f *fakeManager) Pause(ctx context.Context, id string) error {
+	if err := f.simple("Pause", id); err != nil {
+		return err
+	}
+	f.events.Publish(sandbox.Event{Type: sandbox.EventPaused, Sandbox: id})
+	return nil
+}
+
+func (f *fakeManager) Resume(ctx context.Context, id string) error {
+	if err := f.simple("Resume", id); err != nil {
+		return err
+	}
+	f.events.Publish(sandbox.Event{Type: sandbox.EventResumed, Sandbox: id})
+	return nil
+}
 
 func (f *fakeManager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
 	if err := f.simple("Snapshot", id); err != nil {
@@ -163,7 +186,54 @@ func (f *fakeManager) SetNetwork(ctx context.Context, id string, p sandbox.Netwo
 	f.mu.Lock()
 	f.lastNet = p
 	f.mu.Unlock()
+	f.events.Publish(sandbox.Event{Type: sandbox.EventPolicyChanged, Sandbox: id, Network: &p})
 	return nil
+}
+
+func (f *fakeManager) Logs(ctx context.Context, id string, req sandbox.LogRequest, onLine func(sandbox.LogLine) error) error {
+	f.mu.Lock()
+	f.record("Logs %s %s %d %v", id, req.Source, req.Tail, req.Follow)
+	_, err := f.box(id)
+	lines := f.logs[id]
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	for _, l := range lines[max(len(lines)-req.Tail, 0):] {
+		if err := onLine(sandbox.LogLine{Source: req.Source, Text: l}); err != nil {
+			return err
+		}
+	}
+	for req.Follow {
+		select {
+		case <-ctx.Done():
+			return nil
+		case l := <-f.logFeed:
+			if l == "" { // the sandbox is gone
+				return nil
+			}
+			if err := onLine(sandbox.LogLine{Source: req.Source, Text: l}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (f *fakeManager) Events(ctx context.Context) (sandbox.EventStream, error) {
+	f.mu.Lock()
+	f.record("Events")
+	f.mu.Unlock()
+	return f.events.Subscribe(ctx)
+}
+
+func (f *fakeManager) Capacity(ctx context.Context) (sandbox.Capacity, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return sandbox.Capacity{MaxSandboxes: 8, Sandboxes: len(f.boxes), MaxMemoryMiB: 4096, MemoryMiBUsed: 512 * len(f.boxes)}, nil
 }
 
 func (f *fakeManager) RunCell(ctx context.Context, id, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {

@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -25,6 +27,7 @@ type ListenOption func(*listenConfig)
 
 type listenConfig struct {
 	allowed []int
+	group   int // -1: none
 	log     *slog.Logger
 }
 
@@ -32,6 +35,13 @@ type listenConfig struct {
 // (by default the daemon's own uid and root).
 func AllowUIDs(uids ...int) ListenOption {
 	return func(c *listenConfig) { c.allowed = slices.Clone(uids) }
+}
+
+// AllowGroup lets the members of group gid use the socket too: the socket
+// is made mode 0660 and owned by that group, and peers whose primary or
+// supplementary groups include gid are accepted.
+func AllowGroup(gid int) ListenOption {
+	return func(c *listenConfig) { c.group = gid }
 }
 
 // WithListenLogger sets where refused connections are logged.
@@ -50,7 +60,7 @@ func WithListenLogger(l *slog.Logger) ListenOption {
 // by a crash); anything else at path is an error. Closing the listener
 // removes the socket, unless it has been replaced by someone else's.
 func ListenUnix(path string, opts ...ListenOption) (net.Listener, error) {
-	cfg := listenConfig{allowed: []int{os.Getuid(), 0}, log: slog.New(slog.DiscardHandler)}
+	cfg := listenConfig{allowed: []int{os.Getuid(), 0}, group: -1, log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -71,7 +81,15 @@ func ListenUnix(path string, opts ...ListenOption) (net.Listener, error) {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
 	ln.SetUnlinkOnClose(false)
-	if err := os.Chmod(tmp, 0o600); err != nil {
+	mode := os.FileMode(0o600)
+	if cfg.group >= 0 {
+		if err := os.Chown(tmp, -1, cfg.group); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("listen %s: giving the socket to group %d: %w", path, cfg.group, err)
+		}
+		mode = 0o660
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("listen %s: chmod: %w", path, err)
 	}
@@ -143,7 +161,7 @@ func (l *peerListener) Accept() (net.Conn, error) {
 			c.Close()
 			continue
 		}
-		if !slices.Contains(l.cfg.allowed, int(cred.Uid)) {
+		if !slices.Contains(l.cfg.allowed, int(cred.Uid)) && !inGroup(cred, l.cfg.group) {
 			l.cfg.log.Warn("api: refusing connection from a uid not allowed", "uid", cred.Uid, "pid", cred.Pid)
 			select {
 			case l.refusing <- struct{}{}:
@@ -240,4 +258,30 @@ func NewHTTPServer(h http.Handler) *http.Server {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
+}
+
+// inGroup reports whether the peer's primary group, or one of the
+// supplementary groups of its process, is gid (-1: no group is allowed).
+// A peer whose process is gone by now is refused.
+func inGroup(cred syscall.Ucred, gid int) bool {
+	if gid < 0 {
+		return false
+	}
+	if int(cred.Gid) == gid {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cred.Pid))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Groups:"); ok {
+			for _, g := range strings.Fields(rest) {
+				if g == strconv.Itoa(gid) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

@@ -31,5 +31,9 @@ func routes() []route {
 		{"POST", "/v1/sandboxes/{id}/pause", (*server).pause},
 		{"POST", "/v1/sandboxes/{id}/resume", (*server).resume},
 		{"POST", "/v1/sandboxes/{id}/snapshot", (*server).snapshot},
+		{"GET", "/v1/sandboxes/{id}/logs", (*server).logs},
+		{"GET", "/v1/events", (*server).events},
+		{"GET", "/v1/capacity", (*server).capacity},
+		{"GET", "/metrics", (*server).metrics},
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cellvm/cellvm/sandbox"
 )
 
@@ -64,6 +66,10 @@ type server struct {
 	defTimeout         time.Duration
 	maxTimeout         time.Duration
 	streamWriteTimeout time.Duration
+
+	registry    *prometheus.Registry
+	reqMetrics  *requestMetrics
+	promHandler http.Handler
 }
 
 // NewServer returns the API handler over m. log receives one record per
@@ -85,6 +91,11 @@ func NewServer(m sandbox.Manager, log *slog.Logger, opts ...Option) http.Handler
 	for _, o := range opts {
 		o(s)
 	}
+	if s.registry == nil {
+		s.registry = prometheus.NewRegistry()
+	}
+	s.reqMetrics = newRequestMetrics(s.registry)
+	s.promHandler = s.metricsHandler()
 	for _, rt := range routes() {
 		h := rt.handler
 		s.mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) { h(s, w, r) })
@@ -127,6 +138,7 @@ func (s *server) logRequest(r *http.Request, rec *statusRecorder, start time.Tim
 	if rec.errMsg != "" {
 		attrs = append(attrs, slog.String("detail", clipString(rec.errMsg, 4096)))
 	}
+	s.reqMetrics.observe(r, status, time.Since(start))
 	level := slog.LevelInfo
 	if status >= 500 {
 		level = slog.LevelError

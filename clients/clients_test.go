@@ -24,13 +24,16 @@ func TestPythonClient(t *testing.T) {
 }
 
 // fakeDaemons serves the API over one fake manager on two sockets, one of
-// which refuses this user (403), and returns the manager and the
+// which refuses this user (403), and over TLS with a bearer token (as
+// `cellvm serve --listen` does), and returns the manager and the
 // environment that tells the clients' tests where they are.
 func fakeDaemons(t *testing.T) (*fakeManager, []string) {
 	m := newFakeManager()
 	sock := serveAPI(t, m)
 	forbidden := serveAPI(t, m, api.AllowUIDs(os.Getuid()+4242))
-	return m, []string{"CELLVM_TEST_FAKE_SOCKET=" + sock, "CELLVM_TEST_FORBIDDEN_SOCKET=" + forbidden}
+	url, token, ca := serveTLS(t, m)
+	return m, []string{"CELLVM_TEST_FAKE_SOCKET=" + sock, "CELLVM_TEST_FORBIDDEN_SOCKET=" + forbidden,
+		"CELLVM_TEST_FAKE_URL=" + url, "CELLVM_TEST_FAKE_TOKEN=" + token, "CELLVM_TEST_FAKE_CA=" + ca}
 }
 
 // checkFakeAfterClients checks, on the daemon's side, what the clients'
@@ -41,7 +44,7 @@ func checkFakeAfterClients(t *testing.T, m *fakeManager, out string) {
 	if strings.Contains(out, "skipped 'needs the fake daemon") {
 		t.Errorf("tests skipped for want of the fake daemon:\n%s", out)
 	}
-	events := strings.Join(m.Events(), "\n")
+	events := strings.Join(m.Happened(), "\n")
 	if strings.Contains(events, "the client stayed a minute") || !strings.Contains(events, "the client went away") {
 		t.Errorf("a client's timeout did not close its connection; the fake saw:\n%s", events)
 	}

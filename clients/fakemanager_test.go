@@ -52,6 +52,7 @@ type fakeManager struct {
 	events  []string // what happened, for the Go side of the tests
 	chart   []byte
 	deleted []string
+	hub     sandbox.EventHub
 }
 
 type fakeBox struct {
@@ -74,8 +75,8 @@ func (f *fakeManager) note(format string, args ...any) {
 	f.events = append(f.events, fmt.Sprintf(format, args...))
 }
 
-// Events returns what happened so far.
-func (f *fakeManager) Events() []string {
+// Happened returns what happened so far.
+func (f *fakeManager) Happened() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.events...)
@@ -401,6 +402,22 @@ func (f *fakeManager) Pause(ctx context.Context, id string) error  { return sand
 func (f *fakeManager) Resume(ctx context.Context, id string) error { return sandbox.ErrNotSupported }
 func (f *fakeManager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
 	return sandbox.SnapshotInfo{}, sandbox.ErrNotSupported
+}
+
+// The observation routes: no logs, no events, no caps; the clients do not
+// use them.
+func (f *fakeManager) Logs(ctx context.Context, id string, req sandbox.LogRequest, onLine func(sandbox.LogLine) error) error {
+	return f.withBox(id, func(*fakeBox) error { return nil })
+}
+
+func (f *fakeManager) Events(ctx context.Context) (sandbox.EventStream, error) {
+	return f.hub.Subscribe(ctx)
+}
+
+func (f *fakeManager) Capacity(ctx context.Context) (sandbox.Capacity, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return sandbox.Capacity{Sandboxes: len(f.boxes)}, nil
 }
 
 var _ sandbox.Manager = (*fakeManager)(nil)

@@ -3,7 +3,11 @@ package clients
 import (
 	"bytes"
 	"context"
+	"encoding/pem"
+	"io"
+	stdlog "log"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,6 +76,31 @@ func serveAPI(t *testing.T, m sandbox.Manager, opts ...api.ListenOption) string 
 		}
 	})
 	return sock
+}
+
+// serveTLS serves the API over m on a loopback TLS port behind bearer
+// tokens (api.RequireToken, as `cellvm serve --listen` does) and returns
+// its URL, the token and the PEM file of its certificate.
+func serveTLS(t *testing.T, m sandbox.Manager) (url, token, caFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	token = "clients-test-token-0123456789"
+	tokenFile := filepath.Join(dir, "tokens")
+	os.WriteFile(tokenFile, []byte(token+"\n"), 0o600)
+	tokens, err := api.LoadTokens(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	srv := httptest.NewUnstartedServer(api.RequireToken(api.NewServer(m, log, api.WithMaxUploadBytes(1<<20)), tokens, log))
+	// A client that refuses the certificate (a test of that) aborts the
+	// handshake; the server need not say so.
+	srv.Config.ErrorLog = stdlog.New(io.Discard, "", 0)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	caFile = filepath.Join(dir, "ca.pem")
+	os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o644)
+	return srv.URL, token, caFile
 }
 
 // clientsDir is this package's directory (the test's working directory).

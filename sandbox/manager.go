@@ -52,7 +52,11 @@ type Options struct {
 	// TestHooks arms each VMM's test-only seccomp trigger (SIGUSR2 makes a
 	// forbidden system call). Only tests set it.
 	TestHooks bool
-	Log       *slog.Logger
+	// Node, when set, is written into every sandbox id ("sb-NODE-<hex>"),
+	// so a router in front of many daemons can tell from an id alone
+	// which daemon holds it (see ValidNode).
+	Node string
+	Log  *slog.Logger
 }
 
 // VMManager is the Manager that runs each sandbox in its own microVM.
@@ -66,6 +70,8 @@ type VMManager struct {
 	closed    bool
 	stopReap  chan struct{}
 	reapDone  chan struct{}
+
+	events EventHub
 }
 
 type vmSandbox struct {
@@ -86,6 +92,7 @@ type vmSandbox struct {
 	exitSeen    sync.Once // markLost's: the VMM's own exit is handled once
 	cells       atomic.Int64
 	lastUsed    atomic.Int64 // unix nanoseconds
+	bootMS      atomic.Int64 // how long Create took to boot the VM
 }
 
 func (s *vmSandbox) State() State { return s.state.Load().(State) }
@@ -110,6 +117,9 @@ func NewVMManager(opt Options) (*VMManager, error) {
 			return nil, fmt.Errorf("%s: %w (run 'make setup')", name, err)
 		}
 	}
+	if err := ValidNode(opt.Node); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(filepath.Join(opt.StateDir, "sandboxes"), 0o700); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
@@ -125,9 +135,12 @@ func NewVMManager(opt Options) (*VMManager, error) {
 	return m, nil
 }
 
-func newID() string {
+func newID(node string) string {
 	b := make([]byte, 6)
 	rand.Read(b)
+	if node != "" {
+		return "sb-" + node + "-" + hex.EncodeToString(b)
+	}
 	return "sb-" + hex.EncodeToString(b)
 }
 
@@ -164,7 +177,7 @@ func (m *VMManager) reserve(cfg Config) (string, uint64, error) {
 	}
 	cid := m.nextCID
 	m.nextCID++
-	id := newID()
+	id := newID(m.opt.Node)
 	// Hold the slot while the VM boots, so concurrent creates count it.
 	s := &vmSandbox{id: id, cfg: cfg, cid: cid, created: time.Now(), dir: m.sandboxDir(id)}
 	s.state.Store(StateStarting)
@@ -283,10 +296,12 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 	if err != nil {
 		return Info{}, err
 	}
+	s.bootMS.Store(time.Since(start).Milliseconds())
 	s.state.Store(StateRunning)
 	s.lastUsed.Store(time.Now().UnixNano())
 	go m.watch(s)
-	m.log.Info("sandbox created", "id", id, "vcpus", cfg.VCPUs, "memory_mib", cfg.MemoryMiB, "boot_ms", time.Since(start).Milliseconds())
+	m.log.Info("sandbox created", "id", id, "vcpus", cfg.VCPUs, "memory_mib", cfg.MemoryMiB, "boot_ms", s.bootMS.Load())
+	m.events.Publish(Event{Type: EventCreated, Sandbox: id})
 	return m.info(s), nil
 }
 
@@ -307,7 +322,9 @@ func (m *VMManager) markLost(s *vmSandbox) {
 		for _, st := range []State{StateRunning, StatePaused} {
 			if s.state.CompareAndSwap(st, StateLost) {
 				why := lostInfo(s.proc.err, readTail(filepath.Join(s.dir, vmmLogFile), 4096))
+				why.Console = lostConsole(s.dir)
 				s.lost.Store(&why)
+				m.events.Publish(Event{Type: EventLost, Sandbox: s.id, Lost: &why})
 				m.log.Warn("sandbox lost: its VM exited", "id", s.id, "error", s.proc.err, "reason", why.Reason, "killed_by", why.KilledBy,
 					"vmm_log", lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 4096), 10),
 					"console", lastLines(consoleTail(s.dir, 8192), 30))
@@ -436,6 +453,7 @@ func (m *VMManager) Delete(ctx context.Context, id string) error {
 	}
 	m.destroy(s)
 	m.log.Info("sandbox deleted", "id", id)
+	m.events.Publish(Event{Type: EventDeleted, Sandbox: id, Reason: DeletedByRequest})
 	return nil
 }
 
@@ -446,6 +464,7 @@ func (m *VMManager) info(s *vmSandbox) Info {
 	in := Info{
 		ID: s.id, State: s.State(), Config: cfg, CreatedAt: s.created,
 		UptimeS: time.Since(s.created).Seconds(), Cells: int(s.cells.Load()), CellRunning: s.cellRunning.Load(),
+		BootMS: s.bootMS.Load(),
 	}
 	if s.proc != nil && s.proc.alive() {
 		in.Usage = procUsage(s.proc.pid)
@@ -667,7 +686,11 @@ func (m *VMManager) SetNetwork(ctx context.Context, id string, p NetworkPolicy) 
 		}
 		return fmt.Errorf("%w: sandbox %s was created without network and has no network device; create it with a network policy", ErrNotSupported, id)
 	}
-	return m.setNetwork(s, pol)
+	if err := m.setNetwork(s, pol); err != nil {
+		return err
+	}
+	m.events.Publish(Event{Type: EventPolicyChanged, Sandbox: id, Network: &NetworkPolicy{Allow: pol.Entries()}})
+	return nil
 }
 
 // Pause implements Manager by stopping the VMM process: its vCPU threads
@@ -684,6 +707,7 @@ func (m *VMManager) Pause(ctx context.Context, id string) error {
 		return fmt.Errorf("pause: %w", err)
 	}
 	s.state.Store(StatePaused)
+	m.events.Publish(Event{Type: EventPaused, Sandbox: id})
 	return nil
 }
 
@@ -700,6 +724,7 @@ func (m *VMManager) Resume(ctx context.Context, id string) error {
 		return fmt.Errorf("resume: %w", err)
 	}
 	s.state.Store(StateRunning)
+	m.events.Publish(Event{Type: EventResumed, Sandbox: id})
 	return nil
 }
 
@@ -723,22 +748,23 @@ func (m *VMManager) reapLoop() {
 		case <-t.C:
 		}
 		m.mu.Lock()
-		var expired []*vmSandbox
+		expired := map[*vmSandbox]string{}
 		now := time.Now()
 		for _, s := range m.sandboxes {
 			if s.State() == StateStarting || s.State() == StateStopping || s.cellRunning.Load() {
 				continue
 			}
 			if s.cfg.TTL > 0 && now.Sub(s.created) > s.cfg.TTL {
-				expired = append(expired, s)
+				expired[s] = DeletedByTTL
 			} else if s.cfg.IdleTimeout > 0 && now.Sub(time.Unix(0, s.lastUsed.Load())) > s.cfg.IdleTimeout {
-				expired = append(expired, s)
+				expired[s] = DeletedByIdle
 			}
 		}
 		m.mu.Unlock()
-		for _, s := range expired {
-			m.log.Info("sandbox expired", "id", s.id)
+		for s, why := range expired {
+			m.log.Info("sandbox expired", "id", s.id, "reason", why)
 			m.destroy(s)
+			m.events.Publish(Event{Type: EventDeleted, Sandbox: s.id, Reason: why})
 		}
 	}
 }
@@ -761,7 +787,11 @@ func (m *VMManager) Close() error {
 	var wg sync.WaitGroup
 	for _, s := range ss {
 		wg.Add(1)
-		go func() { defer wg.Done(); m.destroy(s) }()
+		go func() {
+			defer wg.Done()
+			m.destroy(s)
+			m.events.Publish(Event{Type: EventDeleted, Sandbox: s.id, Reason: DeletedByShutdown})
+		}()
 	}
 	wg.Wait()
 	return nil

@@ -293,6 +293,10 @@ type Info struct {
 	Network     NetworkCounters `json:"network"`
 	// Lost says why, when State is StateLost.
 	Lost *LostInfo `json:"lost,omitempty"`
+	// BootMS is how long the VM took from its start to its agent's first
+	// answer (0: not known, as for a sandbox taken back from an earlier
+	// daemon).
+	BootMS int64 `json:"boot_ms,omitempty"`
 }
 
 // LostInfo is why a sandbox's VM died.
@@ -305,6 +309,8 @@ type LostInfo struct {
 	KilledBy string `json:"killed_by,omitempty"`
 	// Exit is the VMM process's exit status or signal.
 	Exit string `json:"exit,omitempty"`
+	// Console is the guest console's last lines when the VM went.
+	Console []string `json:"console,omitempty"`
 }
 
 // ExecRequest runs one command in the guest, outside the interpreter.
@@ -397,6 +403,17 @@ type Manager interface {
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
 	Snapshot(ctx context.Context, id string) (SnapshotInfo, error)
+
+	// Logs calls onLine for the last req.Tail lines of one of the
+	// sandbox's logs and, with req.Follow, for each line written later,
+	// until ctx ends or the sandbox is deleted (both a nil error). An
+	// error from onLine ends it with that error.
+	Logs(ctx context.Context, id string, req LogRequest, onLine func(LogLine) error) error
+	// Events subscribes to lifecycle events: every event published after
+	// it returns reaches the stream, in order (see observe.go).
+	Events(ctx context.Context) (EventStream, error)
+	// Capacity reports the host's caps and their use.
+	Capacity(ctx context.Context) (Capacity, error)
 }
 
 // GuestPath turns a caller's file path into the cleaned absolute guest path

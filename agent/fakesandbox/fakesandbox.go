@@ -22,14 +22,25 @@ import (
 )
 
 // Handler returns a scripted result for code, or false to let the
-// stand-in interpreter run it.
+// stand-in interpreter run it. The result's stdout and stderr are streamed
+// as events before its end.
 type Handler func(code string) (cell.Result, bool)
+
+// Streamer is a Handler that emits its own events as it goes (it may block,
+// until ctx ends, to show a cell still running); the end event is sent for
+// it. It returns false to leave the code to the Handler.
+type Streamer func(ctx context.Context, id, code string, emit func(cell.Event)) (cell.Result, bool)
 
 // Manager is the fake.
 type Manager struct {
-	Handler Handler
+	Handler  Handler
+	Streamer Streamer
+	// MaxSandboxes caps Create (0: none), for Capacity and ErrFull.
+	MaxSandboxes int
 
+	events  sandbox.EventHub
 	mu      sync.Mutex
+	changed *sync.Cond // broadcast when a log grows or a sandbox goes
 	next    int
 	boxes   map[string]*box
 	deleted []string
@@ -41,10 +52,15 @@ type box struct {
 	vars  map[string]int
 	files map[string][]byte
 	count int
+	logs  map[sandbox.LogSource][]string
 }
 
 // New returns an empty fake manager.
-func New(h Handler) *Manager { return &Manager{Handler: h, boxes: map[string]*box{}} }
+func New(h Handler) *Manager {
+	m := &Manager{Handler: h, boxes: map[string]*box{}}
+	m.changed = sync.NewCond(&m.mu)
+	return m
+}
 
 // Deleted returns the ids of deleted sandboxes, in order.
 func (m *Manager) Deleted() []string {
@@ -82,10 +98,15 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.MaxSandboxes > 0 && len(m.boxes) >= m.MaxSandboxes {
+		return sandbox.Info{}, fmt.Errorf("%w: %d sandboxes, the cap is %d", sandbox.ErrFull, len(m.boxes), m.MaxSandboxes)
+	}
 	m.next++
 	id := fmt.Sprintf("sb-fake%d", m.next)
-	b := &box{info: sandbox.Info{ID: id, State: sandbox.StateRunning, Config: cfg, CreatedAt: time.Now()}, vars: map[string]int{}, files: map[string][]byte{}}
+	b := &box{info: sandbox.Info{ID: id, State: sandbox.StateRunning, Config: cfg, CreatedAt: time.Now(), BootMS: 42},
+		vars: map[string]int{}, files: map[string][]byte{}, logs: map[sandbox.LogSource][]string{}}
 	m.boxes[id] = b
+	m.events.Publish(sandbox.Event{Type: sandbox.EventCreated, Sandbox: id})
 	return b.info, nil
 }
 
@@ -117,6 +138,8 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	}
 	delete(m.boxes, id)
 	m.deleted = append(m.deleted, id)
+	m.changed.Broadcast()
+	m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: id, Reason: sandbox.DeletedByRequest})
 	return nil
 }
 
@@ -130,19 +153,40 @@ func (m *Manager) RunCell(ctx context.Context, id, code string, timeout time.Dur
 		m.mu.Unlock()
 		return cell.Result{}, err
 	}
+	if err := usable(b); err != nil {
+		m.mu.Unlock()
+		return cell.Result{}, err
+	}
 	b.count++
 	b.info.Cells++
 	m.cells = append(m.cells, id+": "+code)
 	n := b.count
 	m.mu.Unlock()
 	var res cell.Result
+	emit := func(ev cell.Event) {
+		if onEvent != nil {
+			onEvent(ev)
+		}
+	}
+	if m.Streamer != nil {
+		if r, ok := m.Streamer(ctx, id, code, emit); ok {
+			res = r
+			res.ExecutionCount = n
+			emit(cell.Event{Type: cell.EventEnd, End: &res})
+			return res, nil
+		}
+	}
 	if m.Handler != nil {
 		if r, ok := m.Handler(code); ok {
 			res = r
 			res.ExecutionCount = n
-			if onEvent != nil {
-				onEvent(cell.Event{Type: cell.EventEnd, End: &res})
+			if res.Stdout != "" {
+				emit(cell.Event{Type: cell.EventStdout, Text: res.Stdout})
 			}
+			if res.Stderr != "" {
+				emit(cell.Event{Type: cell.EventStderr, Text: res.Stderr})
+			}
+			emit(cell.Event{Type: cell.EventEnd, End: &res})
 			return res, nil
 		}
 	}
@@ -150,10 +194,22 @@ func (m *Manager) RunCell(ctx context.Context, id, code string, timeout time.Dur
 	res = b.interpret(code)
 	m.mu.Unlock()
 	res.ExecutionCount = n
-	if onEvent != nil {
-		onEvent(cell.Event{Type: cell.EventEnd, End: &res})
+	if res.Stdout != "" {
+		emit(cell.Event{Type: cell.EventStdout, Text: res.Stdout})
 	}
+	emit(cell.Event{Type: cell.EventEnd, End: &res})
 	return res, nil
+}
+
+// usable refuses calls on a lost or paused sandbox as the VM manager does.
+func usable(b *box) error {
+	switch b.info.State {
+	case sandbox.StateLost:
+		return fmt.Errorf("%w: sandbox %s's VM exited; delete it", sandbox.ErrLost, b.info.ID)
+	case sandbox.StatePaused:
+		return fmt.Errorf("%w: sandbox %s is paused; resume it first", sandbox.ErrBusy, b.info.ID)
+	}
+	return nil
 }
 
 // interpret runs the stand-in language, one statement per line.
@@ -263,10 +319,124 @@ func (m *Manager) Download(ctx context.Context, id, guestPath string, w io.Write
 }
 
 func (m *Manager) SetNetwork(ctx context.Context, id string, p sandbox.NetworkPolicy) error {
-	return sandbox.ErrNotSupported
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	return m.update(id, func(b *box) error {
+		pol := sandbox.NetworkPolicy{Allow: append([]string{}, p.Allow...)}
+		b.info.Config.Network = &pol
+		m.events.Publish(sandbox.Event{Type: sandbox.EventPolicyChanged, Sandbox: id, Network: &pol})
+		return nil
+	})
 }
-func (m *Manager) Pause(ctx context.Context, id string) error  { return sandbox.ErrNotSupported }
-func (m *Manager) Resume(ctx context.Context, id string) error { return sandbox.ErrNotSupported }
+
+// Pause and Resume move the sandbox between running and paused.
+func (m *Manager) Pause(ctx context.Context, id string) error {
+	return m.setState(id, sandbox.StateRunning, sandbox.StatePaused, sandbox.EventPaused)
+}
+
+func (m *Manager) Resume(ctx context.Context, id string) error {
+	return m.setState(id, sandbox.StatePaused, sandbox.StateRunning, sandbox.EventResumed)
+}
+
+// update runs f on the sandbox under the lock.
+func (m *Manager) update(id string, f func(b *box) error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.get(id)
+	if err != nil {
+		return err
+	}
+	return f(b)
+}
+
+func (m *Manager) setState(id string, from, to sandbox.State, ev sandbox.EventType) error {
+	return m.update(id, func(b *box) error {
+		if b.info.State != from {
+			return fmt.Errorf("%w: sandbox %s is %s, not %s", sandbox.ErrBusy, id, b.info.State, from)
+		}
+		b.info.State = to
+		m.events.Publish(sandbox.Event{Type: ev, Sandbox: id})
+		return nil
+	})
+}
+
+// Lose makes the sandbox lost, as a VM that died would.
+func (m *Manager) Lose(id string, why sandbox.LostInfo) error {
+	return m.update(id, func(b *box) error {
+		b.info.State = sandbox.StateLost
+		b.info.Lost = &why
+		m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: id, Lost: &why})
+		return nil
+	})
+}
+
+// SetNetworkCounters sets the egress counters the sandbox's info reports.
+func (m *Manager) SetNetworkCounters(id string, c sandbox.NetworkCounters) error {
+	return m.update(id, func(b *box) error { b.info.Network = c; return nil })
+}
+
+// AppendLog adds lines to one of a sandbox's logs (and wakes followers).
+func (m *Manager) AppendLog(id string, src sandbox.LogSource, lines ...string) error {
+	return m.update(id, func(b *box) error {
+		b.logs[src] = append(b.logs[src], lines...)
+		m.changed.Broadcast()
+		return nil
+	})
+}
+
+// Logs implements sandbox.Manager over the lines AppendLog added.
+func (m *Manager) Logs(ctx context.Context, id string, req sandbox.LogRequest, onLine func(sandbox.LogLine) error) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.get(id)
+	if err != nil {
+		return err
+	}
+	// Wake the wait below when ctx ends.
+	stop := context.AfterFunc(ctx, func() { m.mu.Lock(); m.changed.Broadcast(); m.mu.Unlock() })
+	defer stop()
+	lines := b.logs[req.Source]
+	sent := max(len(lines)-req.Tail, 0)
+	for {
+		for ; sent < len(b.logs[req.Source]); sent++ {
+			l := sandbox.LogLine{Source: req.Source, Text: b.logs[req.Source][sent]}
+			m.mu.Unlock()
+			err := onLine(l)
+			m.mu.Lock()
+			if err != nil {
+				return err
+			}
+		}
+		if !req.Follow || ctx.Err() != nil {
+			return nil
+		}
+		if _, err := m.get(id); err != nil {
+			return nil // deleted
+		}
+		m.changed.Wait()
+	}
+}
+
+// Events implements sandbox.Manager.
+func (m *Manager) Events(ctx context.Context) (sandbox.EventStream, error) {
+	return m.events.Subscribe(ctx)
+}
+
+// Capacity implements sandbox.Manager.
+func (m *Manager) Capacity(ctx context.Context) (sandbox.Capacity, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := sandbox.Capacity{MaxSandboxes: m.MaxSandboxes, Sandboxes: len(m.boxes)}
+	for _, b := range m.boxes {
+		c.MemoryMiBUsed += b.info.Config.MemoryMiB
+		c.VCPUsUsed += b.info.Config.VCPUs
+	}
+	return c, nil
+}
 func (m *Manager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
 	return sandbox.SnapshotInfo{}, sandbox.ErrNotSupported
 }

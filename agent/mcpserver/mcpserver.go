@@ -1,5 +1,6 @@
 // Package mcpserver offers cellvm's tools (run_python, exec, read_file,
-// write_file) to any MCP client, using the official Go SDK. Each MCP
+// write_file, list_files, upload_file, restart_python) to any MCP client,
+// over stdio or Streamable HTTP, using the official Go SDK. Each MCP
 // session gets its own sandbox, created on its first tool call (listing
 // tools costs no VM) and deleted when the session ends, so one client's
 // variables are never another's and nothing outlives the connection.
@@ -134,6 +135,20 @@ func (s *Server) EndSession(ss *mcp.ServerSession) {
 	s.log.Info("session ended; sandbox deleted", "sandbox", sess.id)
 }
 
+// Close ends every session, which deletes their sandboxes.
+func (s *Server) Close() {
+	s.mu.Lock()
+	var all []*mcp.ServerSession
+	for ss := range s.sessions {
+		all = append(all, ss)
+	}
+	s.mu.Unlock()
+	for _, ss := range all {
+		ss.Close()
+		s.EndSession(ss)
+	}
+}
+
 // sandboxFor returns the session's sandbox, creating it on first use.
 func (s *Server) sandboxFor(ctx context.Context, ss *mcp.ServerSession) (string, error) {
 	s.mu.Lock()
@@ -141,6 +156,10 @@ func (s *Server) sandboxFor(ctx context.Context, ss *mcp.ServerSession) (string,
 	if sess == nil {
 		sess = &session{}
 		s.sessions[ss] = sess
+		// A session served by a transport the SDK drives itself (the
+		// Streamable HTTP handler) ends without a Serve to see it: the
+		// client's DELETE, its idle timeout, or Close.
+		go func() { ss.Wait(); s.EndSession(ss) }()
 	}
 	s.mu.Unlock()
 	sess.mu.Lock()

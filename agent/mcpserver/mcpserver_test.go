@@ -68,7 +68,7 @@ func TestSessionToolsStateAndCleanup(t *testing.T) {
 			t.Errorf("run_python description does not say state persists: %q", tl.Description)
 		}
 	}
-	if got := strings.Join(names, ","); got != "exec,read_file,run_python,write_file" {
+	if got := strings.Join(names, ","); got != "exec,list_files,read_file,restart_python,run_python,upload_file,write_file" {
 		t.Errorf("tools = %s", got)
 	}
 	if m.Live() != 0 {

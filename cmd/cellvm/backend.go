@@ -1,13 +1,15 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/cellvm/cellvm/api"
 	"github.com/cellvm/cellvm/jail"
@@ -19,33 +21,97 @@ import (
 // when asked to use a daemon without a path.
 const DefaultSocket = "/run/cellvm/cellvm.sock"
 
-// backendFlags are the flags every command that reaches sandboxes takes.
-type backendFlags struct {
-	socket   *string
-	kernel   *string
-	initrd   *string
-	rootfs   *string
-	logLevel *string
-	jsonOut  *bool
-
-	jail        *bool
-	jailUIDBase *int
-	jailCgroup  *string
+// connFlags say how to reach a daemon: its Unix socket, or its URL with a
+// token (and the CA of its certificate).
+type connFlags struct {
+	socket    string
+	url       string
+	tokenFile string
+	tlsCA     string
+	jsonOut   *bool
 }
 
-func addBackendFlags(fs *flag.FlagSet) *backendFlags {
-	return &backendFlags{
-		socket:   fs.String("socket", os.Getenv("CELLVM_SOCKET"), "daemon socket; when empty, run sandboxes in this process (default $CELLVM_SOCKET)"),
-		kernel:   fs.String("kernel", "", "guest kernel (default build/kernel/vmlinux or $CELLVM_KERNEL)"),
-		initrd:   fs.String("initrd", "", "guest initramfs (default build/initramfs.cpio)"),
-		rootfs:   fs.String("rootfs", "", "guest root image (default build/rootfs.ext4)"),
-		logLevel: fs.String("log-level", "warn", "log level on stderr"),
-		jsonOut:  fs.Bool("json", false, "print JSON for scripts"),
-		jail: fs.Bool("jail", os.Geteuid() == 0,
-			"confine each VMM: its own namespaces, a root with only its VM's files, its own uid, a cgroup, a seccomp filter (needs root; default on as root)"),
-		jailUIDBase: fs.Int("jail-uid-base", defaultJailUIDBase, "a jailed VMM runs as this uid (and gid) plus its VM's vsock CID"),
-		jailCgroup:  fs.String("jail-cgroup", defaultJailCgroup, "cgroup v2 directory for the jailed VMMs' cgroups (\"\" for none)"),
+func (a *app) addConnFlags(fs *pflag.FlagSet) *connFlags {
+	c := &connFlags{jsonOut: &a.jsonOut}
+	fs.StringVar(&c.socket, "socket", os.Getenv("CELLVM_SOCKET"), "daemon socket (default $CELLVM_SOCKET; run and chat run sandboxes in this process when neither it nor --url is given)")
+	fs.StringVar(&c.url, "url", os.Getenv("CELLVM_URL"), "daemon URL, https://HOST:PORT (default $CELLVM_URL)")
+	fs.StringVar(&c.tokenFile, "token-file", os.Getenv("CELLVM_TOKEN_FILE"), "file holding the bearer token for --url (default $CELLVM_TOKEN_FILE, else $CELLVM_TOKEN)")
+	fs.StringVar(&c.tlsCA, "tls-ca", os.Getenv("CELLVM_TLS_CA"), "PEM certificate(s) to trust for --url, e.g. the daemon's self-signed one (default $CELLVM_TLS_CA, else the system's)")
+	fs.BoolVar(c.jsonOut, "json", false, "print JSON for scripts (errors too, on stdout)")
+	return c
+}
+
+// remote reports whether a daemon was named.
+func (c *connFlags) remote() bool { return c.socket != "" || c.url != "" }
+
+// client returns a client for the daemon named by the flags, or the one at
+// DefaultSocket. An absent socket is an unreachableError at once.
+func (c *connFlags) client() (*api.Client, error) {
+	if c.url != "" {
+		if c.socket != "" {
+			return nil, usagef("give --socket or --url, not both")
+		}
+		token, err := c.token()
+		if err != nil {
+			return nil, err
+		}
+		cl, err := api.Dial(c.url, api.WithToken(token), api.WithCAFile(c.tlsCA))
+		if err != nil {
+			return nil, usageError{err}
+		}
+		return cl, nil
 	}
+	s := c.socket
+	if s == "" {
+		s = DefaultSocket
+	}
+	if _, err := os.Stat(s); err != nil {
+		return nil, unreachableError{fmt.Errorf("no cellvm daemon at %s: start one with 'cellvm serve' or pass --socket / set CELLVM_SOCKET (%v)", s, err)}
+	}
+	return api.NewClient(s), nil
+}
+
+// token reads the bearer token: the first token line of --token-file (the
+// daemon's format: blank lines and # comments are skipped), else
+// $CELLVM_TOKEN.
+func (c *connFlags) token() (string, error) {
+	if c.tokenFile == "" {
+		return os.Getenv("CELLVM_TOKEN"), nil
+	}
+	b, err := os.ReadFile(c.tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("read the token: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
+			return t, nil
+		}
+	}
+	return "", fmt.Errorf("token file %s holds no token", c.tokenFile)
+}
+
+// guestFlags choose the guest's files and how VMMs are confined, for the
+// commands that run VMs themselves.
+type guestFlags struct {
+	kernel, initrd, rootfs string
+	logLevel               string
+
+	jail        bool
+	jailUIDBase int
+	jailCgroup  string
+}
+
+func addGuestFlags(fs *pflag.FlagSet, defaultLogLevel string) *guestFlags {
+	g := &guestFlags{}
+	fs.StringVar(&g.kernel, "kernel", "", "guest kernel (default build/kernel/vmlinux or $CELLVM_KERNEL)")
+	fs.StringVar(&g.initrd, "initrd", "", "guest initramfs (default build/initramfs.cpio or $CELLVM_INITRD)")
+	fs.StringVar(&g.rootfs, "rootfs", "", "guest root image (default build/rootfs.ext4 or $CELLVM_ROOTFS)")
+	fs.StringVar(&g.logLevel, "log-level", defaultLogLevel, "log level on stderr (debug, info, warn, error)")
+	fs.BoolVar(&g.jail, "jail", os.Geteuid() == 0,
+		"confine each VMM: its own namespaces, a root with only its VM's files, its own uid, a cgroup, a seccomp filter (needs root; default on as root)")
+	fs.IntVar(&g.jailUIDBase, "jail-uid-base", defaultJailUIDBase, "a jailed VMM runs as this uid (and gid) plus its VM's vsock CID")
+	fs.StringVar(&g.jailCgroup, "jail-cgroup", defaultJailCgroup, "cgroup v2 directory for the jailed VMMs' cgroups (\"\" for none)")
+	return g
 }
 
 // Jail defaults: uids far above those of people and services, and a
@@ -57,18 +123,18 @@ const (
 
 // jailOptions turns the jail flags into the manager's options, saying in
 // the log what the VMMs will run under (nil: unjailed).
-func (b *backendFlags) jailOptions(log *slog.Logger) (*sandbox.JailOptions, error) {
-	if !*b.jail {
+func (b *guestFlags) jailOptions(log *slog.Logger) (*sandbox.JailOptions, error) {
+	if !b.jail {
 		log.Warn("VMMs run unjailed (--jail=false, or not root): a VMM bug would reach this host as this user")
 		return nil, nil
 	}
 	if os.Geteuid() != 0 {
 		return nil, usageError{fmt.Errorf("--jail needs root (namespaces, mounts, switching to the VMM's uid); run as root or pass --jail=false")}
 	}
-	if *b.jailUIDBase <= 0 || *b.jailUIDBase > 1<<31-1<<20 {
-		return nil, usageError{fmt.Errorf("--jail-uid-base %d: want 1..%d", *b.jailUIDBase, 1<<31-1<<20)}
+	if b.jailUIDBase <= 0 || b.jailUIDBase > 1<<31-1<<20 {
+		return nil, usageError{fmt.Errorf("--jail-uid-base %d: want 1..%d", b.jailUIDBase, 1<<31-1<<20)}
 	}
-	o := &sandbox.JailOptions{UIDBase: *b.jailUIDBase, CgroupParent: *b.jailCgroup}
+	o := &sandbox.JailOptions{UIDBase: b.jailUIDBase, CgroupParent: b.jailCgroup}
 	if o.CgroupParent != "" && !jail.CgroupV2(filepath.Dir(o.CgroupParent)) {
 		log.Warn("no cgroup v2 above --jail-cgroup: jailed VMMs get no cgroup of their own (no cpu, memory or pids limit)",
 			"jail_cgroup", o.CgroupParent)
@@ -110,11 +176,11 @@ func guestFiles(kernel, initrd, rootfs string) (string, string, string, error) {
 
 // newEmbeddedManager returns a manager that runs VMs from this process,
 // with its state in a fresh temporary directory; cleanup removes it.
-func newEmbeddedManager(b *backendFlags, log *slog.Logger) (*sandbox.VMManager, func(), error) {
+func newEmbeddedManager(b *guestFlags, log *slog.Logger) (sandbox.Manager, func(), error) {
 	if err := requireKVM(); err != nil {
 		return nil, nil, err
 	}
-	k, i, r, err := guestFiles(*b.kernel, *b.initrd, *b.rootfs)
+	k, i, r, err := guestFiles(b.kernel, b.initrd, b.rootfs)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -151,34 +217,21 @@ func bootTimeoutFromEnv() time.Duration {
 	return 0
 }
 
-// backend returns the sandbox manager the command talks to: the daemon when
-// a socket is given, otherwise one embedded in this process.
-func (b *backendFlags) backend(stderr io.Writer) (sandbox.Manager, func(), error) {
-	log, err := newLogger(stderr, *b.logLevel)
+// backend returns the sandbox manager a command talks to: the daemon
+// when one is named, otherwise one embedded in this process.
+func (a *app) backend(c *connFlags, g *guestFlags) (sandbox.Manager, func(), error) {
+	log, err := newLogger(a.stderr, g.logLevel)
 	if err != nil {
 		return nil, nil, err
 	}
-	if *b.socket != "" {
-		if _, err := os.Stat(*b.socket); err != nil {
-			return nil, nil, fmt.Errorf("no cellvm daemon at %s: start one with 'cellvm serve --socket %s' (%v)", *b.socket, *b.socket, err)
+	if c.remote() {
+		cl, err := c.client()
+		if err != nil {
+			return nil, nil, err
 		}
-		c := api.NewClient(*b.socket)
-		return c, c.Close, nil
+		return cl, cl.Close, nil
 	}
-	return newEmbeddedManager(b, log)
-}
-
-// remoteOnly returns a client for commands that need a daemon (sandboxes
-// outlive one CLI invocation only in a daemon).
-func (b *backendFlags) remoteOnly() (*api.Client, error) {
-	s := *b.socket
-	if s == "" {
-		s = DefaultSocket
-	}
-	if _, err := os.Stat(s); err != nil {
-		return nil, fmt.Errorf("no cellvm daemon at %s: start one with 'cellvm serve' or pass --socket / set CELLVM_SOCKET (%v)", s, err)
-	}
-	return api.NewClient(s), nil
+	return a.deps.embedded(g, log)
 }
 
 // requireKVM runs the host KVM check (a probe guest, bounded by a deadline)
@@ -187,4 +240,12 @@ func (b *backendFlags) remoteOnly() (*api.Client, error) {
 // hanging in a boot.
 func requireKVM() error {
 	return kvm.Check(kvm.CheckConfig{}).Err()
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
+		return nil, usageError{fmt.Errorf("bad --log-level %q (debug, info, warn, error)", level)}
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }

@@ -1,59 +1,73 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/cellvm/cellvm/vmm"
 )
 
-func cmdBoot(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("boot", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	kernel := fs.String("kernel", "", "ELF vmlinux or bzImage (default: the project's build/kernel/vmlinux, or $CELLVM_KERNEL)")
-	initrd := fs.String("initrd", "", "initramfs to load")
-	cmdline := fs.String("cmdline", "", "kernel command line (default: "+vmm.DefaultCmdline+")")
-	vcpus := fs.Int("vcpus", 1, "number of vCPUs")
-	memory := fs.Uint64("memory", 256, "guest memory in MiB")
-	logLevel := fs.String("log-level", "info", "log level for the VMM's log on stderr")
-	var disks diskFlags
-	fs.Var(&disks, "disk", "`PATH[,ro]` file-backed virtio-blk disk (repeatable; /dev/vda, /dev/vdb, ...)")
-	vsockSpec := fs.String("vsock", "", "`CID,UDS` virtio-vsock with guest context ID CID and host Unix socket UDS")
-	tap := fs.String("net", "", "`TAP` host TAP device for a virtio-net NIC")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+func (a *app) bootCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "boot",
+		Short: "boot a kernel with the serial console on stdin/stdout",
+		Args:  noArgs,
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	fs := cmd.Flags()
+	b := &bootArgs{}
+	fs.StringVar(&b.kernel, "kernel", "", "ELF vmlinux or bzImage (default: the project's build/kernel/vmlinux, or $CELLVM_KERNEL)")
+	fs.StringVar(&b.initrd, "initrd", "", "initramfs to load")
+	fs.StringVar(&b.cmdline, "cmdline", "", "kernel command line (default: "+vmm.DefaultCmdline+")")
+	fs.IntVar(&b.vcpus, "vcpus", 1, "number of vCPUs")
+	fs.Uint64Var(&b.memory, "memory", 256, "guest memory in MiB")
+	fs.StringVar(&b.logLevel, "log-level", "info", "log level for the VMM's log on stderr")
+	fs.Var(&b.disks, "disk", "`PATH[,ro]` file-backed virtio-blk disk (repeatable; /dev/vda, /dev/vdb, ...)")
+	fs.StringVar(&b.vsock, "vsock", "", "`CID,UDS` virtio-vsock with guest context ID CID and host Unix socket UDS")
+	fs.StringVar(&b.tap, "net", "", "`TAP` host TAP device for a virtio-net NIC")
+	cmd.RunE = func(*cobra.Command, []string) error { return boot(b, a.stdin, a.stdout, a.stderr) }
+	return cmd
+}
+
+// bootArgs are boot's flags.
+type bootArgs struct {
+	kernel, initrd, cmdline string
+	vcpus                   int
+	memory                  uint64
+	logLevel                string
+	disks                   diskFlags
+	vsock, tap              string
+}
+
+func boot(b *bootArgs, stdin io.Reader, stdout, stderr io.Writer) error {
+	if b.vcpus < 1 {
+		return usageError{fmt.Errorf("--vcpus must be at least 1, got %d", b.vcpus)}
 	}
-	if *vcpus < 1 {
-		return usageError{fmt.Errorf("--vcpus must be at least 1, got %d", *vcpus)}
-	}
-	if *memory == 0 {
+	if b.memory == 0 {
 		return usageError{fmt.Errorf("--memory must be positive")}
 	}
 	var vs *vmm.Vsock
-	if *vsockSpec != "" {
-		v, err := parseVsock(*vsockSpec)
+	if b.vsock != "" {
+		v, err := parseVsock(b.vsock)
 		if err != nil {
 			return usageError{err}
 		}
 		vs = v
 	}
-	log, err := newLogger(stderr, *logLevel)
+	log, err := newLogger(stderr, b.logLevel)
 	if err != nil {
 		return err
 	}
-	if *kernel == "" {
-		*kernel = os.Getenv("CELLVM_KERNEL")
+	if b.kernel == "" {
+		b.kernel = os.Getenv("CELLVM_KERNEL")
 	}
-	if *kernel == "" {
-		*kernel = findBuildFile("kernel/vmlinux")
-		if *kernel == "" {
+	if b.kernel == "" {
+		b.kernel = findBuildFile("kernel/vmlinux")
+		if b.kernel == "" {
 			return fmt.Errorf("no kernel: pass --kernel, set CELLVM_KERNEL, or build the project's kernel with 'make kernel'")
 		}
 	}
@@ -61,17 +75,17 @@ func cmdBoot(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	m, err := vmm.New(vmm.Config{
-		Kernel:       *kernel,
-		Initrd:       *initrd,
-		Cmdline:      *cmdline,
-		VCPUs:        *vcpus,
-		MemoryMiB:    *memory,
+		Kernel:       b.kernel,
+		Initrd:       b.initrd,
+		Cmdline:      b.cmdline,
+		VCPUs:        b.vcpus,
+		MemoryMiB:    b.memory,
 		Console:      stdout,
 		ConsoleInput: stdin,
 		Log:          log,
-		Disks:        disks,
+		Disks:        b.disks,
 		Vsock:        vs,
-		TAP:          *tap,
+		TAP:          b.tap,
 		MAC:          [6]byte{0x06, 0xce, 0x11, 0x00, 0x00, 0x01},
 	})
 	if err != nil {
@@ -86,6 +100,8 @@ func cmdBoot(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 type diskFlags []vmm.Disk
 
 func (d *diskFlags) String() string { return fmt.Sprint(*d) }
+
+func (d *diskFlags) Type() string { return "PATH[,ro]" }
 
 func (d *diskFlags) Set(v string) error {
 	path, opt, _ := strings.Cut(v, ",")

@@ -20,7 +20,7 @@ func TestBootBadArguments(t *testing.T) {
 	}{
 		{[]string{"boot", "--vcpus", "0", "--kernel", "x"}, 2, "--vcpus must be at least 1"},
 		{[]string{"boot", "--memory", "0", "--kernel", "x"}, 2, "--memory must be positive"},
-		{[]string{"boot", "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"boot", "--bogus"}, 2, "unknown flag: --bogus"}, // pflag's wording (was Go flag's "flag provided but not defined")
 		{[]string{"boot", "extra"}, 2, "unexpected argument"},
 		{[]string{"nonsense"}, 2, "unknown command"},
 		{[]string{"run", "--memory", "10", "-c", "1"}, 2, "memory"},

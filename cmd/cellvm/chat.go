@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,18 +10,26 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/cellvm/cellvm/agent"
 	"github.com/cellvm/cellvm/agent/chat"
 	"github.com/cellvm/cellvm/agent/convstore"
 	"github.com/cellvm/cellvm/sandbox"
 )
 
-// cmdChat asks a model a question and lets it answer by running code in a
-// sandbox: cellvm chat [flags] "question" (or - to read it from stdin).
-func cmdChat(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	b := addBackendFlags(fs)
+// chatCommand asks a model a question and lets it answer by running code
+// in a sandbox: cellvm chat [flags] "question" (or - to read it from stdin).
+func (a *app) chatCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "chat QUESTION... | chat -",
+		Short: "ask a model a question; it answers by running Python in a sandbox",
+		Long: "Ask a model a question; it answers by running Python in a sandbox. The model API is picked by\n" +
+			"ANTHROPIC_API_KEY, OPENAI_API_KEY (with OPENAI_BASE_URL) or GEMINI_API_KEY.",
+	}
+	fs := cmd.Flags()
+	conn := a.addConnFlags(fs)
+	guest := addGuestFlags(fs, "warn")
 	provider := fs.String("provider", "auto", "model API: auto, anthropic, openai, responses or gemini (auto picks by ANTHROPIC_API_KEY, OPENAI_API_KEY/OPENAI_BASE_URL, GEMINI_API_KEY)")
 	model := fs.String("model", os.Getenv("CELLVM_MODEL"), "model name (default: the provider's default, or $CELLVM_MODEL)")
 	conversation := fs.String("conversation", "", "conversation id: keep the sandbox and history between invocations (needs the daemon)")
@@ -31,60 +38,75 @@ func cmdChat(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, err
 	timeout := fs.Duration("timeout", 60*time.Second, "default time limit of one tool call")
 	maxChars := fs.Int("max-chars", 8000, "characters of each output section shown to the model (cut from the middle)")
 	companions := fs.Bool("tools", true, "offer exec, read_file and write_file beside run_python")
-	memory := fs.Int("memory", sandbox.DefaultMemoryMiB, "guest memory in MiB")
-	vcpus := fs.Int("vcpus", sandbox.DefaultVCPUs, "vCPUs")
-	allow := fs.String("allow", "", "comma-separated egress allowlist for a new sandbox (default: no network)")
+	conf := addConfigFlags(fs)
 	system := fs.String("system", "", "system prompt (default: cellvm's)")
 	outDir := fs.String("out-dir", ".", "where images from tool results are saved")
-	if err := fs.Parse(args); err != nil {
-		return 2, usageError{err}
+	cmd.RunE = func(_ *cobra.Command, args []string) error {
+		return a.chat(chatArgs{conn: conn, guest: guest, provider: *provider, model: *model, conversation: *conversation,
+			maxTurns: *maxTurns, maxTokens: *maxTokens, timeout: *timeout, maxChars: *maxChars, companions: *companions,
+			conf: conf, system: *system, outDir: *outDir}, args)
 	}
-	question := strings.Join(fs.Args(), " ")
+	return cmd
+}
+
+type chatArgs struct {
+	conn                          *connFlags
+	guest                         *guestFlags
+	provider, model, conversation string
+	maxTurns, maxTokens, maxChars int
+	timeout                       time.Duration
+	companions                    bool
+	conf                          *configFlags
+	system, outDir                string
+}
+
+func (a *app) chat(o chatArgs, args []string) error {
+	question := strings.Join(args, " ")
 	if question == "-" {
-		data, err := io.ReadAll(io.LimitReader(stdin, sandbox.MaxCodeBytes+1))
+		data, err := io.ReadAll(io.LimitReader(a.stdin, sandbox.MaxCodeBytes+1))
 		if err != nil {
-			return 1, fmt.Errorf("read the question: %w", err)
+			return fmt.Errorf("read the question: %w", err)
 		}
 		question = string(data)
 	}
 	if strings.TrimSpace(question) == "" {
-		return 2, usageError{fmt.Errorf("give a question: cellvm chat \"what is ...?\"")}
+		return usagef("give a question: cellvm chat \"what is ...?\"")
 	}
-	if *conversation != "" {
-		if err := convstore.ValidID(*conversation); err != nil {
-			return 2, usageError{err}
+	if o.conversation != "" {
+		if err := convstore.ValidID(o.conversation); err != nil {
+			return usageError{err}
 		}
 	}
-	m, modelProvider, err := chat.ModelFromEnv(*provider, *model, *maxTokens, os.Getenv)
+	m, modelProvider, err := chat.ModelFromEnv(o.provider, o.model, o.maxTokens, os.Getenv)
 	if err != nil {
-		return 2, usageError{err}
+		return usageError{err}
 	}
-	cfg := sandbox.Config{VCPUs: *vcpus, MemoryMiB: *memory}
-	if *allow != "" {
-		cfg.Network = &sandbox.NetworkPolicy{Allow: strings.Split(*allow, ",")}
+	cfg, err := o.conf.config()
+	if err != nil {
+		return err
 	}
 
 	var mgr sandbox.Manager
 	var cleanup func()
-	if *conversation != "" {
+	if o.conversation != "" {
 		// A sandbox outlives this process only in a daemon.
-		c, err := b.remoteOnly()
+		c, err := o.conn.client()
 		if err != nil {
-			return 1, fmt.Errorf("--conversation keeps the sandbox in the daemon: %w", err)
+			return fmt.Errorf("--conversation keeps the sandbox in the daemon: %w", err)
 		}
 		mgr, cleanup = c, c.Close
 	} else {
-		mgr, cleanup, err = b.backend(stderr)
+		mgr, cleanup, err = a.backend(o.conn, o.guest)
 		if err != nil {
-			return 1, err
+			return err
 		}
 	}
 	defer cleanup()
 	var store convstore.Store
-	if *conversation != "" {
+	if o.conversation != "" {
 		dir, err := convstore.DefaultDir()
 		if err != nil {
-			return 1, err
+			return err
 		}
 		store = convstore.Store{Dir: dir}
 	}
@@ -92,23 +114,23 @@ func cmdChat(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, err
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := chat.Run(ctx, chat.Options{
-		Manager: mgr, Model: m, Provider: modelProvider, ModelName: *model,
-		Question: question, Conversation: *conversation, Store: store, Config: cfg,
-		Toolbox:  agent.Toolbox{Timeout: *timeout, Companions: *companions, Format: agent.FormatOptions{MaxChars: *maxChars}},
-		MaxTurns: *maxTurns, System: *system, OutDir: *outDir,
-		Stdout: stdoutUnlessJSON(stdout, *b.jsonOut), Stderr: stderr,
+		Manager: mgr, Model: m, Provider: modelProvider, ModelName: o.model,
+		Question: question, Conversation: o.conversation, Store: store, Config: cfg,
+		Toolbox:  agent.Toolbox{Timeout: o.timeout, Companions: o.companions, Format: agent.FormatOptions{MaxChars: o.maxChars}},
+		MaxTurns: o.maxTurns, System: o.system, OutDir: o.outDir,
+		Stdout: stdoutUnlessJSON(a.stdout, a.jsonOut), Stderr: a.stderr,
 	})
-	if *b.jsonOut {
-		printJSON(stdout, map[string]any{
+	if a.jsonOut {
+		printJSON(a.stdout, map[string]any{
 			"answer": res.Outcome.Answer, "turns": res.Outcome.Turns, "tool_calls": res.Outcome.Calls,
-			"sandbox_id": res.SandboxID, "conversation": *conversation, "images": res.Images,
+			"sandbox_id": res.SandboxID, "conversation": o.conversation, "images": res.Images,
 			"error": errString(err),
 		})
+		if err != nil {
+			return exitStatus(exitError)
+		}
 	}
-	if err != nil {
-		return 1, err
-	}
-	return 0, nil
+	return err
 }
 
 func stdoutUnlessJSON(w io.Writer, jsonOut bool) io.Writer {

@@ -1,12 +1,13 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/cellvm/cellvm/kvm"
 )
@@ -15,16 +16,23 @@ import (
 // missing and how to fix it. It exits non-zero if sandboxes cannot run.
 // With --kvm it checks only KVM (what `make test` asks to pick native KVM
 // tests or the nested rig).
-func cmdDoctor(args []string, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	kvmOnly := fs.Bool("kvm", false, "check only whether this host's KVM can run cellvm guests (exit 0 if it can)")
-	if err := fs.Parse(args); err != nil {
-		return 2, usageError{err}
+func (a *app) doctorCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "check this host for what cellvm needs (exit 1 if sandboxes cannot run)",
+		Args:  noArgs,
 	}
-	if fs.NArg() > 0 {
-		return 2, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	kvmOnly := cmd.Flags().Bool("kvm", false, "check only whether this host's KVM can run cellvm guests (exit 0 if it can)")
+	cmd.RunE = func(*cobra.Command, []string) error {
+		if code := doctor(*kvmOnly, a.stdout); code != 0 {
+			return exitStatus(code)
+		}
+		return nil
 	}
+	return cmd
+}
+
+func doctor(kvmOnly bool, stdout io.Writer) int {
 	ok := true
 	check := func(name string, good bool, detail, fix string) {
 		mark := "ok  "
@@ -39,11 +47,11 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) (int, error) {
 	good, detail, fix := kvmDoctorLine(kvm.Check(kvm.CheckConfig{}))
 	check("/dev/kvm", good, detail, fix)
 	ok = ok && good
-	if *kvmOnly {
+	if kvmOnly {
 		if ok {
-			return 0, nil
+			return 0
 		}
-		return 1, nil
+		return 1
 	}
 	k, i, r, _ := guestFiles("", "", "")
 	for _, f := range []struct{ name, path, fix string }{
@@ -76,10 +84,10 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) (int, error) {
 	}
 	if ok {
 		fmt.Fprintln(stdout, "cellvm can run sandboxes here.")
-		return 0, nil
+		return 0
 	}
 	fmt.Fprintln(stdout, "cellvm cannot run sandboxes here until the failures above are fixed.")
-	return 1, nil
+	return 1
 }
 
 // kvmDoctorLine is doctor's /dev/kvm line for a verdict: whether it is good,

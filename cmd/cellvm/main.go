@@ -1,103 +1,131 @@
 // Command cellvm is the cellvm sandbox engine: the daemon, the CLI, and the
-// per-VM VMM process, in one binary.
+// per-VM VMM process, in one binary. The CLI is built on spf13/cobra: every
+// command answers -h with its flags (exit 0), takes flags anywhere among
+// its arguments, checks its arguments before it reaches a daemon, and exits
+// with one of the codes in exit.go.
 package main
 
 import (
-	"errors"
-	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"strings"
+	"regexp"
 
-	"github.com/cellvm/cellvm/kvm"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
-
-const usage = `usage: cellvm <command> [flags]
-
-commands:
-  run       create a sandbox, run Python (-c CODE | FILE | -), print the result, destroy it
-  serve     run the daemon (HTTP API on a Unix socket)
-  sandbox   create | ls | inspect | rm sandboxes in the daemon
-  cell      run Python in a daemon's sandbox: cellvm cell SANDBOX -c CODE
-  exec      run a command in a daemon's sandbox: cellvm exec SANDBOX -- ARGV...
-  cp        copy a file to or from a sandbox: cellvm cp LOCAL sb-ID:/path (or the reverse)
-  doctor    check this host for what cellvm needs
-  chat      ask a model a question; it answers by running Python in a sandbox
-  mcp       serve the sandbox tools to an MCP client over stdio
-  boot      boot a kernel with the serial console on stdin/stdout
-  vmm       run one VM from a JSON config (started by the daemon)
-  version   print the version
-
-Run 'cellvm <command> -h' for a command's flags.
-`
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
+// run runs one cellvm command line and returns its exit status.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	var err error
-	code := 0
-	switch args[0] {
-	case "run":
-		code, err = cmdRun(args[1:], stdin, stdout, stderr)
-	case "sandbox":
-		code, err = cmdSandbox(args[1:], stdout, stderr)
-	case "cell":
-		code, err = cmdCell(args[1:], stdin, stdout, stderr)
-	case "exec":
-		code, err = cmdExec(args[1:], stdin, stdout, stderr)
-	case "cp":
-		code, err = cmdCp(args[1:], stdout, stderr)
-	case "chat":
-		code, err = cmdChat(args[1:], stdin, stdout, stderr)
-	case "mcp":
-		err = cmdMCP(args[1:], stdin, stdout, stderr)
-	case "serve":
-		err = cmdServe(args[1:], stderr)
-	case "doctor":
-		code, err = cmdDoctor(args[1:], stdout, stderr)
-	case "boot":
-		err = cmdBoot(args[1:], stdin, stdout, stderr)
-	case "vmm":
-		err = cmdVMM(args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "cellvm dev")
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, usage)
-	default:
-		fmt.Fprintf(stderr, "cellvm: unknown command %q\n%s", args[0], usage)
-		return 2
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "cellvm %s: %v\n", args[0], err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			return 2
-		}
-		if errors.Is(err, kvm.ErrNoKVM) || errors.Is(err, kvm.ErrUnusable) {
-			fmt.Fprintln(stderr, "hint: 'cellvm doctor' says what cellvm needs, and 'make test' runs the KVM tests in the nested rig")
-		}
-		if code == 0 {
-			code = 1
-		}
-		return code
-	}
-	return code
+	return runWith(args, stdin, stdout, stderr, productionDeps())
 }
 
-// usageError is a bad flag or argument.
-type usageError struct{ error }
+// app is one invocation: its streams, what the commands share, and the
+// dependencies tests replace (deps).
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	deps           deps
+	// jsonOut is set by a command's --json flag: errors are then JSON too.
+	jsonOut bool
+}
 
-func newLogger(w io.Writer, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
-		return nil, usageError{fmt.Errorf("bad --log-level %q (debug, info, warn, error)", level)}
+func runWith(args []string, stdin io.Reader, stdout, stderr io.Writer, d deps) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, deps: d}
+	root := a.rootCommand()
+	root.SetArgs(longFlagsCompat(root, args))
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteC()
+	if err != nil && !a.jsonOut {
+		a.jsonOut = jsonAsked(args)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	return a.exit(cmd, err)
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "cellvm",
+		Short: "cellvm runs code in KVM microVM sandboxes",
+		Long: "cellvm runs code written by language models inside KVM microVMs it drives itself:\n" +
+			"a persistent Python interpreter per sandbox, an egress allowlist, an HTTP API.\n\n" + exitCodesHelp,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		Args:              noArgs,
+		RunE:              func(cmd *cobra.Command, args []string) error { return usagef("give a command (cellvm -h lists them)") },
+		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(
+		a.runCommand(),
+		a.serveCommand(),
+		a.sandboxCommand(),
+		a.cellCommand(),
+		a.execCommand(),
+		a.cpCommand(),
+		a.networkCommand(),
+		a.logsCommand(),
+		a.statsCommand(),
+		a.eventsCommand(),
+		a.doctorCommand(),
+		a.chatCommand(),
+		a.mcpCommand(),
+		a.bootCommand(),
+		a.vmmCommand(),
+		a.versionCommand(),
+	)
+	return root
+}
+
+// longLegacy is a long flag written with one dash, as Go's flag package
+// (the CLI's earlier parser) accepted: -json, -socket=PATH.
+var longLegacy = regexp.MustCompile(`^-([a-z][a-z0-9-]+)(=.*)?$`)
+
+// longFlagsCompat rewrites -name to --name where name is a long flag of
+// the command the arguments run, so command lines written for the earlier
+// parser keep their meaning. Arguments after "--" are left alone.
+func longFlagsCompat(root *cobra.Command, args []string) []string {
+	cmd, _, err := root.Find(args)
+	if err != nil || cmd.DisableFlagParsing {
+		return args // they parse their own
+	}
+	out := make([]string, 0, len(args))
+	for i, arg := range args {
+		if arg == "--" {
+			return append(out, args[i:]...)
+		}
+		if m := longLegacy.FindStringSubmatch(arg); m != nil && hasLongFlag(cmd, m[1]) {
+			arg = "-" + arg
+		}
+		out = append(out, arg)
+	}
+	return out
+}
+
+func hasLongFlag(cmd *cobra.Command, name string) bool {
+	if name == "help" {
+		return true
+	}
+	var found bool
+	cmd.Flags().VisitAll(func(f *pflag.Flag) { found = found || f.Name == name })
+	cmd.InheritedFlags().VisitAll(func(f *pflag.Flag) { found = found || f.Name == name })
+	return found
+}
+
+// jsonAsked says whether the arguments asked for --json, for a command
+// whose flags could not be parsed.
+func jsonAsked(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "-json", "--json=true", "-json=true":
+			return true
+		}
+	}
+	return false
 }

@@ -11,6 +11,9 @@ import (
 // without building a second binary (which matters in the slow nested rig).
 func TestMain(m *testing.M) {
 	if os.Getenv("CELLVM_TEST_MAIN") == "1" {
+		if os.Getenv("CELLVM_TEST_FAKE_MANAGER") == "1" {
+			os.Exit(runWith(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, fakeDeps()))
+		}
 		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	if role := os.Getenv("CELLVM_TEST_GUEST"); role != "" {

@@ -12,15 +12,22 @@ import (
 	"github.com/cellvm/cellvm/cell"
 )
 
-// printResult prints a cell result for a person: stdout, stderr, the main
-// result and other displays, the error with its traceback, and where the
-// images were saved. It returns the exit status: 0 only for an ok cell.
-func printResult(r cell.Result, stdout, stderr io.Writer, outDir string) int {
-	io.WriteString(stdout, r.Stdout)
-	if r.Stderr != "" {
-		io.WriteString(stderr, r.Stderr)
-		if !strings.HasSuffix(r.Stderr, "\n") {
-			fmt.Fprintln(stderr)
+// streamed says which of a cell's outputs were already printed as events.
+type streamed struct{ stdout, stderr bool }
+
+// printResult prints a cell result for a person: stdout and stderr (unless
+// they were streamed already), the main result and other displays, the
+// error with its traceback, and where the images were saved.
+func printResult(r cell.Result, stdout, stderr io.Writer, outDir string, seen streamed) {
+	if !seen.stdout {
+		io.WriteString(stdout, r.Stdout)
+	}
+	if !seen.stderr {
+		if r.Stderr != "" {
+			io.WriteString(stderr, r.Stderr)
+			if !strings.HasSuffix(r.Stderr, "\n") {
+				fmt.Fprintln(stderr)
+			}
 		}
 	}
 	if r.Truncated.StdoutBytes > 0 || r.Truncated.StderrBytes > 0 {
@@ -63,8 +70,6 @@ func printResult(r cell.Result, stdout, stderr io.Writer, outDir string) int {
 		}
 	}
 	switch r.Status {
-	case cell.StatusOK:
-		return 0
 	case cell.StatusTimeout:
 		if r.StateKept {
 			fmt.Fprintln(stderr, "cellvm: the cell timed out and was interrupted; variables were kept")
@@ -77,11 +82,15 @@ func printResult(r cell.Result, stdout, stderr io.Writer, outDir string) int {
 	if r.KilledBy == cell.KilledByOOM {
 		fmt.Fprintln(stderr, "cellvm: the cell ran out of memory and was killed")
 	}
-	return 1
 }
 
 func printJSON(w io.Writer, v any) error {
 	e := json.NewEncoder(w)
 	e.SetIndent("", "  ")
 	return e.Encode(v)
+}
+
+// printJSONLine prints v as one line (NDJSON).
+func printJSONLine(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
 }

@@ -2,66 +2,171 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/sandbox"
 )
 
-// cmdRun is the main job: create a sandbox, run the code, print the
-// result, destroy the sandbox.
-func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	b := addBackendFlags(fs)
-	code := fs.String("c", "", "Python code to run (or give a FILE, or - for stdin)")
-	timeout := fs.Duration("timeout", 60*time.Second, "cell timeout")
-	memory := fs.Int("memory", sandbox.DefaultMemoryMiB, "guest memory in MiB")
-	vcpus := fs.Int("vcpus", sandbox.DefaultVCPUs, "vCPUs")
-	outDir := fs.String("out-dir", ".", "where images from the result are saved")
-	if err := fs.Parse(args); err != nil {
-		return 2, usageError{err}
+// cellFlags are the flags of a command that runs one cell.
+type cellFlags struct {
+	code    string
+	timeout time.Duration
+	outDir  string
+}
+
+func addCellFlags(fs *pflag.FlagSet) *cellFlags {
+	c := &cellFlags{}
+	fs.StringVarP(&c.code, "code", "c", "", "Python code to run (or give a FILE, or - for stdin)")
+	fs.DurationVar(&c.timeout, "timeout", 60*time.Second, "cell timeout")
+	fs.StringVar(&c.outDir, "out-dir", ".", "where images from the result are saved")
+	return c
+}
+
+// source reads the cell's code and checks the timeout.
+func (c *cellFlags) source(args []string, stdin io.Reader) (string, error) {
+	if c.timeout <= 0 {
+		return "", usagef("--timeout must be positive")
 	}
-	src, err := codeArg(*code, fs.Args(), stdin)
+	src, err := codeArg(c.code, args, stdin)
 	if err != nil {
-		return 2, usageError{err}
+		return "", usageError{err}
 	}
-	if *timeout <= 0 {
-		return 2, usageError{fmt.Errorf("--timeout must be positive")}
+	return src, nil
+}
+
+// configFlags are the flags that shape a new sandbox.
+type configFlags struct {
+	memory, vcpus int
+	allow         []string
+	env           []string
+}
+
+func addConfigFlags(fs *pflag.FlagSet) *configFlags {
+	c := &configFlags{}
+	fs.IntVar(&c.memory, "memory", sandbox.DefaultMemoryMiB, "guest memory in MiB")
+	fs.IntVar(&c.vcpus, "vcpus", sandbox.DefaultVCPUs, "vCPUs")
+	fs.StringSliceVar(&c.allow, "allow", nil, "egress allowlist entry: address, CIDR, name or *.name, with an optional :port (repeatable or comma-separated; default: no network)")
+	fs.StringArrayVar(&c.env, "env", nil, "environment variable KEY=VALUE for the sandbox's code (repeatable)")
+	return c
+}
+
+// config builds and validates the sandbox config.
+func (c *configFlags) config() (sandbox.Config, error) {
+	cfg := sandbox.Config{VCPUs: c.vcpus, MemoryMiB: c.memory}
+	if len(c.allow) > 0 {
+		cfg.Network = &sandbox.NetworkPolicy{Allow: c.allow}
 	}
-	cfg := sandbox.Config{VCPUs: *vcpus, MemoryMiB: *memory}
-	if err := cfg.WithDefaults().Validate(); err != nil {
-		return 2, usageError{err}
-	}
-	m, cleanup, err := b.backend(stderr)
-	if err != nil {
-		return 1, err
-	}
-	defer cleanup()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	info, err := m.Create(ctx, cfg)
-	if err != nil {
-		return 1, fmt.Errorf("create sandbox: %w", err)
-	}
-	defer m.Delete(context.Background(), info.ID)
-	res, err := m.RunCell(ctx, info.ID, src, *timeout, nil)
-	if err != nil {
-		return 1, fmt.Errorf("run cell: %w", err)
-	}
-	if *b.jsonOut {
-		printJSON(stdout, res)
-		if res.Status != "ok" {
-			return 1, nil
+	for _, kv := range c.env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return cfg, usagef("--env %q: want KEY=VALUE", clipArg(kv))
 		}
-		return 0, nil
+		if cfg.Env == nil {
+			cfg.Env = map[string]string{}
+		}
+		cfg.Env[k] = v
 	}
-	return printResult(res, stdout, stderr, *outDir), nil
+	if err := cfg.WithDefaults().Validate(); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
+}
+
+func clipArg(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+func (a *app) runCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run [-c CODE | FILE | -]",
+		Short: "create a sandbox, run Python, print the result as it comes, destroy the sandbox",
+		Long: "Create a sandbox, run Python in it (-c CODE, a FILE, or - for stdin), stream its stdout and\n" +
+			"stderr as they come, print the result, and destroy the sandbox. Without --socket or --url the VM\n" +
+			"runs from this process; with one, in the daemon.\n\n" + exitCodesHelp,
+		Args: cobra.MaximumNArgs(1),
+	}
+	conn := a.addConnFlags(cmd.Flags())
+	guest := addGuestFlags(cmd.Flags(), "warn")
+	cf := addCellFlags(cmd.Flags())
+	conf := addConfigFlags(cmd.Flags())
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 1 {
+			return usagef("one FILE at most, got %d arguments", len(args))
+		}
+		return nil
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		src, err := cf.source(args, a.stdin)
+		if err != nil {
+			return err
+		}
+		cfg, err := conf.config()
+		if err != nil {
+			return err
+		}
+		if _, err := newLogger(a.stderr, guest.logLevel); err != nil {
+			return err
+		}
+		// A sandbox left in a daemon by a CLI that died goes by itself.
+		cfg.TTL = min((cf.timeout + 10*time.Minute).Truncate(time.Second), sandbox.MaxTTL)
+		m, cleanup, err := a.backend(conn, guest)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		info, err := m.Create(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("create sandbox: %w", err)
+		}
+		defer m.Delete(context.Background(), info.ID)
+		return a.runCell(ctx, m, info.ID, src, cf)
+	}
+	return cmd
+}
+
+// runCell runs one cell, streaming its output unless --json asked for the
+// result alone, and turns the result into the exit status.
+func (a *app) runCell(ctx context.Context, m sandbox.Manager, id, src string, cf *cellFlags) error {
+	var onEvent func(cell.Event)
+	var seen streamed
+	if !a.jsonOut {
+		// Print the cell's output the moment it arrives.
+		onEvent = func(ev cell.Event) {
+			switch ev.Type {
+			case cell.EventStdout:
+				seen.stdout = true
+				io.WriteString(a.stdout, ev.Text)
+			case cell.EventStderr:
+				seen.stderr = true
+				io.WriteString(a.stderr, ev.Text)
+			}
+		}
+	}
+	res, err := m.RunCell(ctx, id, src, cf.timeout, onEvent)
+	if err != nil {
+		return fmt.Errorf("run cell: %w", err)
+	}
+	if a.jsonOut {
+		printJSON(a.stdout, res)
+	} else {
+		printResult(res, a.stdout, a.stderr, cf.outDir, seen)
+	}
+	return exitStatus(cellExit(res))
 }
 
 // codeArg picks the code from -c, a file argument, or stdin ("-").

@@ -2,224 +2,325 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
+	"github.com/cellvm/cellvm/api"
 	"github.com/cellvm/cellvm/sandbox"
 )
 
-// cmdSandbox is `cellvm sandbox create|ls|inspect|rm`, through the daemon.
-func cmdSandbox(args []string, stdout, stderr io.Writer) (int, error) {
-	if len(args) == 0 {
-		return 2, usageError{fmt.Errorf("usage: cellvm sandbox create|ls|inspect|rm [flags]")}
-	}
-	fs := flag.NewFlagSet("sandbox "+args[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	b := addBackendFlags(fs)
-	var memory, vcpus *int
-	var ttl, idle *time.Duration
-	if args[0] == "create" {
-		memory = fs.Int("memory", sandbox.DefaultMemoryMiB, "guest memory in MiB")
-		vcpus = fs.Int("vcpus", sandbox.DefaultVCPUs, "vCPUs")
-		ttl = fs.Duration("ttl", 0, "destroy the sandbox after this long (0: never)")
-		idle = fs.Duration("idle-timeout", 0, "destroy the sandbox after this long unused (0: never)")
-	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2, usageError{err}
-	}
-	c, err := b.remoteOnly()
-	if err != nil {
-		return 1, err
-	}
-	defer c.Close()
-	ctx := context.Background()
-	switch args[0] {
-	case "create":
-		info, err := c.Create(ctx, sandbox.Config{VCPUs: *vcpus, MemoryMiB: *memory, TTL: *ttl, IdleTimeout: *idle})
-		if err != nil {
-			return 1, err
-		}
-		if *b.jsonOut {
-			return 0, printJSON(stdout, info)
-		}
-		fmt.Fprintln(stdout, info.ID)
-	case "ls":
-		list, err := c.List(ctx)
-		if err != nil {
-			return 1, err
-		}
-		if *b.jsonOut {
-			return 0, printJSON(stdout, list)
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATE\tVCPUS\tMEMORY\tUPTIME\tCELLS")
-		for _, s := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d MiB\t%s\t%d\n", s.ID, s.State, s.Config.VCPUs, s.Config.MemoryMiB,
-				(time.Duration(s.UptimeS) * time.Second).String(), s.Cells)
-		}
-		tw.Flush()
-	case "inspect":
-		if fs.NArg() != 1 {
-			return 2, usageError{fmt.Errorf("usage: cellvm sandbox inspect ID")}
-		}
-		info, err := c.Get(ctx, fs.Arg(0))
-		if err != nil {
-			return 1, err
-		}
-		return 0, printJSON(stdout, info)
-	case "rm":
-		if fs.NArg() == 0 {
-			return 2, usageError{fmt.Errorf("usage: cellvm sandbox rm ID...")}
-		}
-		code := 0
-		for _, id := range fs.Args() {
-			if err := c.Delete(ctx, id); err != nil {
-				fmt.Fprintf(stderr, "cellvm sandbox rm %s: %v\n", id, err)
-				code = 1
+// Defaults of `sandbox create`: a sandbox someone forgot goes by itself.
+const (
+	defaultSandboxTTL  = time.Hour
+	defaultSandboxIdle = 15 * time.Minute
+)
+
+// groupCommand is a command that only holds subcommands: with none, or an
+// unknown one, it is a usage error (exit 2), never a call to the daemon.
+func groupCommand(use, short string, subs ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Args: noArgs}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		var names []string
+		for _, c := range cmd.Commands() {
+			if c.IsAvailableCommand() {
+				names = append(names, c.Name())
 			}
 		}
-		return code, nil
-	default:
-		return 2, usageError{fmt.Errorf("unknown sandbox command %q (create, ls, inspect, rm)", args[0])}
+		return usagef("give a subcommand: %s", strings.Join(names, ", "))
 	}
-	return 0, nil
+	cmd.AddCommand(subs...)
+	return cmd
 }
 
-// cmdCell is `cellvm cell SANDBOX -c CODE`.
-func cmdCell(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("cell", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	b := addBackendFlags(fs)
-	code := fs.String("c", "", "Python code (or give a FILE, or - for stdin)")
-	timeout := fs.Duration("timeout", 60*time.Second, "cell timeout")
-	outDir := fs.String("out-dir", ".", "where images are saved")
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return 2, usageError{fmt.Errorf("usage: cellvm cell SANDBOX -c CODE")}
-	}
-	id := args[0]
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2, usageError{err}
-	}
-	src, err := codeArg(*code, fs.Args(), stdin)
-	if err != nil {
-		return 2, usageError{err}
-	}
-	c, err := b.remoteOnly()
-	if err != nil {
-		return 1, err
-	}
-	defer c.Close()
-	res, err := c.RunCell(context.Background(), id, src, *timeout, nil)
-	if err != nil {
-		return 1, err
-	}
-	if *b.jsonOut {
-		printJSON(stdout, res)
-		if res.Status != "ok" {
-			return 1, nil
-		}
-		return 0, nil
-	}
-	return printResult(res, stdout, stderr, *outDir), nil
-}
-
-// cmdExec is `cellvm exec SANDBOX -- ARGV...`.
-func cmdExec(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	b := addBackendFlags(fs)
-	timeout := fs.Duration("timeout", 60*time.Second, "command timeout")
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return 2, usageError{fmt.Errorf("usage: cellvm exec SANDBOX [flags] -- ARGV...")}
-	}
-	id := args[0]
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2, usageError{err}
-	}
-	if fs.NArg() == 0 {
-		return 2, usageError{fmt.Errorf("usage: cellvm exec SANDBOX [flags] -- ARGV...")}
-	}
-	c, err := b.remoteOnly()
-	if err != nil {
-		return 1, err
-	}
-	defer c.Close()
-	r, err := c.Exec(context.Background(), id, sandbox.ExecRequest{Argv: fs.Args(), Timeout: *timeout})
-	if err != nil {
-		return 1, err
-	}
-	if *b.jsonOut {
-		return r.ExitCode, printJSON(stdout, r)
-	}
-	io.WriteString(stdout, r.Stdout)
-	io.WriteString(stderr, r.Stderr)
-	if r.TimedOut {
-		fmt.Fprintln(stderr, "cellvm: the command timed out and was killed")
-		return 124, nil
-	}
-	return r.ExitCode, nil
-}
-
-// cmdCp is `cellvm cp SRC DST` where one side is SANDBOX:/path.
-func cmdCp(args []string, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("cp", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	b := addBackendFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2, usageError{err}
-	}
-	if fs.NArg() != 2 {
-		return 2, usageError{fmt.Errorf("usage: cellvm cp LOCAL SANDBOX:/path | cellvm cp SANDBOX:/path LOCAL")}
-	}
-	src, dst := fs.Arg(0), fs.Arg(1)
-	sbSrc, pSrc, srcRemote := splitRemote(src)
-	sbDst, pDst, dstRemote := splitRemote(dst)
-	if srcRemote == dstRemote {
-		return 2, usageError{fmt.Errorf("exactly one of SRC and DST must be SANDBOX:/path")}
-	}
-	c, err := b.remoteOnly()
-	if err != nil {
-		return 1, err
-	}
-	defer c.Close()
-	ctx := context.Background()
-	if dstRemote {
-		f, err := os.Open(src)
+// daemonCommand runs f with a client for the daemon, once the arguments
+// have been checked (cobra checks Args before RunE).
+func (a *app) daemonCommand(cmd *cobra.Command, f func(ctx context.Context, c *api.Client, args []string) error) *cobra.Command {
+	conn := a.addConnFlags(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		c, err := conn.client()
 		if err != nil {
-			return 1, err
+			return err
 		}
-		defer f.Close()
-		n, err := c.Upload(ctx, sbDst, pDst, f)
+		defer c.Close()
+		return f(cmd.Context(), c, args)
+	}
+	return cmd
+}
+
+func (a *app) sandboxCommand() *cobra.Command {
+	return groupCommand("sandbox", "create, list, inspect, remove, pause, resume, restart or interrupt sandboxes in the daemon",
+		a.sandboxCreateCommand(),
+		a.daemonCommand(&cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "list the daemon's sandboxes", Args: noArgs},
+			func(ctx context.Context, c *api.Client, _ []string) error {
+				list, err := c.List(ctx)
+				if err != nil {
+					return err
+				}
+				if a.jsonOut {
+					return printJSON(a.stdout, list)
+				}
+				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tSTATE\tVCPUS\tMEMORY\tUPTIME\tCELLS")
+				for _, s := range list {
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%d MiB\t%s\t%d\n", s.ID, s.State, s.Config.VCPUs, s.Config.MemoryMiB,
+						(time.Duration(s.UptimeS) * time.Second).String(), s.Cells)
+				}
+				return tw.Flush()
+			}),
+		a.daemonCommand(&cobra.Command{Use: "inspect SANDBOX", Short: "print a sandbox's state, config and usage as JSON (and why it was lost)", Args: exactArgs(1, "one SANDBOX")},
+			func(ctx context.Context, c *api.Client, args []string) error {
+				info, err := c.Get(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				printJSON(a.stdout, info)
+				if info.Lost != nil && !a.jsonOut {
+					fmt.Fprintf(a.stderr, "cellvm: sandbox %s was lost: %s (%s)\n", info.ID, info.Lost.Reason, info.Lost.Exit)
+				}
+				return nil
+			}),
+		a.daemonCommand(&cobra.Command{Use: "rm SANDBOX...", Aliases: []string{"remove"}, Short: "destroy sandboxes (VM, network, files: nothing is left)", Args: minArgs(1, "at least one SANDBOX")},
+			func(ctx context.Context, c *api.Client, args []string) error {
+				failed := false
+				for _, id := range args {
+					if err := c.Delete(ctx, id); err != nil {
+						fmt.Fprintf(a.stderr, "cellvm sandbox rm %s: %v\n", id, err)
+						failed = true
+					}
+				}
+				if failed {
+					return exitStatus(exitError)
+				}
+				return nil
+			}),
+		a.lifecycleCommand("pause", "pause a sandbox's VM (a cell must not be running)", (*api.Client).Pause),
+		a.lifecycleCommand("resume", "resume a paused sandbox", (*api.Client).Resume),
+		a.lifecycleCommand("restart", "give a sandbox a fresh interpreter (its variables are lost)", (*api.Client).Restart),
+		a.lifecycleCommand("interrupt", "interrupt the cell running in a sandbox", (*api.Client).Interrupt),
+	)
+}
+
+func (a *app) lifecycleCommand(name, short string, op func(*api.Client, context.Context, string) error) *cobra.Command {
+	return a.daemonCommand(&cobra.Command{Use: name + " SANDBOX", Short: short, Args: exactArgs(1, "one SANDBOX")},
+		func(ctx context.Context, c *api.Client, args []string) error {
+			if err := op(c, ctx, args[0]); err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return printJSON(a.stdout, map[string]string{"id": args[0], "done": name})
+			}
+			return nil
+		})
+}
+
+func (a *app) sandboxCreateCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "create a sandbox in the daemon and print its id",
+		Args:  noArgs,
+	}
+	conf := addConfigFlags(cmd.Flags())
+	var ttl, idle time.Duration
+	cmd.Flags().DurationVar(&ttl, "ttl", defaultSandboxTTL, "destroy the sandbox this long after its creation (whole seconds; 0: never)")
+	cmd.Flags().DurationVar(&idle, "idle-timeout", defaultSandboxIdle, "destroy the sandbox after this long unused (whole seconds; 0: never)")
+	return a.daemonCommandChecked(cmd, func([]string) error {
+		for _, d := range []struct {
+			name string
+			v    time.Duration
+		}{{"--ttl", ttl}, {"--idle-timeout", idle}} {
+			switch {
+			case d.v < 0:
+				return usagef("%s %v is negative", d.name, d.v)
+			case d.v > 0 && d.v < time.Second:
+				return usagef("%s %v is under 1s (0 means never)", d.name, d.v)
+			case d.v%time.Second != 0:
+				return usagef("%s %v: give whole seconds", d.name, d.v)
+			}
+		}
+		_, err := conf.config()
+		return err
+	}, func(ctx context.Context, c *api.Client, _ []string) error {
+		cfg, _ := conf.config()
+		cfg.TTL, cfg.IdleTimeout = ttl, idle
+		info, err := c.Create(ctx, cfg)
 		if err != nil {
-			return 1, err
+			return err
 		}
-		fmt.Fprintf(stderr, "copied %d bytes to %s:%s\n", n, sbDst, pDst)
-		return 0, nil
+		if a.jsonOut {
+			return printJSON(a.stdout, info)
+		}
+		fmt.Fprintln(a.stdout, info.ID)
+		return nil
+	})
+}
+
+// daemonCommandChecked is daemonCommand with a check of the flags and
+// arguments that runs before the daemon is reached.
+func (a *app) daemonCommandChecked(cmd *cobra.Command, check func(args []string) error, f func(ctx context.Context, c *api.Client, args []string) error) *cobra.Command {
+	a.daemonCommand(cmd, f)
+	cmd.PreRunE = func(_ *cobra.Command, args []string) error { return check(args) }
+	return cmd
+}
+
+// cellCommand is `cellvm cell SANDBOX -c CODE`.
+func (a *app) cellCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cell SANDBOX [-c CODE | FILE | -]",
+		Short: "run Python in a daemon's sandbox, streaming its output",
+		Long:  "Run Python in a daemon's sandbox (-c CODE, a FILE, or - for stdin); stdout and stderr are printed as they come, then the result.\n\n" + exitCodesHelp,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 1 || len(args) > 2 {
+				return usagef("usage: cellvm cell SANDBOX -c CODE | cellvm cell SANDBOX FILE")
+			}
+			return nil
+		},
 	}
-	tmp := dst + ".cellvm-partial"
-	f, err := os.Create(tmp)
+	cf := addCellFlags(cmd.Flags())
+	var src string
+	return a.daemonCommandChecked(cmd, func(args []string) error {
+		var err error
+		src, err = cf.source(args[1:], a.stdin)
+		return err
+	}, func(ctx context.Context, c *api.Client, args []string) error {
+		return a.runCell(ctx, c, args[0], src, cf)
+	})
+}
+
+// execCommand is `cellvm exec [flags] SANDBOX [flags] [--] ARGV...`: the
+// command's own flags are not cellvm's, so cellvm's flags end at ARGV's
+// first word (or at "--").
+func (a *app) execCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "exec SANDBOX [--] ARGV...",
+		Short: "run a command in a daemon's sandbox (outside the interpreter)",
+		Long: "Run a command in a daemon's sandbox. cellvm's flags go before ARGV; everything from ARGV's first\n" +
+			"word on (or after --) is the command's. The exit status is the command's, or 124 if it timed out.",
+		DisableFlagParsing: true,
+	}
+	var timeout time.Duration
+	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "command timeout")
+	var id string
+	var argv []string
+	return a.daemonCommandChecked(cmd, func(args []string) error {
+		var err error
+		if id, argv, err = parseExecArgs(cmd, args); err != nil {
+			return err
+		}
+		if timeout <= 0 {
+			return usagef("--timeout must be positive")
+		}
+		return nil
+	}, func(ctx context.Context, c *api.Client, _ []string) error {
+		r, err := c.Exec(ctx, id, sandbox.ExecRequest{Argv: argv, Timeout: timeout})
+		if err != nil {
+			return err
+		}
+		if a.jsonOut {
+			printJSON(a.stdout, r)
+		} else {
+			fmt.Fprint(a.stdout, r.Stdout)
+			fmt.Fprint(a.stderr, r.Stderr)
+		}
+		if r.TimedOut {
+			if !a.jsonOut {
+				fmt.Fprintln(a.stderr, "cellvm: the command timed out and was killed")
+			}
+			return exitStatus(exitTimeout)
+		}
+		return exitStatus(r.ExitCode)
+	})
+}
+
+// errHelpShown ends a command whose help was asked for and printed.
+var errHelpShown = exitStatus(exitOK)
+
+// parseExecArgs parses cellvm's flags before and after SANDBOX and returns
+// the sandbox and the command's argv.
+func parseExecArgs(cmd *cobra.Command, args []string) (string, []string, error) {
+	fs := cmd.Flags()
+	fs.SetInterspersed(false)
+	parse := func(args []string) ([]string, error) {
+		if err := fs.Parse(args); err != nil {
+			return nil, usageError{err}
+		}
+		if h, _ := fs.GetBool("help"); h {
+			cmd.Help()
+			return nil, errHelpShown
+		}
+		return fs.Args(), nil
+	}
+	rest, err := parse(args)
 	if err != nil {
-		return 1, err
+		return "", nil, err
 	}
-	n, err := c.Download(ctx, sbSrc, pSrc, f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if len(rest) == 0 {
+		return "", nil, usagef("usage: cellvm exec SANDBOX [flags] [--] ARGV...")
 	}
-	if err != nil {
-		os.Remove(tmp)
-		return 1, err
+	id := rest[0]
+	if rest, err = parse(rest[1:]); err != nil {
+		return "", nil, err
 	}
-	if err := os.Rename(tmp, dst); err != nil {
-		os.Remove(tmp)
-		return 1, err
+	if len(rest) == 0 {
+		return "", nil, usagef("no command: cellvm exec SANDBOX [flags] [--] ARGV...")
 	}
-	fmt.Fprintf(stderr, "copied %d bytes from %s:%s\n", n, sbSrc, pSrc)
-	return 0, nil
+	return id, rest, nil
+}
+
+// cpCommand is `cellvm cp SRC DST` where one side is SANDBOX:/path.
+func (a *app) cpCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cp LOCAL SANDBOX:/path | SANDBOX:/path LOCAL",
+		Short: "copy a file into or out of a daemon's sandbox",
+		Args:  exactArgs(2, "SRC and DST"),
+	}
+	return a.daemonCommandChecked(cmd, func(args []string) error {
+		_, _, srcRemote := splitRemote(args[0])
+		_, _, dstRemote := splitRemote(args[1])
+		if srcRemote == dstRemote {
+			return usagef("exactly one of SRC and DST must be SANDBOX:/path")
+		}
+		return nil
+	}, func(ctx context.Context, c *api.Client, args []string) error {
+		src, dst := args[0], args[1]
+		sbSrc, pSrc, _ := splitRemote(src)
+		sbDst, pDst, dstRemote := splitRemote(dst)
+		if dstRemote {
+			f, err := os.Open(src)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			n, err := c.Upload(ctx, sbDst, pDst, f)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stderr, "copied %d bytes to %s:%s\n", n, sbDst, pDst)
+			return nil
+		}
+		tmp := dst + ".cellvm-partial"
+		f, err := os.Create(tmp)
+		if err != nil {
+			return err
+		}
+		n, err := c.Download(ctx, sbSrc, pSrc, f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp, dst)
+		}
+		if err != nil {
+			os.Remove(tmp)
+			return err
+		}
+		fmt.Fprintf(a.stderr, "copied %d bytes from %s:%s\n", n, sbSrc, pSrc)
+		return nil
+	})
 }
 
 // splitRemote splits "sb-123:/path" into its parts.

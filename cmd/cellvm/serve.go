@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -15,100 +15,212 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
 	"github.com/cellvm/cellvm/api"
 	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/sandbox/metrics"
 )
 
-// cmdServe runs the daemon: the HTTP API on a Unix socket over a VM
-// manager. SIGTERM or SIGINT destroys every sandbox and exits; a daemon
-// that dies instead (kill -9) leaves its VMs running, and the next one takes
-// them back from the state directory.
-func cmdServe(args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	b := addBackendFlags(fs)
-	stateDir := fs.String("state-dir", "", "where sandboxes keep their files (default: beside the socket)")
-	maxSandboxes := fs.Int("max-sandboxes", 64, "cap on sandboxes (0: none)")
-	maxMemory := fs.Int("max-memory", 0, "cap on total guest memory in MiB (default: 3/4 of the host's)")
-	withNet := fs.Bool("network", os.Geteuid() == 0, "enforce network policies (TAP, iptables, DNS; needs root)")
-	uplink := fs.String("uplink", "", "interface guest traffic leaves through (default: any)")
-	var public prefixList
-	fs.Var(&public, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses)")
-	*b.logLevel = "info"
-	if err := fs.Parse(args); err != nil {
+// serveOptions are serve's flags.
+type serveOptions struct {
+	guest        *guestFlags
+	socket       string
+	stateDir     string
+	maxSandboxes int
+	maxMemory    int
+	network      bool
+	uplink       string
+	publicRanges prefixList
+	node         string
+
+	listen      string
+	tokenFile   string
+	tlsCert     string
+	tlsKey      string
+	socketGroup string
+
+	mcp        bool
+	mcpFlags   *mcpFlags
+	mcpSession time.Duration
+}
+
+// deps are what tests replace: how the daemon and the embedded manager are
+// made (a test binary serves a fake manager through the real serve).
+type deps struct {
+	daemonManager   func(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(), error)
+	embeddedManager func(g *guestFlags, log *slog.Logger) (sandbox.Manager, func(), error)
+}
+
+func productionDeps() deps {
+	return deps{daemonManager: newDaemonManager, embeddedManager: newEmbeddedManager}
+}
+
+func (d deps) embedded(g *guestFlags, log *slog.Logger) (sandbox.Manager, func(), error) {
+	return d.embeddedManager(g, log)
+}
+
+// serveCommand runs the daemon: the HTTP API on a Unix socket (and, with
+// --listen, over TLS with bearer tokens) over a VM manager. SIGTERM or
+// SIGINT destroys every sandbox and exits; a daemon that dies instead
+// (kill -9) leaves its VMs running, and the next one takes them back from
+// the state directory.
+func (a *app) serveCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "run the daemon (the HTTP API on a Unix socket; --listen adds TLS with tokens)",
+		Long: "Run the daemon: the HTTP API on a Unix socket (mode 0600, or 0660 with --socket-group), and with\n" +
+			"--listen tcp://ADDR the same API over TLS, every request carrying a bearer token from --token-file.\n" +
+			"Without --tls-cert and --tls-key a self-signed certificate is made at start and written to\n" +
+			"STATE_DIR/tls/cert.pem (give it to clients with --tls-ca). --mcp serves the sandbox tools over\n" +
+			"MCP's Streamable HTTP at /mcp on the same listeners, with the same auth.",
+		Args: noArgs,
+	}
+	fs := cmd.Flags()
+	o := &serveOptions{guest: addGuestFlags(fs, "info")}
+	fs.StringVar(&o.socket, "socket", os.Getenv("CELLVM_SOCKET"), "the API socket (default $CELLVM_SOCKET, else "+DefaultSocket+")")
+	fs.StringVar(&o.stateDir, "state-dir", "", "where sandboxes keep their files (default: beside the socket)")
+	fs.IntVar(&o.maxSandboxes, "max-sandboxes", 64, "cap on sandboxes (0: none)")
+	fs.IntVar(&o.maxMemory, "max-memory", 0, "cap on total guest memory in MiB (default: 3/4 of the host's)")
+	fs.BoolVar(&o.network, "network", os.Geteuid() == 0, "enforce network policies (TAP, iptables, DNS; needs root)")
+	fs.StringVar(&o.uplink, "uplink", "", "interface guest traffic leaves through (default: any)")
+	fs.Var(&o.publicRanges, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses)")
+	fs.StringVar(&o.node, "node", "", "this daemon's node name, written into sandbox ids (sb-NODE-...) for a router in front of many daemons")
+	fs.StringVar(&o.listen, "listen", "", "also serve the API over TLS at tcp://HOST:PORT (needs --token-file)")
+	fs.StringVar(&o.tokenFile, "token-file", "", "file of bearer tokens accepted on --listen, one a line (at least 16 characters each)")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate for --listen (default: a self-signed one made at start)")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key for --tls-cert")
+	fs.StringVar(&o.socketGroup, "socket-group", "", "let this group (name or gid) use the Unix socket too (mode 0660)")
+	fs.BoolVar(&o.mcp, "mcp", false, "serve the sandbox tools over MCP Streamable HTTP at /mcp (a sandbox per MCP session)")
+	fs.DurationVar(&o.mcpSession, "mcp-idle-timeout", 15*time.Minute, "end an MCP session (and delete its sandbox) after this long without a request")
+	o.mcpFlags = addMCPFlagsPrefixed(fs)
+	cmd.RunE = func(*cobra.Command, []string) error { return a.serve(o) }
+	return cmd
+}
+
+// addMCPFlagsPrefixed adds the MCP tool settings as --mcp-* flags.
+func addMCPFlagsPrefixed(fs interface {
+	DurationVar(*time.Duration, string, time.Duration, string)
+	IntVar(*int, string, int, string)
+	BoolVar(*bool, string, bool, string)
+}) *mcpFlags {
+	f := &mcpFlags{}
+	fs.DurationVar(&f.timeout, "mcp-timeout", 60*time.Second, "default time limit of one MCP tool call")
+	fs.IntVar(&f.maxChars, "mcp-max-chars", 8000, "characters of each output section an MCP tool returns")
+	fs.BoolVar(&f.companions, "mcp-tools", true, "offer the companion tools beside run_python over MCP")
+	return f
+}
+
+// checkServe checks the flags before anything is started.
+func (o *serveOptions) check() error {
+	if _, err := newLogger(os.Stderr, o.guest.logLevel); err != nil {
+		return err
+	}
+	if o.listen != "" {
+		addr, ok := strings.CutPrefix(o.listen, "tcp://")
+		if !ok || addr == "" {
+			return usagef("--listen %q: want tcp://HOST:PORT", o.listen)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return usagef("--listen %q: %v", o.listen, err)
+		}
+		if o.tokenFile == "" {
+			return usagef("--listen needs --token-file: a TCP listener without tokens would let anyone who reaches it run code")
+		}
+	} else if o.tokenFile != "" || o.tlsCert != "" || o.tlsKey != "" {
+		return usagef("--token-file, --tls-cert and --tls-key go with --listen")
+	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return usagef("give --tls-cert and --tls-key together")
+	}
+	if len(o.publicRanges) > 0 && !o.network {
+		return usagef("--public-ranges needs --network")
+	}
+	if err := sandbox.ValidNode(o.node); err != nil {
 		return usageError{err}
 	}
-	if len(public) > 0 && !*withNet {
-		return usageError{errors.New("--public-ranges needs --network")}
+	if o.mcpSession <= 0 {
+		return usagef("--mcp-idle-timeout must be positive")
 	}
-	socket := *b.socket
-	if socket == "" {
-		socket = DefaultSocket
+	return nil
+}
+
+func (a *app) serve(o *serveOptions) error {
+	if err := o.check(); err != nil {
+		return err
 	}
-	if *stateDir == "" {
-		*stateDir = filepath.Join(filepath.Dir(socket), "state")
+	if o.socket == "" {
+		o.socket = DefaultSocket
 	}
-	log, err := newLogger(stderr, *b.logLevel)
+	if o.stateDir == "" {
+		o.stateDir = filepath.Join(filepath.Dir(o.socket), "state")
+	}
+	log, err := newLogger(a.stderr, o.guest.logLevel)
 	if err != nil {
 		return err
 	}
-	if err := requireKVM(); err != nil {
-		return fmt.Errorf("the daemon cannot start VMs: %w", err)
-	}
-	k, i, r, err := guestFiles(*b.kernel, *b.initrd, *b.rootfs)
-	if err != nil {
-		return err
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	if *maxMemory == 0 {
-		if total, err := hostMemMiB(); err == nil {
-			*maxMemory = total * 3 / 4
+	var tokens *api.Tokens
+	if o.tokenFile != "" {
+		if tokens, err = api.LoadTokens(o.tokenFile); err != nil {
+			return usageError{err}
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
+	var sockOpts []api.ListenOption
+	sockOpts = append(sockOpts, api.WithListenLogger(log))
+	if o.socketGroup != "" {
+		gid, err := lookupGroup(o.socketGroup)
+		if err != nil {
+			return usageError{err}
+		}
+		sockOpts = append(sockOpts, api.AllowGroup(gid))
+	}
+	if err := os.MkdirAll(filepath.Dir(o.socket), 0o700); err != nil {
 		return fmt.Errorf("socket directory: %w", err)
 	}
-	var netHost *netpolicy.Host
-	if *withNet {
-		if netHost, err = netpolicy.NewHost(netpolicy.HostConfig{Uplink: *uplink, PublicRanges: public}, log); err != nil {
-			return fmt.Errorf("network policies: %w (pass --network=false to run without them)", err)
-		}
-		log.Info("network policies on", "uplink", *uplink, "public_ranges", public.String())
-	}
-	jailOpt, err := b.jailOptions(log)
+	inner, closeManager, err := a.deps.daemonManager(o, log)
 	if err != nil {
 		return err
 	}
-	m, err := sandbox.NewVMManager(sandbox.Options{
-		Exe: exe, Kernel: k, Initrd: i, RootFS: r, StateDir: *stateDir,
-		MaxSandboxes: *maxSandboxes, MaxMemoryMiB: *maxMemory, Log: log,
-		BootTimeout: bootTimeoutFromEnv(), Net: netHost, Jail: jailOpt,
-		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1",
-	})
+	defer closeManager()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.Instrument(inner, reg)
+	handler := api.NewServer(m, log, api.WithMetrics(reg))
+	if o.mcp {
+		mh, closeMCP := newMCPHandler(m, o, log)
+		defer closeMCP()
+		handler = withMCP(handler, mh)
+	}
+	var servers []*http.Server
+	errc := make(chan error, 2)
+	ln, err := api.ListenUnix(o.socket, sockOpts...)
 	if err != nil {
-		if netHost != nil {
-			netHost.Close()
-		}
 		return err
 	}
-	ln, err := api.ListenUnix(socket, api.WithListenLogger(log))
-	if err != nil {
-		m.Close()
-		if netHost != nil {
-			netHost.Close()
+	unixSrv := api.NewHTTPServer(handler)
+	servers = append(servers, unixSrv)
+	go func() { errc <- unixSrv.Serve(ln) }()
+	if o.listen != "" {
+		tlsCfg, certPath, err := serverTLS(o, log)
+		if err != nil {
+			return err
 		}
-		return err
+		tln, err := net.Listen("tcp", strings.TrimPrefix(o.listen, "tcp://"))
+		if err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
+		tcpSrv := api.NewHTTPServer(api.RequireToken(handler, tokens, log))
+		tcpSrv.TLSConfig = tlsCfg
+		servers = append(servers, tcpSrv)
+		go func() { errc <- tcpSrv.ServeTLS(tln, "", "") }()
+		log.Info("cellvm daemon listening over TLS", "addr", tln.Addr().String(), "cert", certPath, "tokens", tokens.Len())
 	}
-	srv := api.NewHTTPServer(api.NewServer(m, log))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	log.Info("cellvm daemon listening", "socket", socket, "state_dir", *stateDir, "kernel", k, "rootfs", r)
+	log.Info("cellvm daemon listening", "socket", o.socket, "state_dir", o.stateDir, "mcp", o.mcp)
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down: destroying sandboxes")
@@ -116,16 +228,63 @@ func cmdServe(args []string, stderr io.Writer) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	srv.Shutdown(sctx)
-	m.Close()
-	if netHost != nil {
-		netHost.Close()
+	for _, s := range servers {
+		s.Shutdown(sctx)
 	}
-	os.Remove(socket)
+	os.Remove(o.socket)
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	return err
+}
+
+// newDaemonManager is the daemon's VM manager.
+func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(), error) {
+	if err := requireKVM(); err != nil {
+		return nil, nil, fmt.Errorf("the daemon cannot start VMs: %w", err)
+	}
+	k, i, r, err := guestFiles(o.guest.kernel, o.guest.initrd, o.guest.rootfs)
+	if err != nil {
+		return nil, nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.maxMemory == 0 {
+		if total, err := hostMemMiB(); err == nil {
+			o.maxMemory = total * 3 / 4
+		}
+	}
+	var netHost *netpolicy.Host
+	if o.network {
+		if netHost, err = netpolicy.NewHost(netpolicy.HostConfig{Uplink: o.uplink, PublicRanges: o.publicRanges}, log); err != nil {
+			return nil, nil, fmt.Errorf("network policies: %w (pass --network=false to run without them)", err)
+		}
+		log.Info("network policies on", "uplink", o.uplink, "public_ranges", o.publicRanges.String())
+	}
+	closeNet := func() {
+		if netHost != nil {
+			netHost.Close()
+		}
+	}
+	jailOpt, err := o.guest.jailOptions(log)
+	if err != nil {
+		closeNet()
+		return nil, nil, err
+	}
+	m, err := sandbox.NewVMManager(sandbox.Options{
+		Exe: exe, Kernel: k, Initrd: i, RootFS: r, StateDir: o.stateDir,
+		MaxSandboxes: o.maxSandboxes, MaxMemoryMiB: o.maxMemory, Log: log,
+		BootTimeout: bootTimeoutFromEnv(), Net: netHost, Jail: jailOpt,
+		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node,
+	})
+	if err != nil {
+		closeNet()
+		return nil, nil, err
+	}
+	log.Info("VM manager ready", "kernel", k, "rootfs", r)
+	return m, func() { m.Close(); closeNet() }, nil
 }
 
 // prefixList is a flag of comma-separated CIDR prefixes.
@@ -149,6 +308,8 @@ func (l *prefixList) Set(v string) error {
 	}
 	return nil
 }
+
+func (l *prefixList) Type() string { return "CIDR[,CIDR...]" }
 
 func hostMemMiB() (int, error) {
 	var si syscall.Sysinfo_t

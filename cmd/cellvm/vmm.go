@@ -8,6 +8,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
 	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/vmm"
 	"golang.org/x/sys/unix"
@@ -37,6 +39,23 @@ type VMMConfig struct {
 	// trigger of the test that a seccomp violation kills the VMM. The daemon
 	// sets it only when it runs with CELLVM_TEST_HOOKS=1.
 	TestHooks bool `json:"test_hooks,omitempty"`
+}
+
+// vmmCommand is `cellvm vmm --config FILE`, the process the daemon starts
+// per VM. Its argv shape is fixed: the daemon finds its VMMs by it
+// (sandbox.isVMMFor), so it parses its own arguments.
+func (a *app) vmmCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:                "vmm --config FILE",
+		Short:              "run one VM from a JSON config (started by the daemon)",
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
+				return cmd.Help()
+			}
+			return cmdVMM(args, a.stdout, a.stderr)
+		},
+	}
 }
 
 // cmdVMM runs one VM in this process until the guest ends or the process

@@ -6,6 +6,7 @@ export class CellvmError extends Error {
   constructor(message: string, opts?: { status?: number; code?: string });
 }
 export class Invalid extends CellvmError {}
+export class Unauthorized extends CellvmError {}
 export class Forbidden extends CellvmError {}
 export class NotFound extends CellvmError {}
 export class Busy extends CellvmError {}

@@ -22,6 +22,8 @@ const define = (name, code) => {
 
 /** 400: the request is malformed or out of bounds. */
 export const Invalid = define('Invalid', 'invalid');
+/** 401: a remote daemon (a URL) wants a valid bearer token (429 rate_limited: this address failed too often). */
+export const Unauthorized = define('Unauthorized', 'unauthorized');
 /** 403: the daemon refuses this user. */
 export const Forbidden = define('Forbidden', 'forbidden');
 /** 404: no such sandbox, or no such file in it. */
@@ -48,9 +50,10 @@ export const Timeout = define('Timeout', 'timeout');
 export const ProtocolError = define('ProtocolError', 'protocol');
 
 const byCode = Object.fromEntries(
-  [Invalid, Forbidden, NotFound, Busy, Lost, TooLarge, Internal, NotSupported, Full].map((c) => [c.code, c]),
+  [Invalid, Unauthorized, Forbidden, NotFound, Busy, Lost, TooLarge, Internal, NotSupported, Full].map((c) => [c.code, c]),
 );
-const byStatus = { 400: Invalid, 403: Forbidden, 404: NotFound, 405: Invalid, 409: Busy, 410: Lost, 413: TooLarge, 500: Internal, 501: NotSupported, 503: Full };
+byCode.rate_limited = Unauthorized;
+const byStatus = { 400: Invalid, 401: Unauthorized, 429: Unauthorized, 403: Forbidden, 404: NotFound, 405: Invalid, 409: Busy, 410: Lost, 413: TooLarge, 500: Internal, 501: NotSupported, 503: Full };
 
 /** The error for a non-success answer: by the code in its JSON body, else by its status. */
 export function fromResponse(status, body, retryAfter) {

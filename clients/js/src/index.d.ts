@@ -2,7 +2,7 @@ export { Sandbox, asyncDispose, DEFAULT_CELL_TIMEOUT_MS, START_ALLOWANCE_MS, Cre
 export { Connection, DEFAULT_SOCKET } from './transport.js';
 export { Execution, Result, ExecutionError, CommandResult, SandboxInfo, Truncated } from './models.js';
 export {
-  CellvmError, Invalid, Forbidden, NotFound, Busy, Lost, TooLarge, Internal, NotSupported, Full,
+  CellvmError, Invalid, Unauthorized, Forbidden, NotFound, Busy, Lost, TooLarge, Internal, NotSupported, Full,
   ConnectError, ConnectionLost, Timeout, ProtocolError,
 } from './errors.js';
 export * as tools from './tools.js';

@@ -1,14 +1,24 @@
-// Where the daemon is, and one request to it. Today the daemon is reached
-// over its Unix socket (HTTP/1.1 with node:http, one connection per call);
-// the socket is found in this order: the path given, $CELLVM_SOCKET,
-// /run/cellvm/cellvm.sock. A remote daemon (a URL with TLS and a bearer
-// token) plugs in here: Connection.requestOptions and headers.
+// Where the daemon is, and one request to it. The daemon is reached over
+// its Unix socket, or, given a URL, over TLS to `cellvm serve --listen`
+// with a bearer token (HTTP/1.1, one connection per call). In this order:
+// the socket path or URL given, $CELLVM_URL, $CELLVM_SOCKET,
+// /run/cellvm/cellvm.sock. The token is the one given, else $CELLVM_TOKEN,
+// else the first token line of $CELLVM_TOKEN_FILE; the certificate to
+// trust is caFile, else $CELLVM_TLS_CA, else the system's.
 
+import fs from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
+import net from 'node:net';
+import tls from 'node:tls';
 import { ConnectError, ConnectionLost, ProtocolError, Timeout, fromResponse } from './errors.js';
 
 export const DEFAULT_SOCKET = '/run/cellvm/cellvm.sock';
 export const SOCKET_ENV = 'CELLVM_SOCKET';
+export const URL_ENV = 'CELLVM_URL';
+export const TOKEN_ENV = 'CELLVM_TOKEN';
+export const TOKEN_FILE_ENV = 'CELLVM_TOKEN_FILE';
+export const CA_ENV = 'CELLVM_TLS_CA';
 /** The timeout of calls that have no timeout of their own (ms). */
 export const DEFAULT_TIMEOUT_MS = 30_000;
 /** Bounds on what the client keeps of an answer. */
@@ -19,22 +29,77 @@ const EXPECT_CONTINUE_MS = 2000;
 
 export class Connection {
   /**
-   * @param {{socketPath?: string, timeoutMs?: number}} [opts]
+   * @param {{socketPath?: string, url?: string, token?: string, caFile?: string, timeoutMs?: number}} [opts]
    */
-  constructor({ socketPath, timeoutMs = DEFAULT_TIMEOUT_MS } = {}) {
+  constructor({ socketPath, url, token, caFile, timeoutMs = DEFAULT_TIMEOUT_MS } = {}) {
+    if (!(timeoutMs > 0)) throw new RangeError('timeoutMs must be positive');
+    if (socketPath && url) throw new TypeError('give socketPath or url, not both');
+    this.timeoutMs = timeoutMs;
+    const u = socketPath ? undefined : url || process.env[URL_ENV] || undefined;
+    if (u) {
+      this.#remote(u, token, caFile);
+      return;
+    }
     const p = socketPath || process.env[SOCKET_ENV] || DEFAULT_SOCKET;
     if (p.includes('\0')) throw new TypeError('the socket path contains a NUL byte');
-    if (!(timeoutMs > 0)) throw new RangeError('timeoutMs must be positive');
     this.socketPath = p;
-    this.timeoutMs = timeoutMs;
   }
 
-  /** Headers sent with every request (a remote daemon's token will go here). */
+  #token = '';
+
+  #remote(url, token, caFile) {
+    let u;
+    try {
+      u = new URL(url);
+    } catch {
+      throw new TypeError(`daemon URL ${JSON.stringify(url)} is not a URL`);
+    }
+    if (u.protocol !== 'https:') {
+      throw new TypeError(`daemon URL ${JSON.stringify(url)}: want https://HOST:PORT (plain http would send the token in clear)`);
+    }
+    if ((u.pathname !== '/' && u.pathname !== '') || u.search || u.username) {
+      throw new TypeError(`daemon URL ${JSON.stringify(url)}: want https://HOST:PORT, with no path, query or user`);
+    }
+    this.url = `https://${u.host}`;
+    this.host = u.hostname.replace(/^\[|\]$/g, '');
+    this.port = Number(u.port || 443);
+    const t = token ?? (process.env[TOKEN_ENV] || tokenFromFile(process.env[TOKEN_FILE_ENV]));
+    if (/[\r\n\0]/.test(t)) throw new TypeError('the token contains a line break or NUL');
+    this.#token = t;
+    const ca = caFile || process.env[CA_ENV];
+    this.ca = ca ? fs.readFileSync(ca) : undefined;
+  }
+
+  /** Where the daemon is, for messages (never the token). */
+  toString() {
+    return this.url ?? this.socketPath;
+  }
+
+  /** Headers sent with every request: the bearer token of a remote daemon. */
   headers() {
-    return {};
+    return this.#token ? { Authorization: `Bearer ${this.#token}` } : {};
+  }
+
+  /** The node:http(s) options that say where to connect. */
+  target() {
+    if (this.url) {
+      // SNI carries names only; an address is checked against the certificate's IP SANs.
+      const servername = net.isIP(this.host) ? undefined : this.host;
+      // The certificate is checked against the URL's host, not the Host
+      // header the API is sent with.
+      const checkServerIdentity = (_, cert) => tls.checkServerIdentity(this.host, cert);
+      return { transport: https, options: { host: this.host, port: this.port, servername, ca: this.ca, checkServerIdentity } };
+    }
+    return { transport: http, options: { socketPath: this.socketPath } };
   }
 
   connectError(err) {
+    if (this.url) {
+      if (/CERT|SELF_SIGNED|UNABLE_TO_VERIFY/.test(err.code ?? '')) {
+        return new ConnectError(`the cellvm daemon at ${this.url} has a certificate this client does not trust (${err.message}); pass caFile or set ${CA_ENV}`);
+      }
+      return new ConnectError(`cannot connect to the cellvm daemon at ${this.url}: ${err.message}`);
+    }
     const p = this.socketPath;
     const hint = `start one with 'cellvm serve' or set ${SOCKET_ENV}`;
     switch (err.code) {
@@ -80,10 +145,11 @@ export class Connection {
         if (length === null) h['Transfer-Encoding'] = 'chunked';
         else h['Content-Length'] = String(length);
       }
-      const req = http.request({ socketPath: this.socketPath, method, path, headers: h, agent: false, setHost: false });
-      req.on('socket', (s) => s.on('connect', () => { connected = true; }));
+      const { transport, options } = this.target();
+      const req = transport.request({ ...options, method, path, headers: h, agent: false, setHost: false });
+      req.on('socket', (s) => s.on(this.url ? 'secureConnect' : 'connect', () => { connected = true; }));
       req.on('error', (err) => {
-        if (!connected && ['ENOENT', 'ECONNREFUSED', 'EACCES', 'EPERM', 'ENOTSOCK'].includes(err.code)) {
+        if (!connected && (this.url || ['ENOENT', 'ECONNREFUSED', 'EACCES', 'EPERM', 'ENOTSOCK'].includes(err.code))) {
           finish(this.connectError(err));
         } else {
           finish(new ConnectionLost(`${what}: ${err.message}`));
@@ -206,4 +272,14 @@ export function filesPath(id, guestPath) {
   const segs = abs.split('/').filter(Boolean);
   if (!segs.length) throw new RangeError(`${JSON.stringify(guestPath)} names the root directory, not a file`);
   return sandboxPath(id, 'files', ...segs);
+}
+
+/** The first token line of a token file (blank lines and # comments skipped, as the daemon reads it). */
+function tokenFromFile(path) {
+  if (!path) return '';
+  for (const line of fs.readFileSync(path, 'utf8').split('\n')) {
+    const t = line.trim();
+    if (t && !t.startsWith('#')) return t;
+  }
+  throw new TypeError(`token file ${path} holds no token`);
 }

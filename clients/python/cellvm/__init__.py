@@ -23,7 +23,7 @@ and for a Runtime-style interpreter with only their import changed.
 from .aio import AsyncSandbox
 from ._transport import DEFAULT_SOCKET, Connection
 from .errors import (
-    Busy, CellvmError, ConnectError, ConnectionLost, Forbidden, Full, Internal, Invalid, Lost, NotFound,
+    Busy, CellvmError, ConnectError, ConnectionLost, Forbidden, Full, Internal, Invalid, Lost, NotFound, Unauthorized,
     NotSupported, ProtocolError, Timeout, TooLarge,
 )
 from .models import CommandResult, Execution, ExecutionError, Logs, Result, SandboxInfo, Truncated
@@ -34,6 +34,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Sandbox", "AsyncSandbox", "Connection", "DEFAULT_SOCKET",
     "Execution", "Result", "Logs", "ExecutionError", "Truncated", "CommandResult", "SandboxInfo",
-    "CellvmError", "Invalid", "Forbidden", "NotFound", "Busy", "Lost", "TooLarge", "Internal", "NotSupported",
+    "CellvmError", "Invalid", "Unauthorized", "Forbidden", "NotFound", "Busy", "Lost", "TooLarge", "Internal", "NotSupported",
     "Full", "ConnectError", "ConnectionLost", "Timeout", "ProtocolError",
 ]

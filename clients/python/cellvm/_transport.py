@@ -1,11 +1,13 @@
 """Where the daemon is, and the two drivers that run an exchange over it.
 
-Today the daemon is reached over its Unix socket (HTTP/1.1, one connection
-per call, closed after it). The socket is found in this order: the path
-given to :class:`Connection`, ``$CELLVM_SOCKET``, ``/run/cellvm/cellvm.sock``.
-A remote daemon (a URL with TLS and a bearer token) plugs in here: its
-``_open`` methods and :meth:`Connection.headers`; the exchanges above do
-not change.
+The daemon is reached over its Unix socket, or, when a URL is given, over
+TLS to ``cellvm serve --listen`` with a bearer token (HTTP/1.1, one
+connection per call, closed after it). In this order: the socket path or
+the URL given to :class:`Connection`, ``$CELLVM_URL``, ``$CELLVM_SOCKET``,
+``/run/cellvm/cellvm.sock``. The token is the one given, else
+``$CELLVM_TOKEN``, else the first token line of ``$CELLVM_TOKEN_FILE``; the
+certificate to trust is ``ca_file``, else ``$CELLVM_TLS_CA``, else the
+system's. The exchanges above do not change with the transport.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import errno
 import inspect
 import os
 import socket
+import ssl
 import time
 from typing import Any, List, Optional, Tuple
+from urllib.parse import urlsplit
 
 from ._exchange import Call, Exchange, Recv, Send, SendHead
 from ._http import build_request
@@ -24,6 +28,10 @@ from .errors import ConnectError, ConnectionLost, Timeout
 
 DEFAULT_SOCKET = "/run/cellvm/cellvm.sock"
 SOCKET_ENV = "CELLVM_SOCKET"
+URL_ENV = "CELLVM_URL"
+TOKEN_ENV = "CELLVM_TOKEN"
+TOKEN_FILE_ENV = "CELLVM_TOKEN_FILE"
+CA_ENV = "CELLVM_TLS_CA"
 
 #: The timeout of calls that have no timeout of their own (seconds).
 DEFAULT_TIMEOUT_S = 30.0
@@ -35,28 +43,71 @@ class Connection:
     """How to reach a cellvm daemon.
 
     ``socket_path`` defaults to ``$CELLVM_SOCKET``, then
-    ``/run/cellvm/cellvm.sock``. ``timeout`` bounds calls that have no
+    ``/run/cellvm/cellvm.sock``. ``url`` (``https://HOST:PORT``, default
+    ``$CELLVM_URL``) reaches a daemon's TLS listener instead, with ``token``
+    (default ``$CELLVM_TOKEN`` or ``$CELLVM_TOKEN_FILE``) and ``ca_file``
+    (default ``$CELLVM_TLS_CA``). ``timeout`` bounds calls that have no
     timeout of their own (info, interrupt, network, ...); calls that do
     (cells, commands, create, files) take theirs on top of it.
     """
 
-    def __init__(self, socket_path: Optional[str] = None, *, timeout: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, socket_path: Optional[str] = None, *, url: Optional[str] = None,
+                 token: Optional[str] = None, ca_file: Optional[str] = None,
+                 timeout: float = DEFAULT_TIMEOUT_S):
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        if socket_path and url:
+            raise ValueError("give socket_path or url, not both")
+        self.timeout = float(timeout)
+        self.url: Optional[str] = None
+        self.socket_path: Optional[str] = None
+        self._token = ""
+        if not socket_path:
+            url = url or os.environ.get(URL_ENV) or None
+        if url:
+            self._remote(url, token, ca_file)
+            return
         path = socket_path or os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
         if "\x00" in path:
             raise ValueError("the socket path contains a NUL byte")
-        if timeout <= 0:
-            raise ValueError("timeout must be positive")
         self.socket_path = path
-        self.timeout = float(timeout)
+
+    def _remote(self, url: str, token: Optional[str], ca_file: Optional[str]) -> None:
+        u = urlsplit(url)
+        if u.scheme != "https":
+            raise ValueError(f"daemon URL {url!r}: want https://HOST:PORT (plain http would send the token in clear)")
+        if not u.hostname or u.path not in ("", "/") or u.query or u.username:
+            raise ValueError(f"daemon URL {url!r}: want https://HOST:PORT, with no path, query or user")
+        self.url = f"https://{u.netloc}"
+        self._host, self._port = u.hostname, u.port or 443
+        if token is None:
+            token = os.environ.get(TOKEN_ENV) or _token_from_file(os.environ.get(TOKEN_FILE_ENV))
+        if any(c in token for c in "\r\n\x00"):
+            raise ValueError("the token contains a line break or NUL")
+        self._token = token
+        self._ssl = ssl.create_default_context(cafile=ca_file or os.environ.get(CA_ENV) or None)
 
     def __repr__(self) -> str:
+        # The token is never shown.
+        if self.url:
+            return f"Connection(url={self.url!r})"
         return f"Connection(socket_path={self.socket_path!r})"
 
     def headers(self) -> List[Tuple[str, str]]:
-        """Headers sent with every request (a remote daemon's token will go here)."""
+        """Headers sent with every request: the bearer token of a remote daemon."""
+        if self._token:
+            return [("Authorization", "Bearer " + self._token)]
         return []
 
+    def _where(self) -> str:
+        return self.url or self.socket_path or ""
+
     def _connect_error(self, e: OSError) -> ConnectError:
+        if self.url:
+            if isinstance(e, ssl.SSLCertVerificationError):
+                return ConnectError(f"the cellvm daemon at {self.url} has a certificate this client does not trust "
+                                    f"({e.verify_message}); pass ca_file= or set {CA_ENV}")
+            return ConnectError(f"cannot connect to the cellvm daemon at {self.url}: {e}")
         p = self.socket_path
         hint = f"start one with 'cellvm serve' or set {SOCKET_ENV}"
         if isinstance(e, FileNotFoundError):
@@ -73,6 +124,8 @@ class Connection:
     # -- the blocking driver ------------------------------------------------
 
     def _open(self, timeout: float) -> socket.socket:
+        if self.url:
+            return self._open_tls(timeout)
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(timeout)
         try:
@@ -84,6 +137,22 @@ class Connection:
             s.close()
             raise self._connect_error(e) from None
         return s
+
+    def _open_tls(self, timeout: float) -> socket.socket:
+        try:
+            raw = socket.create_connection((self._host, self._port), timeout=timeout)
+        except socket.timeout:
+            raise Timeout(f"connecting to the cellvm daemon at {self.url} took longer than {timeout:g} s") from None
+        except OSError as e:
+            raise self._connect_error(e) from None
+        try:
+            return self._ssl.wrap_socket(raw, server_hostname=self._host)
+        except socket.timeout:
+            raw.close()
+            raise Timeout(f"the TLS handshake with {self.url} took longer than {timeout:g} s") from None
+        except OSError as e:
+            raw.close()
+            raise self._connect_error(e) from None
 
     def run(self, ex: Exchange, timeout: float) -> Any:
         """Runs an exchange over a fresh connection within timeout seconds."""
@@ -123,10 +192,15 @@ class Connection:
     # -- the asyncio driver -------------------------------------------------
 
     async def _aopen(self, timeout: float) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.url:
+            opening = asyncio.open_connection(self._host, self._port, ssl=self._ssl, server_hostname=self._host,
+                                              limit=_RECV_BYTES)
+        else:
+            opening = asyncio.open_unix_connection(self.socket_path, limit=_RECV_BYTES)
         try:
-            return await asyncio.wait_for(asyncio.open_unix_connection(self.socket_path, limit=_RECV_BYTES), timeout)
+            return await asyncio.wait_for(opening, timeout)
         except asyncio.TimeoutError:
-            raise Timeout(f"connecting to the cellvm daemon at {self.socket_path} took longer than {timeout:g} s") from None
+            raise Timeout(f"connecting to the cellvm daemon at {self._where()} took longer than {timeout:g} s") from None
         except OSError as e:
             raise self._connect_error(e) from None
 
@@ -222,3 +296,16 @@ class _Steps:
 
 def _timeout(what: str, timeout: float) -> Timeout:
     return Timeout(f"{what}: no complete answer from the daemon within {timeout:g} s")
+
+
+def _token_from_file(path: Optional[str]) -> str:
+    """The first token line of a token file (blank lines and # comments
+    skipped, as the daemon reads it); "" without a file."""
+    if not path:
+        return ""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                return line
+    raise ValueError(f"token file {path} holds no token")

@@ -54,6 +54,13 @@ class Forbidden(CellvmError, PermissionError):
     code = "forbidden"
 
 
+class Unauthorized(CellvmError, PermissionError):
+    """401: a remote daemon (a URL) wants a valid bearer token; 429 with code
+    "rate_limited" when this address failed too often."""
+
+    code = "unauthorized"
+
+
 class NotFound(CellvmError, LookupError):
     """404: no such sandbox, or no such file in it."""
 
@@ -129,8 +136,9 @@ class ProtocolError(CellvmError):
     code = "protocol"
 
 
-_BY_CODE = {cls.code: cls for cls in (Invalid, Forbidden, NotFound, Busy, Lost, TooLarge, Internal, NotSupported, Full)}
-_BY_STATUS = {400: Invalid, 403: Forbidden, 404: NotFound, 405: Invalid, 409: Busy, 410: Lost, 413: TooLarge,
+_BY_CODE = {cls.code: cls for cls in (Invalid, Unauthorized, Forbidden, NotFound, Busy, Lost, TooLarge, Internal, NotSupported, Full)}
+_BY_CODE["rate_limited"] = Unauthorized
+_BY_STATUS = {400: Invalid, 401: Unauthorized, 429: Unauthorized, 403: Forbidden, 404: NotFound, 405: Invalid, 409: Busy, 410: Lost, 413: TooLarge,
               500: Internal, 501: NotSupported, 503: Full}
 
 
@@ -163,6 +171,6 @@ def from_response(status: int, body: bytes, retry_after: Optional[str] = None) -
 
 
 __all__ = [
-    "CellvmError", "Invalid", "Forbidden", "NotFound", "Busy", "Lost", "TooLarge", "Internal",
+    "CellvmError", "Invalid", "Unauthorized", "Forbidden", "NotFound", "Busy", "Lost", "TooLarge", "Internal",
     "NotSupported", "Full", "ConnectError", "ConnectionLost", "Timeout", "ProtocolError", "from_response",
 ]

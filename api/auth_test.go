@@ -1,0 +1,191 @@
+package api
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/cellvm/cellvm/cell"
+)
+
+const testToken = "s3cret-token-0123456789"
+
+func writeTokens(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadTokens(t *testing.T) {
+	tok, err := LoadTokens(writeTokens(t, "# operators\n\n"+testToken+"\n  second-token-abcdefgh  \n"))
+	if err != nil || tok.Len() != 2 {
+		t.Fatalf("%v %v", tok, err)
+	}
+	for _, c := range []struct {
+		token string
+		ok    bool
+	}{{testToken, true}, {"second-token-abcdefgh", true}, {testToken + "x", false}, {testToken[:10], false}, {"", false}} {
+		if tok.Valid(c.token) != c.ok {
+			t.Errorf("Valid(%q) = %v", c.token, !c.ok)
+		}
+	}
+	for _, bad := range []string{"", "# only a comment\n", "short\n"} {
+		_, err := LoadTokens(writeTokens(t, bad))
+		if err == nil || strings.Contains(err.Error(), "short\n") {
+			t.Errorf("token file %q: %v", bad, err)
+		}
+	}
+	if _, err := LoadTokens(writeTokens(t, "tooshort\n")); err == nil || strings.Contains(err.Error(), "tooshort") {
+		t.Errorf("a short token's error must not show it: %v", err)
+	}
+}
+
+// tlsEnv is the API over TLS with tokens, on a loopback port.
+func tlsEnv(t *testing.T) (*httptest.Server, *syncBuffer, *x509.CertPool) {
+	t.Helper()
+	tok, err := LoadTokens(writeTokens(t, testToken+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logBuf := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logBuf, nil))
+	srv := httptest.NewTLSServer(RequireToken(NewServer(newFakeManager(), log), tok, log))
+	t.Cleanup(srv.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	return srv, logBuf, pool
+}
+
+func TestTokenRequiredOverTLS(t *testing.T) {
+	srv, logBuf, pool := tlsEnv(t)
+	ctx := context.Background()
+	tlsCfg := srv.Client().Transport.(*http.Transport).TLSClientConfig
+
+	// No token, a wrong one: 401, as an *Error that says so.
+	for _, token := range []string{"", "wrong-token-0123456789"} {
+		c, err := Dial(srv.URL, WithToken(token), WithTLSConfig(tlsCfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.List(ctx)
+		wantClientError(t, "list with token "+token, err, http.StatusUnauthorized, CodeUnauthorized)
+		if !errors.Is(err, ErrUnauthorized) {
+			t.Errorf("401 is not ErrUnauthorized: %v", err)
+		}
+	}
+	// The right token: the whole API, streams and metrics included.
+	c, err := Dial(srv.URL, WithToken(testToken), WithTLSConfig(tlsCfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Create(ctx, sandboxConfigForTest())
+	if err != nil {
+		t.Fatalf("create with the token: %v", err)
+	}
+	if _, err := c.RunCell(ctx, info.ID, "x", 0, func(cell.Event) {}); err != nil {
+		t.Errorf("streamed cell with the token: %v", err)
+	}
+	if _, err := c.Metrics(ctx); err != nil {
+		t.Errorf("metrics with the token: %v", err)
+	}
+	if strings.Contains(logBuf.String(), testToken) || strings.Contains(logBuf.String(), "wrong-token-0123456789") {
+		t.Errorf("a token reached the log:\n%s", logBuf.String())
+	}
+	if !strings.Contains(logBuf.String(), "without a valid bearer token") {
+		t.Errorf("refusals are not logged:\n%s", logBuf.String())
+	}
+	// Dial refuses plain http: the token would travel in clear.
+	if _, err := Dial("http://127.0.0.1:1", WithToken(testToken)); err == nil {
+		t.Error("Dial accepted http://")
+	}
+	// The CA file option trusts the daemon's certificate.
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	os.WriteFile(ca, pemOf(srv.Certificate().Raw), 0o644)
+	c2, err := Dial(srv.URL, WithToken(testToken), WithCAFile(ca))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.List(ctx); err != nil {
+		t.Errorf("with the CA file: %v", err)
+	}
+	_ = pool
+}
+
+func TestFailedAuthenticationIsRateLimited(t *testing.T) {
+	srv, _, _ := tlsEnv(t)
+	hc := srv.Client()
+	get := func(token string) int {
+		req, _ := http.NewRequest("GET", srv.URL+"/v1/sandboxes", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := get(testToken); s != http.StatusOK {
+		t.Fatalf("with the token: %d", s)
+	}
+	for i := 0; i < failBurst; i++ {
+		if s := get(fmt.Sprintf("guess-%020d", i)); s != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d, want 401", i, s)
+		}
+	}
+	// The allowance is spent: even the right token waits now.
+	if s := get("one-guess-too-many-0000"); s != http.StatusTooManyRequests {
+		t.Errorf("after %d failures: %d, want 429", failBurst, s)
+	}
+	if s := get(testToken); s != http.StatusTooManyRequests {
+		t.Errorf("the right token after the failures: %d, want 429 until the limit recovers", s)
+	}
+}
+
+func TestSocketGroup(t *testing.T) {
+	gid := os.Getgid()
+	sock := filepath.Join(shortTempDir(t), "g.sock")
+	ln, err := ListenUnix(sock, AllowGroup(gid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	fi, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o660 || int(fi.Sys().(*syscall.Stat_t).Gid) != gid {
+		t.Errorf("socket mode %v gid %d, want 0660 and %d", fi.Mode().Perm(), fi.Sys().(*syscall.Stat_t).Gid, gid)
+	}
+	self := syscall.Ucred{Pid: int32(os.Getpid()), Uid: 4242, Gid: 4242}
+	groups, _ := os.Getgroups()
+	for _, g := range groups {
+		if g != 4242 && !inGroup(self, g) {
+			t.Errorf("a supplementary group %d of the peer is not accepted", g)
+		}
+	}
+	if !inGroup(syscall.Ucred{Pid: self.Pid, Gid: 777}, 777) {
+		t.Error("the peer's primary group is not accepted")
+	}
+	if inGroup(self, 987654) || inGroup(self, -1) {
+		t.Error("a group the peer is not in is accepted")
+	}
+}
+
+func pemOf(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}

@@ -1,0 +1,135 @@
+package metrics
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/cellvm/cellvm/agent/fakesandbox"
+	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/sandbox"
+)
+
+// value finds one sample of a gathered family by its labels: a counter's
+// or gauge's value, or a histogram's sample count.
+func value(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if !hasLabels(m, labels) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return -1
+}
+
+func hasLabels(m *dto.Metric, kv []string) bool {
+	for i := 0; i+1 < len(kv); i += 2 {
+		ok := false
+		for _, l := range m.GetLabel() {
+			ok = ok || l.GetName() == kv[i] && l.GetValue() == kv[i+1]
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func TestMetricsMove(t *testing.T) {
+	ctx := context.Background()
+	fake := fakesandbox.New(func(code string) (cell.Result, bool) {
+		switch code {
+		case "boom":
+			return cell.Result{Status: cell.StatusError, Error: &cell.Error{Name: "ValueError"}}, true
+		case "oom":
+			return cell.Result{Status: cell.StatusLost, KilledBy: cell.KilledByOOM}, true
+		}
+		return cell.Result{}, false
+	})
+	fake.MaxSandboxes = 3
+	reg := prometheus.NewRegistry()
+	m := Instrument(fake, reg)
+
+	a, err := m.Create(ctx, sandbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := m.Create(ctx, sandbox.Config{MemoryMiB: 256})
+	m.Create(ctx, sandbox.Config{VCPUs: 999}) // refused: an error outcome
+	if got := value(t, reg, "cellvm_sandbox_create_seconds", "outcome", "ok"); got != 2 {
+		t.Errorf("creates ok: %v", got)
+	}
+	if got := value(t, reg, "cellvm_sandbox_create_seconds", "outcome", "error"); got != 1 {
+		t.Errorf("creates refused: %v", got)
+	}
+	if got := value(t, reg, "cellvm_boot_seconds"); got != 2 {
+		t.Errorf("boot times observed: %v", got)
+	}
+	for _, code := range []string{"x = 1", "x", "boom", "oom"} {
+		if _, err := m.RunCell(ctx, a.ID, code, time.Minute, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.RunCell(ctx, "sb-none", "1", time.Minute, nil) // not a cell
+	for _, c := range []struct {
+		status, killed string
+		want           float64
+	}{{"ok", "none", 2}, {"error", "none", 1}, {"lost", "oom", 1}} {
+		if got := value(t, reg, "cellvm_cells_total", "status", c.status, "killed_by", c.killed); got != c.want {
+			t.Errorf("cells %s/%s: %v, want %v", c.status, c.killed, got, c.want)
+		}
+	}
+	if got := value(t, reg, "cellvm_cell_seconds"); got != 4 {
+		t.Errorf("cell latencies: %v", got)
+	}
+	m.Exec(ctx, a.ID, sandbox.ExecRequest{Argv: []string{"echo"}, Timeout: time.Second})
+	if got := value(t, reg, "cellvm_exec_seconds"); got != 1 {
+		t.Errorf("exec latencies: %v", got)
+	}
+
+	m.Pause(ctx, b.ID)
+	if value(t, reg, "cellvm_sandboxes", "state", "running") != 1 || value(t, reg, "cellvm_sandboxes", "state", "paused") != 1 ||
+		value(t, reg, "cellvm_sandboxes", "state", "lost") != 0 {
+		t.Error("sandboxes by state are not 1 running, 1 paused, 0 lost")
+	}
+	if value(t, reg, "cellvm_host_sandboxes_used") != 2 || value(t, reg, "cellvm_host_sandboxes_free") != 1 ||
+		value(t, reg, "cellvm_host_memory_mib_used") != 512+256 {
+		t.Error("capacity gauges wrong")
+	}
+
+	// Egress: a sandbox's counters add up, and deleting it takes nothing
+	// back from the totals.
+	fake.SetNetworkCounters(a.ID, sandbox.NetworkCounters{AllowedPackets: 10, DroppedPackets: 2})
+	if value(t, reg, "cellvm_egress_packets_total", "verdict", "allowed") != 10 {
+		t.Error("allowed packets not counted")
+	}
+	fake.SetNetworkCounters(a.ID, sandbox.NetworkCounters{AllowedPackets: 15, DroppedPackets: 3})
+	fake.SetNetworkCounters(b.ID, sandbox.NetworkCounters{DroppedPackets: 4})
+	if value(t, reg, "cellvm_egress_packets_total", "verdict", "allowed") != 15 || value(t, reg, "cellvm_egress_packets_total", "verdict", "dropped") != 7 {
+		t.Error("egress totals wrong after growth")
+	}
+	m.Delete(ctx, a.ID)
+	if value(t, reg, "cellvm_egress_packets_total", "verdict", "allowed") != 15 {
+		t.Error("a deleted sandbox's packets went from the total")
+	}
+}

@@ -1,0 +1,146 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// This file is the observation part of the contract: lifecycle events, log
+// lines and the host's capacity. Supervisors and dashboards read them; they
+// never change a sandbox.
+
+// EventType names a lifecycle event.
+type EventType string
+
+const (
+	EventCreated       EventType = "created"
+	EventLost          EventType = "lost"
+	EventDeleted       EventType = "deleted"
+	EventPaused        EventType = "paused"
+	EventResumed       EventType = "resumed"
+	EventPolicyChanged EventType = "policy_changed"
+)
+
+// Why a sandbox was deleted (Event.Reason of a deleted event).
+const (
+	DeletedByRequest  = "request"
+	DeletedByTTL      = "ttl"
+	DeletedByIdle     = "idle"
+	DeletedByShutdown = "shutdown"
+)
+
+// Event is one change in a sandbox's life. Seq grows by one per event of a
+// manager, so a subscriber sees gaps if it ever misses one.
+type Event struct {
+	Seq     uint64    `json:"seq"`
+	Type    EventType `json:"type"`
+	Sandbox string    `json:"sandbox"`
+	Time    time.Time `json:"time"`
+	// Lost says why, for a lost event.
+	Lost *LostInfo `json:"lost,omitempty"`
+	// Reason is why a deleted sandbox went (DeletedBy...).
+	Reason string `json:"reason,omitempty"`
+	// Network is the new allowlist of a policy_changed event.
+	Network *NetworkPolicy `json:"network,omitempty"`
+}
+
+// EventStream delivers events in order from the moment it was opened.
+type EventStream interface {
+	// Next blocks for the next event. It returns ErrEventsLagged when the
+	// subscriber fell too far behind (events were dropped; subscribe
+	// again and re-read the state with List), ctx's error when ctx ends,
+	// and io.EOF once the stream is closed.
+	Next(ctx context.Context) (Event, error)
+	Close() error
+}
+
+// ErrEventsLagged ends an event stream whose reader fell behind.
+var ErrEventsLagged = errors.New("event stream fell behind; events were dropped")
+
+// LogSource names one of a sandbox's logs.
+type LogSource string
+
+const (
+	// LogConsole is the guest's serial console: the kernel's messages and
+	// everything the guest's init and agent print.
+	LogConsole LogSource = "console"
+	// LogAgent is the guest init's and agent's own log records: the
+	// console lines that are their structured (slog) records.
+	LogAgent LogSource = "agent"
+	// LogVMM is the sandbox's VMM process's log (the host side).
+	LogVMM LogSource = "vmm"
+)
+
+// Log limits. A guest writes the console, so its lines are cut and the
+// amount read back is bounded.
+const (
+	DefaultLogTail  = 200
+	MaxLogTail      = 10000
+	MaxLogLineBytes = 4096
+	// MaxLogTailBytes bounds how far back from a log's end a tail reads.
+	MaxLogTailBytes = 4 << 20
+)
+
+// LogRequest asks for the last Tail lines of a log (0: none), and, with
+// Follow, for every line written after them until the context ends or the
+// sandbox is deleted.
+type LogRequest struct {
+	Source LogSource
+	Tail   int
+	Follow bool
+}
+
+// Validate checks the source and the tail's range.
+func (r LogRequest) Validate() error {
+	switch r.Source {
+	case LogConsole, LogAgent, LogVMM:
+	default:
+		return fmt.Errorf("%w: log source %q (console, agent or vmm)", ErrInvalid, clip(string(r.Source), 32))
+	}
+	if r.Tail < 0 || r.Tail > MaxLogTail {
+		return fmt.Errorf("%w: tail %d out of range 0..%d", ErrInvalid, r.Tail, MaxLogTail)
+	}
+	return nil
+}
+
+// LogLine is one line of a log, without its newline, at most
+// MaxLogLineBytes (a longer line is cut and Cut says by how much).
+type LogLine struct {
+	Source LogSource `json:"source"`
+	Text   string    `json:"text"`
+	Cut    int       `json:"cut_bytes,omitempty"`
+}
+
+// Capacity is the host's caps and what is in use (0 caps: none).
+type Capacity struct {
+	MaxSandboxes  int `json:"max_sandboxes"`
+	Sandboxes     int `json:"sandboxes"`
+	MaxMemoryMiB  int `json:"max_memory_mib"`
+	MemoryMiBUsed int `json:"memory_mib_used"`
+	VCPUsUsed     int `json:"vcpus_used"`
+}
+
+// MaxNodeLen bounds a node name in sandbox ids.
+const MaxNodeLen = 63
+
+// ValidNode checks a node name for sandbox ids: lower-case letters,
+// digits, dots and dashes, starting and ending with a letter or digit (a
+// DNS name, as a router resolves it), at most MaxNodeLen bytes; "" is no
+// node.
+func ValidNode(node string) error {
+	if node == "" {
+		return nil
+	}
+	ok := len(node) <= MaxNodeLen
+	for i := 0; ok && i < len(node); i++ {
+		c := node[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		ok = alnum || (c == '-' || c == '.') && i > 0 && i < len(node)-1
+	}
+	if !ok {
+		return fmt.Errorf("%w: node name %q: want lower-case letters, digits, '.' and '-' (not at the ends), at most %d bytes", ErrInvalid, clip(node, 80), MaxNodeLen)
+	}
+	return nil
+}
