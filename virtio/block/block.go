@@ -18,6 +18,7 @@ import (
 
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/queue"
+	"github.com/cellvm/cellvm/vmm/ratelog"
 )
 
 // Feature bits (virtio 1.x, 5.2.3).
@@ -72,14 +73,11 @@ func New(f *os.File, readOnly bool, id string, log *slog.Logger) (*Block, error)
 	if err != nil {
 		return nil, fmt.Errorf("virtio-blk: stat %s: %w", f.Name(), err)
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	b := &Block{
 		file:     f,
 		readOnly: readOnly,
 		sectors:  uint64(st.Size()) / SectorSize,
-		log:      log.With("device", "virtio-blk", "file", f.Name()),
+		log:      ratelog.Wrap(log).With("device", "virtio-blk", "file", f.Name()),
 	}
 	copy(b.id[:], id)
 	binary.LittleEndian.PutUint64(b.config[0:], b.sectors)    // capacity
@@ -134,6 +132,7 @@ func (b *Block) Reset() {
 // device (mmio.MMIO.Close does both).
 func (b *Block) Close() error {
 	b.Reset()
+	ratelog.Flush(b.log)
 	return b.file.Close()
 }
 

@@ -3,13 +3,19 @@ package block_test
 import (
 	"bytes"
 	"encoding/binary"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cellvm/cellvm/virtio/block"
 	"github.com/cellvm/cellvm/virtio/virtiotest"
+	"github.com/cellvm/cellvm/vmm/ratelog"
 )
 
 const diskSectors = 64
@@ -186,4 +192,75 @@ func TestManyRequests(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestBadRequestFloodLogsBoundedLines: a guest posting 10,000 malformed
+// requests gets a bounded number of log lines, and the lines that were
+// dropped are counted in the log, not lost without a trace.
+func TestBadRequestFloodLogsBoundedLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "disk.img")
+	if err := os.WriteFile(path, make([]byte, diskSectors*block.SectorSize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	b, err := block.New(f, true, "flood", slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := virtiotest.Start(t, b, ^uint64(0), 64)
+	const flood = 10000
+	start := time.Now()
+	for i := 0; i < flood; i++ {
+		// A header and no status byte: nowhere to report, so the device
+		// completes it empty and logs "bad request".
+		h.Post(0, virtiotest.R(header(block.TypeIn, 0)))
+		h.Wait(0, 5*time.Second)
+	}
+	elapsed := time.Since(start)
+	if err := h.MMIO.Close(); err != nil { // flushes the pending count
+		t.Fatal(err)
+	}
+	var logged, dropped int
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if !strings.Contains(l, "bad request") {
+			continue
+		}
+		if m := regexp.MustCompile(`dropped=(\d+)`).FindStringSubmatch(l); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			dropped += n
+		}
+		if strings.Contains(l, "msg=\"bad request\"") {
+			logged++
+		}
+	}
+	// The limit lets a burst through, then one line a second.
+	limit := ratelog.DefaultBurst + int(elapsed/ratelog.DefaultEvery) + 1
+	if logged > limit {
+		t.Errorf("%d 'bad request' lines for %d bad requests in %v, want at most %d", logged, flood, elapsed, limit)
+	}
+	if logged+dropped != flood {
+		t.Errorf("%d lines logged + %d counted as dropped = %d, want all %d bad requests accounted for:\n%s",
+			logged, dropped, logged+dropped, flood, logs.String())
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

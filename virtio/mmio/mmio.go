@@ -22,6 +22,7 @@ import (
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/queue"
 	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/vmm/ratelog"
 )
 
 // MMIOSize is the size of a device's register window.
@@ -116,15 +117,12 @@ type MMIO struct {
 // NewMMIO puts dev behind a virtio-mmio window over guest memory mem,
 // raising irq for its interrupts.
 func NewMMIO(dev Device, mem guestmem.Memory, irq Interrupt, log *slog.Logger) *MMIO {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	sizes := append([]uint16(nil), dev.QueueMaxSizes()...)
 	return &MMIO{
 		dev:      dev,
 		mem:      mem,
 		irq:      irq,
-		log:      log.With("virtio_device", dev.DeviceType()),
+		log:      ratelog.Wrap(log).With("virtio_device", dev.DeviceType()),
 		maxSizes: sizes,
 		queues:   make([]queueRegs, len(sizes)),
 	}
@@ -401,6 +399,7 @@ func (m *MMIO) Close() error {
 		return nil
 	}
 	m.closed = true
+	ratelog.Flush(m.log)
 	if m.active {
 		m.dev.Reset()
 		m.active = false

@@ -20,6 +20,7 @@ import (
 
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/queue"
+	"github.com/cellvm/cellvm/vmm/ratelog"
 )
 
 // Feature bits (virtio 1.x, 5.1.3).
@@ -56,12 +57,9 @@ type Net struct {
 // does) with the given MAC address. The device owns tap and closes it in
 // Close.
 func New(tap io.ReadWriteCloser, mac [6]byte, log *slog.Logger) *Net {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	return &Net{
 		tap: tap, mac: mac,
-		log:    log.With("device", "virtio-net"),
+		log:    ratelog.Wrap(log).With("device", "virtio-net"),
 		frames: make(chan []byte, 16),
 		done:   make(chan struct{}),
 	}
@@ -110,6 +108,7 @@ func (n *Net) Close() error {
 	close(n.done)
 	err := n.tap.Close()
 	n.readerWG.Wait()
+	ratelog.Flush(n.log)
 	return err
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/queue"
+	"github.com/cellvm/cellvm/vmm/ratelog"
 )
 
 // QueueSize is the largest queue the device accepts.
@@ -29,10 +30,7 @@ type RNG struct {
 
 // New returns an entropy device.
 func New(log *slog.Logger) *RNG {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &RNG{log: log.With("device", "virtio-rng")}
+	return &RNG{log: ratelog.Wrap(log).With("device", "virtio-rng")}
 }
 
 // DeviceType implements virtio.Device.

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/virtio"
+	"github.com/cellvm/cellvm/vmm/ratelog"
 )
 
 // Queue indices and size.
@@ -86,16 +87,13 @@ func New(cid uint64, uds string, log *slog.Logger) (*Vsock, error) {
 	if cid <= HostCID || cid >= 0xffffffff {
 		return nil, fmt.Errorf("virtio-vsock: guest CID %d out of range (3 .. 2^32-2)", cid)
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: uds, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("virtio-vsock: listen on %s: %w", uds, err)
 	}
 	v := &Vsock{
 		cid: cid, uds: uds, ln: ln,
-		log:       log.With("device", "virtio-vsock", "uds", uds),
+		log:       ratelog.Wrap(log).With("device", "virtio-vsock", "uds", uds),
 		stop:      make(chan struct{}),
 		handshake: map[net.Conn]struct{}{},
 	}
@@ -165,6 +163,7 @@ func (v *Vsock) Close() error {
 	close(v.stop)
 	err := v.ln.Close()
 	v.wg.Wait()
+	ratelog.Flush(v.log)
 	if rmErr := os.Remove(v.uds); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) && err == nil {
 		err = rmErr
 	}
