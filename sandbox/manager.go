@@ -24,6 +24,7 @@ import (
 	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/netpolicy"
 	vnet "github.com/cellvm/cellvm/virtio/net"
+	"github.com/cellvm/cellvm/vmm/consolelog"
 )
 
 // Options configure a VMManager.
@@ -43,6 +44,10 @@ type Options struct {
 	BootTimeout time.Duration
 	// MaxUploadBytes bounds one upload (default 1 GiB).
 	MaxUploadBytes int64
+	// ConsoleMaxBytes caps each sandbox's console log: the VMM keeps the
+	// newest output within it (default consolelog.DefaultMax; at least
+	// consolelog.MinMax).
+	ConsoleMaxBytes int64
 	// Net enforces network policies; without it a sandbox asking for
 	// network is refused (ErrNotSupported).
 	Net *netpolicy.Host
@@ -108,6 +113,12 @@ func NewVMManager(opt Options) (*VMManager, error) {
 	}
 	if opt.MaxUploadBytes == 0 {
 		opt.MaxUploadBytes = 1 << 30
+	}
+	if opt.ConsoleMaxBytes == 0 {
+		opt.ConsoleMaxBytes = consolelog.DefaultMax
+	}
+	if opt.ConsoleMaxBytes < consolelog.MinMax {
+		return nil, fmt.Errorf("console log cap %d bytes is below the minimum %d", opt.ConsoleMaxBytes, consolelog.MinMax)
 	}
 	for name, p := range map[string]string{"cellvm binary": opt.Exe, "kernel": opt.Kernel, "initramfs": opt.Initrd, "root image": opt.RootFS} {
 		if p == "" {
@@ -232,6 +243,8 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 		VCPUs: cfg.VCPUs, MemoryMiB: uint64(cfg.MemoryMiB),
 		Disks: []VMDisk{{Path: m.opt.RootFS, ReadOnly: true}},
 		Vsock: &VMVsock{CID: cid, UDS: uds},
+
+		ConsoleMaxBytes: m.opt.ConsoleMaxBytes,
 	}
 	if !policy.Empty() {
 		if s.net, err = m.opt.Net.Attach(ctx, id, policy); err != nil {

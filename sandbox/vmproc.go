@@ -34,6 +34,8 @@ type VMSpec struct {
 	// jail's); TestHooks arms its test-only seccomp trigger (SIGUSR2).
 	Jail      *jail.Spec `json:"jail,omitempty"`
 	TestHooks bool       `json:"test_hooks,omitempty"`
+	// ConsoleMaxBytes caps console.log (see vmm/consolelog); 0: no cap.
+	ConsoleMaxBytes int64 `json:"console_max_bytes,omitempty"`
 }
 
 // VMDisk and VMVsock mirror vmm.Disk and vmm.Vsock's JSON.
@@ -85,7 +87,9 @@ func startVM(exe, dir string, spec VMSpec, l vmLaunch) (*vmProc, error) {
 	if err := os.WriteFile(cfg, b, 0o600); err != nil {
 		return nil, fmt.Errorf("write vmm config: %w", err)
 	}
-	console, err := os.OpenFile(filepath.Join(dir, consoleFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	// Read-write, not append: the VMM compacts its capped console log in
+	// place through this descriptor (vmm/consolelog).
+	console, err := os.OpenFile(filepath.Join(dir, consoleFile), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
 	}

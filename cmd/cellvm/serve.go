@@ -23,6 +23,7 @@ import (
 	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/sandbox/metrics"
+	"github.com/cellvm/cellvm/vmm/consolelog"
 )
 
 // serveOptions are serve's flags.
@@ -34,6 +35,7 @@ type serveOptions struct {
 	maxMemory    int
 	network      bool
 	uplink       string
+	consoleMiB   int64
 	publicRanges prefixList
 	node         string
 
@@ -87,6 +89,7 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.IntVar(&o.maxMemory, "max-memory", 0, "cap on total guest memory in MiB (default: 3/4 of the host's)")
 	fs.BoolVar(&o.network, "network", os.Geteuid() == 0, "enforce network policies (TAP, iptables, DNS; needs root)")
 	fs.StringVar(&o.uplink, "uplink", "", "interface guest traffic leaves through (default: any)")
+	fs.Int64Var(&o.consoleMiB, "console-max-mib", consolelog.DefaultMax>>20, "cap on each sandbox's console log in MiB: the newest output is kept")
 	fs.Var(&o.publicRanges, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses)")
 	fs.StringVar(&o.node, "node", "", "this daemon's node name, written into sandbox ids (sb-NODE-...) for a router in front of many daemons")
 	fs.StringVar(&o.listen, "listen", "", "also serve the API over TLS at tcp://HOST:PORT (needs --token-file)")
@@ -276,7 +279,7 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 	m, err := sandbox.NewVMManager(sandbox.Options{
 		Exe: exe, Kernel: k, Initrd: i, RootFS: r, StateDir: o.stateDir,
 		MaxSandboxes: o.maxSandboxes, MaxMemoryMiB: o.maxMemory, Log: log,
-		BootTimeout: bootTimeoutFromEnv(), Net: netHost, Jail: jailOpt,
+		BootTimeout: bootTimeoutFromEnv(), Net: netHost, Jail: jailOpt, ConsoleMaxBytes: o.consoleMiB << 20,
 		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node,
 	})
 	if err != nil {

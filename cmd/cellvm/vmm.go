@@ -12,6 +12,7 @@ import (
 
 	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/vmm"
+	"github.com/cellvm/cellvm/vmm/consolelog"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,6 +40,8 @@ type VMMConfig struct {
 	// trigger of the test that a seccomp violation kills the VMM. The daemon
 	// sets it only when it runs with CELLVM_TEST_HOOKS=1.
 	TestHooks bool `json:"test_hooks,omitempty"`
+	// ConsoleMaxBytes caps the console log on stdout (0: no cap).
+	ConsoleMaxBytes int64 `json:"console_max_bytes,omitempty"`
 }
 
 // vmmCommand is `cellvm vmm --config FILE`, the process the daemon starts
@@ -114,9 +117,13 @@ func cmdVMM(args []string, stdout, stderr io.Writer) error {
 			log.Error("test hook", "error", jail.ForbiddenSyscall())
 		}()
 	}
+	console, err := cappedConsole(stdout, c.ConsoleMaxBytes)
+	if err != nil {
+		return err
+	}
 	m, err := vmm.New(vmm.Config{
 		Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: c.Cmdline, VCPUs: c.VCPUs, MemoryMiB: c.MemoryMiB,
-		Console: stdout, Log: log, Disks: c.Disks, Vsock: c.Vsock, TAP: c.TAP, TAPFile: tap, MAC: c.MAC,
+		Console: console, Log: log, Disks: c.Disks, Vsock: c.Vsock, TAP: c.TAP, TAPFile: tap, MAC: c.MAC,
 		BeforeGuest: beforeGuest,
 	})
 	if err != nil {
@@ -134,4 +141,18 @@ func cmdVMM(args []string, stdout, stderr io.Writer) error {
 		}
 	}()
 	return m.Run()
+}
+
+// cappedConsole returns stdout capped at max bytes (vmm/consolelog); max 0
+// means no cap. A cap needs stdout to be a file open read-write, as the
+// daemon opens console.log.
+func cappedConsole(stdout io.Writer, max int64) (io.Writer, error) {
+	if max == 0 {
+		return stdout, nil
+	}
+	f, ok := stdout.(*os.File)
+	if !ok {
+		return nil, fmt.Errorf("console cap of %d bytes: the console is not a file", max)
+	}
+	return consolelog.New(f, max)
 }
