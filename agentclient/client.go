@@ -50,6 +50,39 @@ func (c *Client) Close() error {
 // ErrClosed is returned by calls on a closed Client.
 var ErrClosed = errors.New("agentclient: client closed")
 
+// ErrProtocol marks an agent that broke the protocol: a malformed or
+// oversized frame or message, a message past the host's bounds
+// (proto.MaxAgentMessage and the result bounds that Response.Validate
+// checks), a download longer than announced, an answer that is not the
+// one asked for. The guest controls the agent, so callers treat this as a
+// hostile guest, not a hiccup: nothing more from it is read. A stream that
+// merely ends early (the VM went down) is not a violation.
+var ErrProtocol = errors.New("the guest broke the agent protocol")
+
+// ErrTooLarge marks a download larger than the caller's limit; nothing of
+// it was written.
+var ErrTooLarge = errors.New("larger than the host's limit")
+
+// violation wraps err with ErrProtocol if it says the agent sent something
+// malformed, rather than that its stream ended.
+func violation(err error) error {
+	if errors.Is(err, ErrProtocol) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return err
+	}
+	for _, e := range []error{proto.ErrBadFrame, proto.ErrMessageTooLarge, proto.ErrFrameTooLarge, proto.ErrUnknownType} {
+		if errors.Is(err, e) {
+			return fmt.Errorf("%w: %w", ErrProtocol, err)
+		}
+	}
+	return err
+}
+
+// badAnswer is an answer of the right frame type that lacks what the
+// request asks for.
+func badAnswer(op proto.Op, what string) error {
+	return fmt.Errorf("agent %s: %w: %s", op, ErrProtocol, what)
+}
+
 type session struct {
 	nc    net.Conn
 	c     *proto.Conn
@@ -62,7 +95,7 @@ func (c *Client) open(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &session{nc: nc, c: proto.NewConn(nc, proto.DefaultMaxMessage)}
+	s := &session{nc: nc, c: proto.NewConn(nc, proto.MaxAgentMessage)}
 	stop := closeOnDone(ctx, nc)
 	err = s.hello(c.software)
 	if stop() && err != nil {
@@ -195,7 +228,7 @@ func (c *Client) do(ctx context.Context, req proto.Request, send func(*session) 
 	}
 	if err != nil {
 		s.nc.Close()
-		return proto.Response{}, fmt.Errorf("agent %s: %w", req.Op, err)
+		return proto.Response{}, fmt.Errorf("agent %s: %w", req.Op, violation(err))
 	}
 	if resp.Error != nil && (resp.Error.Code == proto.CodeBadRequest || resp.Error.Code == proto.CodeTooLarge) {
 		reuse = false // the agent hangs up after these
@@ -254,7 +287,7 @@ func (c *Client) RunCell(ctx context.Context, code string, timeout time.Duration
 		return cell.Result{}, err
 	}
 	if resp.Result == nil {
-		return cell.Result{}, fmt.Errorf("agent run: %w: response without a result", proto.ErrBadFrame)
+		return cell.Result{}, badAnswer(proto.OpRun, "response without a result")
 	}
 	onEvent(cell.Event{Type: cell.EventEnd, End: resp.Result})
 	return *resp.Result, nil
@@ -268,7 +301,7 @@ func (c *Client) Interrupt(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	if resp.Interrupted == nil {
-		return false, fmt.Errorf("agent interrupt: %w: no answer", proto.ErrBadFrame)
+		return false, badAnswer(proto.OpInterrupt, "no answer")
 	}
 	return *resp.Interrupted, nil
 }
@@ -295,7 +328,7 @@ func (c *Client) Exec(ctx context.Context, argv []string, stdin []byte, timeout 
 		return cell.ExecResult{}, err
 	}
 	if resp.Exec == nil {
-		return cell.ExecResult{}, fmt.Errorf("agent exec: %w: response without a result", proto.ErrBadFrame)
+		return cell.ExecResult{}, badAnswer(proto.OpExec, "response without a result")
 	}
 	return *resp.Exec, nil
 }
@@ -340,7 +373,7 @@ func (c *Client) Upload(ctx context.Context, name string, r io.Reader, mode uint
 		return 0, err
 	}
 	if resp.Written == nil {
-		return 0, fmt.Errorf("agent upload: %w: no byte count", proto.ErrBadFrame)
+		return 0, badAnswer(proto.OpUpload, "no byte count")
 	}
 	return *resp.Written, nil
 }
@@ -357,9 +390,12 @@ func isNetErr(err error) bool {
 	return errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrClosedPipe)
 }
 
-// Download writes the guest file name to w and returns its size. A short
-// stream (the file failed to read midway) is an error.
-func (c *Client) Download(ctx context.Context, name string, w io.Writer) (int64, error) {
+// Download writes the guest file name to w and returns its size. A file
+// announced as larger than max fails with ErrTooLarge before a byte is
+// read; a stream longer than announced is a protocol violation
+// (ErrProtocol), stopped at the announced size; a shorter one (the file
+// shrank, or failed to read midway) is an error.
+func (c *Client) Download(ctx context.Context, name string, w io.Writer, max int64) (int64, error) {
 	var n int64
 	_, err := c.do(ctx, proto.Request{Op: proto.OpDownload, Path: name}, nil, func(s *session) (proto.Response, error) {
 		resp, err := readResponse(s)
@@ -367,9 +403,16 @@ func (c *Client) Download(ctx context.Context, name string, w io.Writer) (int64,
 			return resp, err
 		}
 		if resp.File == nil {
-			return resp, fmt.Errorf("%w: download answer without file info", proto.ErrBadFrame)
+			return resp, fmt.Errorf("%w: download answer without file info", ErrProtocol)
 		}
-		n, err = io.CopyBuffer(w, s.c.DataReader(0), make([]byte, 256<<10))
+		size := resp.File.Size
+		if size > max {
+			return resp, fmt.Errorf("%w: %s is %d bytes; downloads are limited to %d", ErrTooLarge, name, size, max)
+		}
+		n, err = io.CopyBuffer(w, s.c.DataReader(size), make([]byte, 256<<10))
+		if err == nil && n != size {
+			err = fmt.Errorf("%s: got %d of the %d bytes announced (did the file change while it was read?)", name, n, size)
+		}
 		return resp, err
 	})
 	return n, err
@@ -382,7 +425,7 @@ func (c *Client) Health(ctx context.Context) (proto.Health, error) {
 		return proto.Health{}, err
 	}
 	if resp.Health == nil {
-		return proto.Health{}, fmt.Errorf("agent health: %w: no answer", proto.ErrBadFrame)
+		return proto.Health{}, badAnswer(proto.OpHealth, "no answer")
 	}
 	return *resp.Health, nil
 }

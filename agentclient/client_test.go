@@ -303,7 +303,7 @@ func TestUploadDownload20MiB(t *testing.T) {
 	}
 	var got bytes.Buffer
 	start = time.Now()
-	n, err = c.Download(ctxT(t), dst, &got)
+	n, err = c.Download(ctxT(t), dst, &got, 1<<40)
 	if err != nil || n != int64(len(data)) {
 		t.Fatalf("Download = %d, %v", n, err)
 	}
@@ -379,13 +379,13 @@ func TestBadPathsRefused(t *testing.T) {
 		}
 	}
 	for _, p := range []string{"/proc/self/status", "/dev/zero", filepath.Join(dir, "statuslink"), filepath.Join(dir, "adir"), "/etc/../proc/self/environ"} {
-		_, err := c.Download(ctxT(t), p, io.Discard)
+		_, err := c.Download(ctxT(t), p, io.Discard, 1<<40)
 		var pe *proto.Error
 		if !errors.As(err, &pe) || (pe.Code != proto.CodeBadPath && pe.Code != proto.CodeBadRequest) {
 			t.Errorf("Download(%q) = %v, want bad_path or bad_request", p, err)
 		}
 	}
-	_, err := c.Download(ctxT(t), filepath.Join(dir, "missing"), io.Discard)
+	_, err := c.Download(ctxT(t), filepath.Join(dir, "missing"), io.Discard, 1<<40)
 	var pe *proto.Error
 	if !errors.As(err, &pe) || pe.Code != proto.CodeNotFound {
 		t.Errorf("Download(missing) = %v, want not_found", err)

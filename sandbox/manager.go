@@ -44,6 +44,9 @@ type Options struct {
 	BootTimeout time.Duration
 	// MaxUploadBytes bounds one upload (default 1 GiB).
 	MaxUploadBytes int64
+	// MaxDownloadBytes bounds one download (default 4 GiB): a file the
+	// guest announces as larger is refused with ErrTooLarge.
+	MaxDownloadBytes int64
 	// ConsoleMaxBytes caps each sandbox's console log: the VMM keeps the
 	// newest output within it (default consolelog.DefaultMax; at least
 	// consolelog.MinMax).
@@ -113,6 +116,9 @@ func NewVMManager(opt Options) (*VMManager, error) {
 	}
 	if opt.MaxUploadBytes == 0 {
 		opt.MaxUploadBytes = 1 << 30
+	}
+	if opt.MaxDownloadBytes == 0 {
+		opt.MaxDownloadBytes = 4 << 30
 	}
 	if opt.ConsoleMaxBytes == 0 {
 		opt.ConsoleMaxBytes = consolelog.DefaultMax
@@ -516,6 +522,9 @@ func (m *VMManager) List(ctx context.Context) ([]Info, error) {
 
 // agentErr maps an agent or transport error onto the sentinels.
 func (m *VMManager) agentErr(s *vmSandbox, err error) error {
+	if errors.Is(err, agentclient.ErrTooLarge) {
+		return fmt.Errorf("%w: %v", ErrTooLarge, err)
+	}
 	var pe *proto.Error
 	if errors.As(err, &pe) {
 		switch pe.Code {
@@ -673,7 +682,7 @@ func (m *VMManager) Download(ctx context.Context, id, guestPath string, w io.Wri
 	if err != nil {
 		return 0, err
 	}
-	n, err := s.agent.Download(ctx, p, w)
+	n, err := s.agent.Download(ctx, p, w, m.opt.MaxDownloadBytes)
 	if err != nil {
 		return n, m.agentErr(s, err)
 	}

@@ -243,9 +243,12 @@ func (ss *session) download(req *proto.Request) bool {
 	if !ss.reply(proto.Response{File: &proto.FileInfo{Size: size, Mode: mode}}) {
 		return false
 	}
+	// Never more than announced: the host treats more as a protocol
+	// violation (a file growing while it is read stops at its old size).
+	r := io.LimitReader(f, size)
 	buf := make([]byte, proto.MaxFramePayload)
 	for {
-		n, rerr := f.Read(buf)
+		n, rerr := r.Read(buf)
 		if n > 0 {
 			ss.nc.SetWriteDeadline(timeNowPlus(ss.s.cfg.WriteTimeout))
 			if err := ss.c.WriteData(buf[:n]); err != nil {

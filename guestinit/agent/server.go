@@ -273,7 +273,7 @@ func (ss *session) run(req *proto.Request) bool {
 	stop := ss.watch(cancel)
 	writeFailed := false
 	onEvent := func(e cell.Event) {
-		if e.Type == cell.EventEnd || writeFailed {
+		if e.Type == cell.EventEnd || writeFailed || !proto.FitEvent(&e) {
 			return // the result travels in the response
 		}
 		ss.nc.SetWriteDeadline(time.Now().Add(ss.s.cfg.WriteTimeout))
@@ -291,7 +291,28 @@ func (ss *session) run(req *proto.Request) bool {
 	if err != nil {
 		return ss.reply(errResponse(proto.CodeInterp, err))
 	}
-	return ss.reply(proto.Response{Result: &res})
+	return ss.replyResult(&res)
+}
+
+// replyResult sends a cell's result fitted to the host's bounds. Should
+// its encoding still pass the largest message (escaped text can grow), the
+// rich results are dropped, with a note, rather than the host seeing a
+// message it must refuse.
+func (ss *session) replyResult(res *cell.Result) bool {
+	proto.FitResult(res)
+	ss.nc.SetWriteDeadline(time.Now().Add(ss.s.cfg.WriteTimeout))
+	err := ss.c.WriteJSON(proto.TypeResponse, proto.Response{Result: res})
+	if errors.Is(err, proto.ErrMessageTooLarge) && len(res.Results) > 0 {
+		res.Stderr += fmt.Sprintf("\ncellvm: the %d rich results were dropped: with them the result was over %d bytes\n", len(res.Results), proto.MaxAgentMessage)
+		res.Results = nil
+		proto.FitResult(res)
+		return ss.reply(proto.Response{Result: res})
+	}
+	if err != nil {
+		ss.s.log.Warn("agent: write response", "err", err)
+		return false
+	}
+	return true
 }
 
 func (ss *session) exec(req *proto.Request) bool {
@@ -309,6 +330,7 @@ func (ss *session) exec(req *proto.Request) bool {
 	if err != nil {
 		return ss.reply(errResponse(proto.CodeInterp, err))
 	}
+	proto.FitExec(&res)
 	return ss.reply(proto.Response{Exec: &res})
 }
 

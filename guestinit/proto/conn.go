@@ -68,7 +68,7 @@ func (c *Conn) ReadMessage() (Message, error) {
 		t := msg.Type
 		if f, err = readFrame(c.r, &c.buf); err != nil {
 			if errors.Is(err, io.EOF) {
-				err = fmt.Errorf("%w: stream ended inside a %v message", ErrBadFrame, t)
+				err = fmt.Errorf("%w: stream ended inside a %v message: %w", ErrBadFrame, t, io.ErrUnexpectedEOF)
 			}
 			return Message{}, err
 		}
@@ -126,9 +126,12 @@ func (c *Conn) WriteJSON(t FrameType, v any) error {
 	if !t.isJSON() {
 		return fmt.Errorf("write %v: not a JSON frame type", t)
 	}
-	b, err := json.Marshal(v)
+	b, err := marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %v: %w", t, err)
+	}
+	if len(b) > DefaultMaxMessage {
+		return fmt.Errorf("write %v: %w: %d bytes (max %d)", t, ErrMessageTooLarge, len(b), DefaultMaxMessage)
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -188,7 +191,9 @@ func (w dataWriter) Write(p []byte) (int, error) {
 // DataReader returns an io.Reader over the data frames that follow, up to
 // the DataEnd frame: it then returns io.EOF, or the DataEnd's error as a
 // *Error. Any other frame is a protocol error. limit bounds the bytes read
-// (<= 0: none); a stream past it fails with ErrMessageTooLarge.
+// (< 0: none; 0: the stream must be empty); a stream past it fails with
+// ErrMessageTooLarge, before any byte of the frame that passed it is
+// returned.
 func (c *Conn) DataReader(limit int64) *DataReader {
 	return &DataReader{c: c, limit: limit}
 }
@@ -211,7 +216,7 @@ func (d *DataReader) Read(p []byte) (int, error) {
 		m, err := d.c.ReadMessage()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				err = fmt.Errorf("%w: stream ended inside data", ErrBadFrame)
+				err = fmt.Errorf("%w: stream ended inside data: %w", ErrBadFrame, io.ErrUnexpectedEOF)
 			}
 			d.err = err
 			return 0, err
@@ -219,7 +224,7 @@ func (d *DataReader) Read(p []byte) (int, error) {
 		switch m.Type {
 		case TypeData:
 			d.n += int64(len(m.Payload))
-			if d.limit > 0 && d.n > d.limit {
+			if d.limit >= 0 && d.n > d.limit {
 				d.err = fmt.Errorf("%w: data stream over %d bytes", ErrMessageTooLarge, d.limit)
 				return 0, d.err
 			}
@@ -254,4 +259,16 @@ func (d *DataReader) Drain() error {
 		return nil
 	}
 	return err
+}
+
+// marshal encodes v as JSON without HTML escaping: HTML results would
+// otherwise grow by up to six times ("<" as "\u003c") on the wire.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	if err := e.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

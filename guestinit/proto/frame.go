@@ -59,10 +59,11 @@ const (
 	// MaxFramePayload is the largest payload of one frame. A frame's
 	// length field (type byte + payload) is at most MaxFramePayload+1.
 	MaxFramePayload = 1 << 20
-	// DefaultMaxMessage bounds one reassembled JSON message. A cell's
-	// final result can hold many images, so the host accepts this much;
-	// the agent accepts far less (MaxRequest).
-	DefaultMaxMessage = 96 << 20
+	// DefaultMaxMessage bounds one reassembled JSON message unless a Conn
+	// is given less: what the host accepts from the agent (a cell's final
+	// result can hold many images); the agent accepts far less
+	// (MaxRequest). No Conn writes a larger message.
+	DefaultMaxMessage = MaxAgentMessage
 	// MaxRequest bounds a request's JSON: a cell's code (4 MiB) or an
 	// exec's stdin (4 MiB, base64) plus room for the rest.
 	MaxRequest = 8 << 20
@@ -109,7 +110,7 @@ func readFrame(r io.Reader, buf *[]byte) (Frame, error) {
 	var hdr [HeaderSize]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return Frame{}, fmt.Errorf("%w: truncated header", ErrBadFrame)
+			return Frame{}, fmt.Errorf("%w: truncated header: %w", ErrBadFrame, io.ErrUnexpectedEOF)
 		}
 		return Frame{}, err // io.EOF between frames: a clean end
 	}
@@ -137,7 +138,10 @@ func readFrame(r io.Reader, buf *[]byte) (Frame, error) {
 	}
 	p := (*buf)[:size]
 	if _, err := io.ReadFull(r, p); err != nil {
-		return Frame{}, fmt.Errorf("%w: truncated %v payload: %v", ErrBadFrame, f.Type, err)
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return Frame{}, fmt.Errorf("%w: truncated %v payload: %w", ErrBadFrame, f.Type, err)
 	}
 	f.Payload = p
 	return f, nil

@@ -291,6 +291,7 @@ func (r *Response) Validate() error {
 		if r.Exec.DurationMS < 0 || r.Exec.Truncated.StdoutBytes < 0 || r.Exec.Truncated.StderrBytes < 0 {
 			return errors.New("exec result with negative counts")
 		}
+		return checkExecSize(r.Exec)
 	case r.Health != nil:
 		h := r.Health
 		if h.UptimeMS < 0 || h.Procs < 0 || h.MemAvailableBytes > h.MemTotalBytes || h.Load1 < 0 {
@@ -318,7 +319,7 @@ func validateResult(r *cell.Result) error {
 	if r.ExecutionCount < 0 || r.DurationMS < 0 || r.Truncated.StdoutBytes < 0 || r.Truncated.StderrBytes < 0 {
 		return errors.New("cell result with negative counts")
 	}
-	return nil
+	return checkResultSize(r)
 }
 
 // Event is one streamed event of a running cell. The agent never sends
@@ -335,18 +336,24 @@ func (e *Event) Validate() error {
 		if e.Result != nil || e.Error != nil || e.End != nil {
 			return fmt.Errorf("%s event with extra fields", e.Type)
 		}
+		return checkLen("event text bytes", len(e.Text), MaxOutputBytes)
 	case cell.EventResult:
 		if e.Result == nil || e.Text != "" || e.Error != nil || e.End != nil {
 			return errors.New("result event without exactly a result")
 		}
+		n, err := displaySize(e.Result)
+		if err != nil {
+			return err
+		}
+		return checkLen("display bytes", n, MaxDisplaysBytes)
 	case cell.EventError:
 		if e.Error == nil || e.Text != "" || e.Result != nil || e.End != nil {
 			return errors.New("error event without exactly an error")
 		}
+		return checkError(e.Error)
 	default:
 		return fmt.Errorf("unknown event type %q", truncate(string(e.Type), 32))
 	}
-	return nil
 }
 
 func checkText(what, s string, max int) error {

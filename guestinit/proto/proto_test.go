@@ -37,7 +37,7 @@ func TestJSONRoundTrip(t *testing.T) {
 func TestLargeMessageIsFragmented(t *testing.T) {
 	c, b := loop(0)
 	big := strings.Repeat("x", 3*MaxFramePayload+17)
-	res := Response{Result: &cell.Result{Status: cell.StatusOK, Stdout: big}}
+	res := Response{Result: &cell.Result{Status: cell.StatusOK, Results: []cell.Display{{Data: map[string]string{cell.MIMEPNG: big}}}}}
 	if err := c.WriteJSON(TypeResponse, &res); err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestLargeMessageIsFragmented(t *testing.T) {
 	if err := c.ReadJSON(TypeResponse, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Result == nil || got.Result.Stdout != big {
+	if got.Result == nil || len(got.Result.Results) != 1 || got.Result.Results[0].Data[cell.MIMEPNG] != big {
 		t.Fatal("large result did not survive the round trip")
 	}
 	if b.Len() != 0 {
@@ -76,7 +76,7 @@ func TestDataStream(t *testing.T) {
 	if err := c.WriteDataEnd(nil); err != nil {
 		t.Fatal(err)
 	}
-	got, err := io.ReadAll(c.DataReader(0))
+	got, err := io.ReadAll(c.DataReader(-1))
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("data stream: %d bytes, err %v; want %d bytes", len(got), err, len(data))
 	}
@@ -86,7 +86,7 @@ func TestDataStreamErrorAndLimit(t *testing.T) {
 	c, _ := loop(0)
 	c.WriteData([]byte("partial"))
 	c.WriteDataEnd(&Error{Code: CodeIO, Message: "disk on fire"})
-	_, err := io.ReadAll(c.DataReader(0))
+	_, err := io.ReadAll(c.DataReader(-1))
 	var pe *Error
 	if !errors.As(err, &pe) || pe.Code != CodeIO {
 		t.Fatalf("err = %v, want the data-end error", err)
