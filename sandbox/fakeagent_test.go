@@ -23,21 +23,7 @@ import (
 // no KVM: it serves a real agent on the spec's vsock socket (Firecracker's
 // CONNECT handshake included) over diesInterp. It returns the exit code.
 func fakeAgentVMM(args []string) int {
-	if len(args) != 3 || args[0] != "vmm" || args[1] != "--config" {
-		fmt.Fprintf(os.Stderr, "fake vmm: unexpected arguments %q\n", args)
-		return 2
-	}
-	b, err := os.ReadFile(args[2])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "fake vmm:", err)
-		return 1
-	}
-	var spec VMSpec
-	if err := json.Unmarshal(b, &spec); err != nil || spec.Vsock == nil {
-		fmt.Fprintln(os.Stderr, "fake vmm: bad spec:", err)
-		return 1
-	}
-	ln, err := net.Listen("unix", spec.Vsock.UDS)
+	_, ln, err := fakeVMMStart(args)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fake vmm:", err)
 		return 1
@@ -54,14 +40,40 @@ func fakeAgentVMM(args []string) int {
 	}
 	srv := agent.NewServer(agent.Config{Interp: &envInterp{diesInterp: diesInterp{dying: dying}}, Software: "fake-agent",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return fakeVMMServe(ln, func(nc net.Conn) {
+		mu.Lock()
+		conns = append(conns, nc)
+		mu.Unlock()
+		srv.ServeConn(nc)
+	})
+}
+
+// fakeVMMStart reads the spec of `cellvm vmm --config PATH` and listens on
+// its vsock socket.
+func fakeVMMStart(args []string) (VMSpec, net.Listener, error) {
+	var spec VMSpec
+	if len(args) != 3 || args[0] != "vmm" || args[1] != "--config" {
+		return spec, nil, fmt.Errorf("unexpected arguments %q", args)
+	}
+	b, err := os.ReadFile(args[2])
+	if err != nil {
+		return spec, nil, err
+	}
+	if err := json.Unmarshal(b, &spec); err != nil || spec.Vsock == nil {
+		return spec, nil, fmt.Errorf("bad spec: %v", err)
+	}
+	ln, err := net.Listen("unix", spec.Vsock.UDS)
+	return spec, ln, err
+}
+
+// fakeVMMServe accepts host connections on ln, does Firecracker's CONNECT
+// handshake and hands each to serve, until ln fails.
+func fakeVMMServe(ln net.Listener, serve func(net.Conn)) int {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
 			return 1
 		}
-		mu.Lock()
-		conns = append(conns, nc)
-		mu.Unlock()
 		go func() {
 			r := bufio.NewReader(nc)
 			if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "CONNECT ") {
@@ -69,7 +81,7 @@ func fakeAgentVMM(args []string) int {
 				return
 			}
 			nc.Write([]byte("OK 1\n"))
-			srv.ServeConn(nc)
+			serve(nc)
 		}()
 	}
 }

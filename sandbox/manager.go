@@ -47,6 +47,11 @@ type Options struct {
 	// MaxDownloadBytes bounds one download (default 4 GiB): a file the
 	// guest announces as larger is refused with ErrTooLarge.
 	MaxDownloadBytes int64
+	// CallGrace is how long past a cell's or a command's own timeout the
+	// host waits for the guest's answer before it stops waiting (default
+	// 15 s): the guest enforces the timeout, but the host does not rely
+	// on it.
+	CallGrace time.Duration
 	// ConsoleMaxBytes caps each sandbox's console log: the VMM keeps the
 	// newest output within it (default consolelog.DefaultMax; at least
 	// consolelog.MinMax).
@@ -97,10 +102,17 @@ type vmSandbox struct {
 	netMu       sync.Mutex   // guards cfg.Network, which SetNetwork replaces
 	state       atomic.Value // State
 	cellRunning atomic.Bool
-	exitSeen    sync.Once // markLost's: the VMM's own exit is handled once
-	cells       atomic.Int64
-	lastUsed    atomic.Int64 // unix nanoseconds
-	bootMS      atomic.Int64 // how long Create took to boot the VM
+	// cellDeadline is when the running cell's host deadline passes (unix
+	// nanoseconds): a cell still "running" after it is stuck on the host
+	// side and no longer holds off idle reaping.
+	cellDeadline atomic.Int64
+	exitSeen     sync.Once // markLost's: the VMM's own exit is handled once
+	// violation is set (once) when the guest broke the agent protocol and
+	// its VM was stopped for it.
+	violation atomic.Pointer[error]
+	cells     atomic.Int64
+	lastUsed  atomic.Int64 // unix nanoseconds
+	bootMS    atomic.Int64 // how long Create took to boot the VM
 }
 
 func (s *vmSandbox) State() State { return s.state.Load().(State) }
@@ -119,6 +131,9 @@ func NewVMManager(opt Options) (*VMManager, error) {
 	}
 	if opt.MaxDownloadBytes == 0 {
 		opt.MaxDownloadBytes = 4 << 30
+	}
+	if opt.CallGrace == 0 {
+		opt.CallGrace = DefaultCallGrace
 	}
 	if opt.ConsoleMaxBytes == 0 {
 		opt.ConsoleMaxBytes = consolelog.DefaultMax
@@ -342,9 +357,15 @@ func (m *VMManager) markLost(s *vmSandbox) {
 			if s.state.CompareAndSwap(st, StateLost) {
 				why := lostInfo(s.proc.err, readTail(filepath.Join(s.dir, vmmLogFile), 4096))
 				why.Console = lostConsole(s.dir)
+				msg := "sandbox lost: its VM exited"
+				if v := s.violation.Load(); v != nil {
+					why.KilledBy = KilledByProtocol
+					why.Reason = fmt.Sprintf("the guest broke the agent protocol (%v), so the host stopped its VM", *v)
+					msg = "sandbox lost: the guest broke the agent protocol, so its VM was stopped"
+				}
 				s.lost.Store(&why)
 				m.events.Publish(Event{Type: EventLost, Sandbox: s.id, Lost: &why})
-				m.log.Warn("sandbox lost: its VM exited", "id", s.id, "error", s.proc.err, "reason", why.Reason, "killed_by", why.KilledBy,
+				m.log.Warn(msg, "id", s.id, "error", s.proc.err, "reason", why.Reason, "killed_by", why.KilledBy,
 					"vmm_log", lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 4096), 10),
 					"console", lastLines(consoleTail(s.dir, 8192), 30))
 				return
@@ -352,6 +373,20 @@ func (m *VMManager) markLost(s *vmSandbox) {
 		}
 		// Stopping: it was stopped on purpose.
 	})
+}
+
+// condemn stops the VM of a sandbox whose guest broke the agent protocol
+// (agentclient.ErrProtocol: too much, more than announced, malformed):
+// nothing it says can be believed any more, so nothing more is read from
+// it. The VMM is killed at once and the sandbox reads lost, with the
+// violation in the log; Delete removes the rest.
+func (m *VMManager) condemn(s *vmSandbox, why error) {
+	s.violation.CompareAndSwap(nil, &why)
+	if s.proc != nil {
+		syscall.Kill(s.proc.pid, syscall.SIGKILL)
+		<-s.proc.done
+	}
+	m.markLost(s)
 }
 
 // vmGone reports whether the sandbox's VMM has exited, waiting up to wait
@@ -520,8 +555,13 @@ func (m *VMManager) List(ctx context.Context) ([]Info, error) {
 	return out, nil
 }
 
-// agentErr maps an agent or transport error onto the sentinels.
+// agentErr maps an agent or transport error onto the sentinels. A
+// protocol violation condemns the sandbox.
 func (m *VMManager) agentErr(s *vmSandbox, err error) error {
+	if errors.Is(err, agentclient.ErrProtocol) {
+		m.condemn(s, err)
+		return fmt.Errorf("%w: sandbox %s's guest broke the agent protocol (%v); its VM was stopped", ErrLost, s.id, err)
+	}
 	if errors.Is(err, agentclient.ErrTooLarge) {
 		return fmt.Errorf("%w: %v", ErrTooLarge, err)
 	}
@@ -558,13 +598,36 @@ func (m *VMManager) RunCell(ctx context.Context, id, code string, timeout time.D
 	if !s.cellRunning.CompareAndSwap(false, true) {
 		return cell.Result{}, fmt.Errorf("%w: a cell is already running in sandbox %s", ErrBusy, id)
 	}
-	defer s.cellRunning.Store(false)
+	defer func() {
+		s.lastUsed.Store(time.Now().UnixNano())
+		s.cellRunning.Store(false)
+	}()
 	s.cells.Add(1)
 	start := time.Now()
-	res, err := s.agent.RunCell(ctx, code, timeout, onEvent)
+	// The guest times the cell out itself; the host does not rely on it.
+	callCtx, cancel := context.WithTimeout(ctx, timeout+m.opt.CallGrace)
+	defer cancel()
+	s.cellDeadline.Store(start.Add(timeout + m.opt.CallGrace).UnixNano())
+	res, err := s.agent.RunCell(callCtx, code, timeout, onEvent)
 	if err != nil {
 		if ctx.Err() != nil {
 			return cell.Result{}, ctx.Err()
+		}
+		end := func(r cell.Result) (cell.Result, error) {
+			r.DurationMS = time.Since(start).Milliseconds()
+			if onEvent != nil {
+				onEvent(cell.Event{Type: cell.EventEnd, End: &r})
+			}
+			return r, nil
+		}
+		if errors.Is(err, agentclient.ErrProtocol) {
+			m.condemn(s, err)
+			return end(cell.Result{Status: cell.StatusLost,
+				Stderr: fmt.Sprintf("cellvm: the guest broke the agent protocol (%v); its VM was stopped and the sandbox is lost\n", err)})
+		}
+		if callCtx.Err() != nil {
+			m.log.Warn("guest did not answer a cell by its host deadline", "id", id, "timeout", timeout, "grace", m.opt.CallGrace)
+			return end(hostDeadlineResult(timeout, m.opt.CallGrace))
 		}
 		// A VM going down ends the agent's stream first (EOF); give the
 		// process a moment to end so that the result says "lost", not a
@@ -578,12 +641,8 @@ func (m *VMManager) RunCell(ctx context.Context, id, code string, timeout time.D
 			m.markLost(s)
 		}
 		if gone || errors.Is(err, io.ErrUnexpectedEOF) {
-			lost := cell.Result{Status: cell.StatusLost, StateKept: false, DurationMS: time.Since(start).Milliseconds(),
-				Stderr: "the sandbox's VM stopped while the cell ran; its state is gone"}
-			if onEvent != nil {
-				onEvent(cell.Event{Type: cell.EventEnd, End: &lost})
-			}
-			return lost, nil
+			return end(cell.Result{Status: cell.StatusLost, StateKept: false,
+				Stderr: "the sandbox's VM stopped while the cell ran; its state is gone"})
 		}
 		return cell.Result{}, m.agentErr(s, err)
 	}
@@ -596,11 +655,29 @@ func (m *VMManager) Interrupt(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.agent.Interrupt(ctx)
-	if err != nil {
-		return m.agentErr(s, err)
+	callCtx, cancel := context.WithTimeout(ctx, interruptDeadline)
+	defer cancel()
+	if _, err = s.agent.Interrupt(callCtx); err != nil {
+		return m.deadlineErr(ctx, callCtx, "interrupt", interruptDeadline, m.agentErr(s, err))
 	}
 	return nil
+}
+
+// Host deadlines of the calls that have no timeout of their own: the
+// guest answers an interrupt at once, and a restart within the
+// interpreter's start-up timeout (30 s).
+const (
+	interruptDeadline = 10 * time.Second
+	restartDeadline   = 60 * time.Second
+)
+
+// deadlineErr says that the guest did not answer op within d when the
+// host's deadline (callCtx), not the caller (ctx), ended the call.
+func (m *VMManager) deadlineErr(ctx, callCtx context.Context, op string, d time.Duration, err error) error {
+	if ctx.Err() == nil && callCtx.Err() != nil && !errors.Is(err, ErrLost) {
+		return fmt.Errorf("the guest did not answer the %s within %v: %w", op, d, err)
+	}
+	return err
 }
 
 // Restart implements Manager.
@@ -609,8 +686,10 @@ func (m *VMManager) Restart(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.agent.Restart(ctx); err != nil {
-		return m.agentErr(s, err)
+	callCtx, cancel := context.WithTimeout(ctx, restartDeadline)
+	defer cancel()
+	if err := s.agent.Restart(callCtx); err != nil {
+		return m.deadlineErr(ctx, callCtx, "restart", restartDeadline, m.agentErr(s, err))
 	}
 	return nil
 }
@@ -624,11 +703,34 @@ func (m *VMManager) Exec(ctx context.Context, id string, req ExecRequest) (cell.
 	if err != nil {
 		return cell.ExecResult{}, err
 	}
-	r, err := s.agent.Exec(ctx, req.Argv, req.Stdin, req.Timeout)
+	start := time.Now()
+	callCtx, cancel := context.WithTimeout(ctx, req.Timeout+m.opt.CallGrace)
+	defer cancel()
+	r, err := s.agent.Exec(callCtx, req.Argv, req.Stdin, req.Timeout)
+	if err != nil && ctx.Err() == nil && callCtx.Err() != nil && !errors.Is(err, agentclient.ErrProtocol) {
+		m.log.Warn("guest did not answer a command by its host deadline", "id", id, "timeout", req.Timeout, "grace", m.opt.CallGrace)
+		return cell.ExecResult{ExitCode: -1, TimedOut: true, DurationMS: time.Since(start).Milliseconds(),
+			Stderr: hostDeadlineMessage("command", req.Timeout, m.opt.CallGrace) + "\n"}, nil
+	}
 	if err != nil {
 		return cell.ExecResult{}, m.agentErr(s, err)
 	}
 	return r, nil
+}
+
+// DefaultCallGrace is Options.CallGrace's default.
+const DefaultCallGrace = 15 * time.Second
+
+// hostDeadlineResult is a cell's result when the guest did not answer by
+// the host's deadline. Whether the interpreter kept its state is unknown,
+// so the result does not promise it.
+func hostDeadlineResult(timeout, grace time.Duration) cell.Result {
+	return cell.Result{Status: cell.StatusTimeout, KilledBy: cell.KilledByTimeout, StateKept: false,
+		Error: &cell.Error{Name: "TimeoutError", Value: hostDeadlineMessage("cell", timeout, grace) + "; its variables may be gone"}}
+}
+
+func hostDeadlineMessage(what string, timeout, grace time.Duration) string {
+	return fmt.Sprintf("cellvm: the guest did not answer within the %s's time limit (%v) plus %v, so the host stopped waiting", what, timeout, grace)
 }
 
 // limitReader fails with ErrTooLarge past n bytes instead of ending quietly.
@@ -773,12 +875,16 @@ func (m *VMManager) reapLoop() {
 		expired := map[*vmSandbox]string{}
 		now := time.Now()
 		for _, s := range m.sandboxes {
-			if s.State() == StateStarting || s.State() == StateStopping || s.cellRunning.Load() {
+			if s.State() == StateStarting || s.State() == StateStopping {
 				continue
 			}
+			// A TTL holds whatever the sandbox is doing. A running cell
+			// keeps a sandbox from being idle only until its host
+			// deadline: a call stuck past it does not.
+			busy := s.cellRunning.Load() && now.UnixNano() < s.cellDeadline.Load()
 			if s.cfg.TTL > 0 && now.Sub(s.created) > s.cfg.TTL {
 				expired[s] = DeletedByTTL
-			} else if s.cfg.IdleTimeout > 0 && now.Sub(time.Unix(0, s.lastUsed.Load())) > s.cfg.IdleTimeout {
+			} else if s.cfg.IdleTimeout > 0 && !busy && now.Sub(time.Unix(0, s.lastUsed.Load())) > s.cfg.IdleTimeout {
 				expired[s] = DeletedByIdle
 			}
 		}

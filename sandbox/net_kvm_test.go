@@ -121,8 +121,11 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(envCrashingManager); dir != "" {
 		os.Exit(crashingManager(dir))
 	}
-	if os.Getenv("CELLVM_TEST_FAKE_VMM") == "agent" {
+	switch os.Getenv("CELLVM_TEST_FAKE_VMM") {
+	case "agent":
 		os.Exit(fakeAgentVMM(os.Args[1:]))
+	case "hostile":
+		os.Exit(fakeHostileVMM(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }

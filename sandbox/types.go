@@ -299,13 +299,18 @@ type Info struct {
 	BootMS int64 `json:"boot_ms,omitempty"`
 }
 
+// KilledByProtocol is LostInfo.KilledBy when the daemon stopped a VM
+// because its guest broke the agent protocol.
+const KilledByProtocol = "protocol"
+
 // LostInfo is why a sandbox's VM died.
 type LostInfo struct {
 	// Reason is one sentence for a human.
 	Reason string `json:"reason"`
 	// KilledBy is "seccomp" (the VMM made a system call its jail forbids),
-	// "signal" (another signal killed it), or "" (the VMM itself exited:
-	// Exit and Reason say how the VM ended).
+	// "protocol" (KilledByProtocol: the guest broke the agent protocol and
+	// the daemon stopped its VM), "signal" (another signal killed it), or
+	// "" (the VMM itself exited: Exit and Reason say how the VM ended).
 	KilledBy string `json:"killed_by,omitempty"`
 	// Exit is the VMM process's exit status or signal.
 	Exit string `json:"exit,omitempty"`
