@@ -24,6 +24,7 @@ import (
 	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/netpolicy"
 	vnet "github.com/cellvm/cellvm/virtio/net"
+	"github.com/cellvm/cellvm/vmm"
 	"github.com/cellvm/cellvm/vmm/consolelog"
 )
 
@@ -219,7 +220,7 @@ func (m *VMManager) reserve(cfg Config) (string, uint64, error) {
 
 // guestCmdline is the kernel command line of a sandbox's guest.
 func guestCmdline() string {
-	return fmt.Sprintf("console=ttyS0 reboot=k panic=1 8250.nr_uarts=1 nomodule quiet cellvm.time=%d", time.Now().Unix())
+	return fmt.Sprintf("console=ttyS0 %s 8250.nr_uarts=1 nomodule quiet cellvm.time=%d", vmm.RebootArgs, time.Now().Unix())
 }
 
 // Create implements Manager.

@@ -2,10 +2,8 @@ package vmm
 
 import (
 	"fmt"
-	"io"
 	"os"
 
-	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/block"
 	vnet "github.com/cellvm/cellvm/virtio/net"
 	"github.com/cellvm/cellvm/virtio/rng"
@@ -26,17 +24,11 @@ type Vsock struct {
 	UDS string
 }
 
-// addDevices creates the configured virtio devices. The rng always comes
-// first, so the guest's entropy pool is ready early.
+// addDevices creates the configured virtio devices and hands each to
+// AddVirtio, which owns it from then on: its transport closes it, once.
+// The rng always comes first, so the guest's entropy pool is ready early.
 func (m *Machine) addDevices() error {
-	add := func(dev virtio.Device, c io.Closer) error {
-		if c != nil {
-			m.closers = append(m.closers, c)
-		}
-		return m.AddVirtio(dev)
-	}
-	r := rng.New(m.log)
-	if err := add(r, nil); err != nil {
+	if err := m.AddVirtio(rng.New(m.log)); err != nil {
 		return fmt.Errorf("virtio-rng: %w", err)
 	}
 	for i, d := range m.cfg.Disks {
@@ -53,7 +45,7 @@ func (m *Machine) addDevices() error {
 			f.Close()
 			return fmt.Errorf("disk %d: %w", i, err)
 		}
-		if err := add(b, b); err != nil {
+		if err := m.AddVirtio(b); err != nil {
 			return fmt.Errorf("disk %d: %w", i, err)
 		}
 	}
@@ -62,7 +54,7 @@ func (m *Machine) addDevices() error {
 		if err != nil {
 			return err
 		}
-		if err := add(dev, dev); err != nil {
+		if err := m.AddVirtio(dev); err != nil {
 			return fmt.Errorf("virtio-vsock: %w", err)
 		}
 	}
@@ -74,8 +66,7 @@ func (m *Machine) addDevices() error {
 				return err
 			}
 		}
-		n := vnet.New(tap, m.cfg.MAC, m.log)
-		if err := add(n, n); err != nil {
+		if err := m.AddVirtio(vnet.New(tap, m.cfg.MAC, m.log)); err != nil {
 			return fmt.Errorf("virtio-net: %w", err)
 		}
 	}

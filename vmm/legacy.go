@@ -1,9 +1,11 @@
 package vmm
 
 import (
+	"encoding/binary"
 	"sync/atomic"
 	"time"
 
+	"github.com/cellvm/cellvm/vmm/guestmem"
 	"github.com/cellvm/cellvm/vmm/uart"
 )
 
@@ -68,4 +70,25 @@ func (b *bootMarker) Write(off uint64, data []byte) {
 	if b.elapsed.CompareAndSwap(0, int64(d)) && b.onMark != nil {
 		b.onMark(d)
 	}
+}
+
+// warmBootFlag is the BIOS data area's warm-boot flag, and warmBootPanic
+// the value Linux writes there before a warm reset.
+const (
+	warmBootFlag  = 0x472
+	warmBootPanic = 0x1234
+)
+
+// panicFlag reports whether the guest kernel marked its reset as a panic's.
+// With panic_warm on its command line (RebootArgs) Linux's emergency
+// restart after a panic writes warmBootPanic to warmBootFlag, and an
+// ordinary reboot writes 0, right before the reset. Code in the guest's
+// user space cannot write there, so, unlike console text, it cannot fake a
+// panic or hide one.
+func panicFlag(mem guestmem.Memory) bool {
+	var b [2]byte
+	if mem == nil || mem.ReadAt(b[:], warmBootFlag) != nil {
+		return false
+	}
+	return binary.LittleEndian.Uint16(b[:]) == warmBootPanic
 }

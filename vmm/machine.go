@@ -1,7 +1,6 @@
 package vmm
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cellvm/cellvm/kvm"
@@ -22,8 +20,16 @@ import (
 
 // DefaultCmdline is the kernel command line used when Config.Cmdline is
 // empty: console on the 8250, reset through the i8042 on reboot, reboot one
-// second after a panic.
-const DefaultCmdline = "console=ttyS0 reboot=k panic=1 8250.nr_uarts=1 nomodule"
+// second after a panic, and a warm reboot after a panic, which is how the
+// VMM tells a panic from a reboot (see panicFlag).
+const DefaultCmdline = "console=ttyS0 " + RebootArgs + " 8250.nr_uarts=1 nomodule"
+
+// RebootArgs are the kernel arguments the VMM's lifecycle relies on: a
+// reboot resets through the i8042 (reboot=k), a panic reboots after a
+// second (panic=1), and a panic's reboot is a warm one (panic_warm), for
+// which Linux writes 0x1234 to the BIOS warm-boot flag at 0x472 just
+// before it resets, where a plain reboot writes 0.
+const RebootArgs = "reboot=k,panic_warm panic=1"
 
 // Config describes one machine.
 type Config struct {
@@ -68,7 +74,6 @@ type Machine struct {
 	vm     *kvm.VM
 	mem    *guestmem.Regions
 	unmap  func()
-	vcpus  []*kvm.VCPU
 	diag   diag
 	pio    Bus
 	mmio   Bus
@@ -84,8 +89,12 @@ type Machine struct {
 	endErr    error
 	endReason string
 	ended     chan struct{}
-	panicked  atomic.Bool
 	started   time.Time
+
+	// vcpuMu guards vcpus: Run appends while end, from a vCPU thread or
+	// the host's Stop, kicks them.
+	vcpuMu sync.Mutex
+	vcpus  []*kvm.VCPU
 }
 
 // New creates the VM, its memory and devices, and loads the kernel. Nothing
@@ -166,15 +175,16 @@ func New(cfg Config) (_ *Machine, err error) {
 	}
 	m.log.Debug("kernel loaded", "format", m.kernel.Format, "entry", fmt.Sprintf("%#x", m.kernel.Entry))
 
-	watch := &consoleWatch{out: cfg.Console, onLine: m.consoleLine}
-	m.uart = uart.New(watch, lineIRQ{m.vm, IRQCOM1})
+	// The console is the guest's to write: what it says never ends the VM
+	// or sets its status (the reset line and panicFlag do).
+	m.uart = uart.New(cfg.Console, lineIRQ{m.vm, IRQCOM1})
 	m.marker = &bootMarker{onMark: func(d time.Duration) {
 		m.log.Info("guest boot marker", "since_start_ms", float64(d.Microseconds())/1000)
 	}}
 	if err = m.pio.Add(PortCOM1, 8, uartPort{m.uart}); err != nil {
 		return nil, err
 	}
-	if err = m.pio.Add(PortI8042Data, 5, i8042{onReset: func() { m.end(nil, "i8042 reset") }}); err != nil {
+	if err = m.pio.Add(PortI8042Data, 5, i8042{onReset: func() { m.end(m.resetErr(nil), "i8042 reset") }}); err != nil {
 		return nil, err
 	}
 	if err = m.pio.Add(PortBootMarker, 1, m.marker); err != nil {
@@ -192,28 +202,25 @@ func (m *Machine) Memory() guestmem.Memory { return m.mem }
 // BootTime is the time from Run to the guest's boot marker (0 if none yet).
 func (m *Machine) BootTime() time.Duration { return time.Duration(m.marker.elapsed.Load()) }
 
-// consoleLine watches the guest's console for a panic or a power-off.
-func (m *Machine) consoleLine(line []byte) {
-	switch {
-	case bytes.Contains(line, panicMsg):
-		m.panicked.Store(true)
-		m.log.Error("guest kernel panic", "line", string(line))
-	case bytes.Contains(line, powerOffMsg):
-		m.end(nil, "guest powered off")
+// resetErr is the error of a reset: ErrKernelPanic when the guest kernel
+// marked it as a panic's (see panicFlag), otherwise other.
+func (m *Machine) resetErr(other error) error {
+	if m.mem != nil && panicFlag(m.mem) {
+		return ErrKernelPanic
 	}
+	return other
 }
 
 // end stops the VM with err (nil for a clean end); the first call wins.
 func (m *Machine) end(err error, reason string) {
 	m.endOnce.Do(func() {
-		if err == nil && m.panicked.Load() {
-			err = ErrKernelPanic
-		}
 		m.endErr, m.endReason = err, reason
 		close(m.ended)
+		m.vcpuMu.Lock()
 		for _, c := range m.vcpus {
 			c.Kick()
 		}
+		m.vcpuMu.Unlock()
 	})
 }
 
@@ -287,7 +294,9 @@ func (m *Machine) Run() error {
 		if err != nil {
 			return err
 		}
+		m.vcpuMu.Lock()
 		m.vcpus = append(m.vcpus, c)
+		m.vcpuMu.Unlock()
 		if err := setupVCPU(c, supported, features, m.cfg.VCPUs, m.kernel.Entry, gdtLimit); err != nil {
 			return fmt.Errorf("set up vcpu %d: %w", i, err)
 		}
@@ -304,7 +313,10 @@ func (m *Machine) Run() error {
 	m.marker.start = m.started
 	m.log.Info("vm starting", "vcpus", m.cfg.VCPUs, "tsc_deadline_timer", features.tscDeadline, "pmu", pmu, "xcr0", fmt.Sprintf("%#x", features.xcr0), "memory_mib", m.cfg.MemoryMiB, "kernel", m.cfg.Kernel, "format", m.kernel.Format, "cmdline", m.cmdline)
 	var wg sync.WaitGroup
-	for _, c := range m.vcpus {
+	m.vcpuMu.Lock()
+	vcpus := m.vcpus
+	m.vcpuMu.Unlock()
+	for _, c := range vcpus {
 		wg.Add(1)
 		go func(c *kvm.VCPU) {
 			defer wg.Done()
@@ -375,7 +387,7 @@ func (m *Machine) handleExit(c *kvm.VCPU, reason kvm.ExitReason) error {
 			m.mmio.Read(mm.Addr, mm.Data)
 		}
 	case kvm.ExitShutdown:
-		return ErrTripleFault
+		return m.resetErr(ErrTripleFault)
 	case kvm.ExitSystemEvent:
 		switch t := c.SystemEventType(); t {
 		case kvm.SystemEventShutdown, kvm.SystemEventReset:
@@ -396,8 +408,8 @@ func (m *Machine) handleExit(c *kvm.VCPU, reason kvm.ExitReason) error {
 	return nil
 }
 
-// Close releases everything the machine holds. It is safe after a failed
-// New and after Run returns.
+// Close releases everything the machine holds, each thing once: a second
+// Close does nothing. It is safe after a failed New and after Run returns.
 func (m *Machine) Close() error {
 	var errs []error
 	if m.uart != nil {
@@ -406,10 +418,13 @@ func (m *Machine) Close() error {
 	for i := len(m.closers) - 1; i >= 0; i-- {
 		errs = append(errs, m.closers[i].Close())
 	}
+	m.closers = nil
+	m.vcpuMu.Lock()
 	for _, c := range m.vcpus {
 		errs = append(errs, c.Close())
 	}
 	m.vcpus = nil
+	m.vcpuMu.Unlock()
 	if m.vm != nil {
 		errs = append(errs, m.vm.Close())
 		m.vm = nil

@@ -3,6 +3,7 @@ package vmm
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 
 	"golang.org/x/sys/unix"
 
@@ -21,18 +22,29 @@ const maxVirtioDevices = 19
 // announces it on the kernel command line, and routes its queue
 // notifications through ioeventfds so they never wait on a vCPU exit. Call
 // it before Run.
+//
+// AddVirtio takes dev, whatever it returns: its transport closes it (if it
+// is an io.Closer) when the machine closes, or it is closed at once if it
+// could not be attached. Nobody else closes it.
 func (m *Machine) AddVirtio(dev virtio.Device) error {
+	closeDev := func() {
+		if c, ok := dev.(io.Closer); ok {
+			c.Close()
+		}
+	}
 	if int(m.nextIRQ)-5 >= maxVirtioDevices {
+		closeDev()
 		return fmt.Errorf("too many virtio devices (at most %d)", maxVirtioDevices)
 	}
 	base, gsi := m.nextMMIO, m.nextIRQ
 	irq, err := newEventIRQ(m.vm, gsi)
 	if err != nil {
+		closeDev()
 		return err
 	}
 	m.closers = append(m.closers, irqCloser{m.vm, irq})
 	t := mmio.NewMMIO(dev, m.mem, irq, m.log.With("virtio", base))
-	m.closers = append(m.closers, t)
+	m.closers = append(m.closers, t) // the transport owns dev from here
 	if err := m.mmio.Add(base, mmio.MMIOSize, t); err != nil {
 		return err
 	}

@@ -47,7 +47,7 @@ func benchDisk(cellvm, qemu, kernel, tmp string) error {
 		f.Write(buf)
 	}
 	f.Close()
-	const cmdline = "console=ttyS0 reboot=k panic=1 8250.nr_uarts=1 nomodule quiet"
+	const cmdline = "console=ttyS0 reboot=k,panic_warm panic=1 8250.nr_uarts=1 nomodule quiet"
 	runs := []vmmRun{
 		{"cellvm", []string{cellvm, "boot", "--log-level", "warn", "--kernel", kernel, "--initrd", initrd, "--cmdline", cmdline,
 			"--disk", disk + ",ro", "--memory", "256"}},

@@ -85,7 +85,7 @@ func run(cellvm, build, qemu string, n int) error {
 	}
 	vmlinux := filepath.Join(build, "kernel/vmlinux")
 	bzImage := filepath.Join(build, "kernel/bzImage")
-	const cmdline = "console=ttyS0 reboot=k panic=1 8250.nr_uarts=1 nomodule quiet"
+	const cmdline = "console=ttyS0 reboot=k,panic_warm panic=1 8250.nr_uarts=1 nomodule quiet"
 	// microvm has no i8042, so its guest reboots by triple fault, which
 	// -no-reboot turns into QEMU's exit.
 	qemuCmdline := strings.Replace(cmdline, "reboot=k", "reboot=t", 1)

@@ -119,7 +119,7 @@ func benchVsock(self, cellvm, qemu, kernel, tmp string) error {
 	}); err != nil {
 		return err
 	}
-	const cmdline = "console=ttyS0 reboot=k panic=1 8250.nr_uarts=1 nomodule quiet"
+	const cmdline = "console=ttyS0 reboot=k,panic_warm panic=1 8250.nr_uarts=1 nomodule quiet"
 	fmt.Printf("\nvsock host-to-guest stream of %d MiB (guest reads to EOF and answers the count; best of 3)\n", vsockBytes>>20)
 	rates := map[string]float64{}
 	measure := func(name string, argv []string, dial func(context.Context) (net.Conn, error)) {

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/queue"
@@ -62,7 +63,9 @@ type Block struct {
 	config   [configSize]byte
 	log      *slog.Logger
 
-	workers virtio.Workers
+	workers   virtio.Workers
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // New returns a block device over f. Its capacity is f's size rounded down
@@ -129,11 +132,15 @@ func (b *Block) Reset() {
 }
 
 // Close closes the backing file. Call it after the transport has reset the
-// device (mmio.MMIO.Close does both).
+// device (mmio.MMIO.Close does both). Only the first call does anything;
+// later ones return its result.
 func (b *Block) Close() error {
-	b.Reset()
-	ratelog.Flush(b.log)
-	return b.file.Close()
+	b.closeOnce.Do(func() {
+		b.Reset()
+		ratelog.Flush(b.log)
+		b.closeErr = b.file.Close()
+	})
+	return b.closeErr
 }
 
 func (b *Block) run(a *virtio.Activation, stop <-chan struct{}) {

@@ -48,6 +48,8 @@ type Net struct {
 	readerOnce sync.Once
 	done       chan struct{} // closed by Close: ends the TAP reader
 	readerWG   sync.WaitGroup
+	closeOnce  sync.Once
+	closeErr   error
 
 	workers virtio.Workers
 }
@@ -102,14 +104,17 @@ func (n *Net) Reset() {
 	n.workers.Stop()
 }
 
-// Close stops the device and closes the TAP.
+// Close stops the device and closes the TAP. Only the first call does
+// anything; later ones return its result.
 func (n *Net) Close() error {
-	n.Reset()
-	close(n.done)
-	err := n.tap.Close()
-	n.readerWG.Wait()
-	ratelog.Flush(n.log)
-	return err
+	n.closeOnce.Do(func() {
+		n.Reset()
+		close(n.done)
+		n.closeErr = n.tap.Close()
+		n.readerWG.Wait()
+		ratelog.Flush(n.log)
+	})
+	return n.closeErr
 }
 
 // readTAP reads frames for as long as the TAP is open.
