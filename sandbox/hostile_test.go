@@ -47,32 +47,15 @@ func newHostileManager(t *testing.T, opt func(*Options)) (*VMManager, string, *l
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A short directory: the vsock socket's path must fit sun_path.
-	dir, err := os.MkdirTemp("", "hs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	for _, f := range []string{"vmlinux", "initramfs.cpio", "rootfs.ext4"} {
-		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 	logs := &lockedBuffer{}
-	o := Options{
-		Exe: exe, Kernel: filepath.Join(dir, "vmlinux"), Initrd: filepath.Join(dir, "initramfs.cpio"),
-		RootFS: filepath.Join(dir, "rootfs.ext4"), StateDir: filepath.Join(dir, "state"), BootTimeout: 30 * time.Second,
-		Log: slog.New(slog.NewTextHandler(logs, nil)),
-	}
-	if opt != nil {
-		opt(&o)
-	}
-	m, err := NewVMManager(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m, o.StateDir, logs
+	m, state := newTestManager(t, exe, func(o *Options) {
+		o.BootTimeout = 30 * time.Second
+		o.Log = slog.New(slog.NewTextHandler(logs, nil))
+		if opt != nil {
+			opt(o)
+		}
+	})
+	return m, state, logs
 }
 
 // assertCondemned checks that a sandbox whose guest broke the protocol

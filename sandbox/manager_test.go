@@ -22,22 +22,37 @@ func fakeVMM(t *testing.T, body string) string {
 
 func newFakeManager(t *testing.T, exe string, boot time.Duration) (*VMManager, string) {
 	t.Helper()
-	dir := t.TempDir()
+	return newTestManager(t, exe, func(o *Options) { o.BootTimeout = boot })
+}
+
+// newTestManager returns a manager over empty guest files whose VMM is exe,
+// with opt applied to its options, and its state directory.
+func newTestManager(t *testing.T, exe string, opt func(*Options)) (*VMManager, string) {
+	t.Helper()
+	// A short directory: a vsock socket's path under it must fit sun_path.
+	dir, err := os.MkdirTemp("", "sb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	for _, f := range []string{"vmlinux", "initramfs.cpio", "rootfs.ext4"} {
 		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	state := filepath.Join(dir, "state")
-	m, err := NewVMManager(Options{
+	o := Options{
 		Exe: exe, Kernel: filepath.Join(dir, "vmlinux"), Initrd: filepath.Join(dir, "initramfs.cpio"),
-		RootFS: filepath.Join(dir, "rootfs.ext4"), StateDir: state, BootTimeout: boot,
-	})
+		RootFS: filepath.Join(dir, "rootfs.ext4"), StateDir: filepath.Join(dir, "state"),
+	}
+	if opt != nil {
+		opt(&o)
+	}
+	m, err := NewVMManager(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	return m, state
+	return m, o.StateDir
 }
 
 // assertNothingLeft checks that a failed create left no sandbox behind: no
