@@ -16,6 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellvm/cellvm/guestinit/agent"
+	"github.com/cellvm/cellvm/guestinit/celluser"
+	"github.com/cellvm/cellvm/guestinit/drop"
 	"github.com/cellvm/cellvm/guestinit/interp"
 	"github.com/cellvm/cellvm/guestinit/pid1"
 	"github.com/cellvm/cellvm/guestinit/rootfs"
@@ -28,7 +30,8 @@ func agentMain(args []string) int {
 	listen := fs.String("listen", "vsock", `"vsock" (port 1024) or "unix:PATH"`)
 	python := fs.String("python", interp.DefaultPython, "the interpreter")
 	dir := fs.String("dir", rootfs.Workspace, "working directory of cells and commands")
-	guest := fs.Bool("guest", false, "apply the guest's file policy (overlay and tmpfs only); PID 1 passes it")
+	guest := fs.Bool("guest", false, "apply the guest's file policy (overlay and tmpfs only) and run cells as the cells' user; PID 1 passes it")
+	cellsRoot := fs.Bool(pid1.CellsRootFlag, false, "with -guest: cells and commands run as root (the sandbox's \"root\" option)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -50,9 +53,19 @@ func agentMain(args []string) int {
 	if cgroupHasMemory("/sys/fs/cgroup") {
 		icfg.CgroupParent = "/sys/fs/cgroup"
 		// Leave the init and the agent room to answer when a cell eats
-		// all the memory it can: the interpreter's cgroup hits its
-		// limit and is OOM-killed there, not the whole guest.
+		// all the memory it can, or forks without end: the user code's
+		// cgroup hits its limit and is OOM-killed there, or its forks
+		// fail, not the whole guest's.
 		icfg.MemoryMax = interpMemoryMax()
+		icfg.PidsMax = cellsPidsMax
+	}
+	policy := agent.FilePolicy{}
+	if *guest {
+		policy = agent.GuestFilePolicy()
+		if err := guestCells(&icfg, &policy, *cellsRoot); err != nil {
+			log.Error("set up the cells' user", "err", err)
+			return 1
+		}
 	}
 	in, err := interp.New(icfg)
 	if err != nil && icfg.CgroupParent != "" {
@@ -63,10 +76,6 @@ func agentMain(args []string) int {
 	if err != nil {
 		log.Error("interpreter", "err", err)
 		return 1
-	}
-	policy := agent.FilePolicy{}
-	if *guest {
-		policy = agent.GuestFilePolicy()
 	}
 	shutdown := make(chan struct{})
 	srv := agent.NewServer(agent.Config{
@@ -155,4 +164,52 @@ func cgroupHasMemory(dir string) bool {
 		}
 	}
 	return false
+}
+
+// cellsPidsMax bounds the tasks (processes and threads) of all user code:
+// a fork bomb meets it, the agent does not.
+const cellsPidsMax = 1024
+
+// runDir holds the interpreter's driver in the guest: on /run, which only
+// root may write, so a cell can neither replace the driver nor, by
+// filling /tmp, keep the next interpreter from starting.
+const runDir = "/run/cellvm-interp"
+
+// guestCells makes the interpreter and commands start through the drop
+// step, as the cells' user (package celluser) unless asRoot, with that
+// user's environment, and does uploads and downloads with its
+// permissions. The agent itself keeps root, out of the OOM killer's reach.
+func guestCells(icfg *interp.Config, policy *agent.FilePolicy, asRoot bool) error {
+	if err := os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0); err != nil {
+		return fmt.Errorf("shield the agent from the OOM killer: %w", err)
+	}
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		return err
+	}
+	icfg.RunDir = runDir
+	spec := drop.Spec{UID: celluser.UID, GID: celluser.GID, Root: asRoot}
+	icfg.Launcher = spec.Command("/proc/self/exe", nil)
+	if !asRoot {
+		icfg.Env = append(withoutKeys(os.Environ(), celluser.Env), celluser.Env...)
+		policy.Owner = &agent.Owner{UID: celluser.UID, GID: celluser.GID}
+	}
+	return nil
+}
+
+// withoutKeys returns env without the variables that kv sets.
+func withoutKeys(env, kv []string) []string {
+	var out []string
+	for _, e := range env {
+		k, _, _ := strings.Cut(e, "=")
+		drop := false
+		for _, s := range kv {
+			if strings.HasPrefix(s, k+"=") {
+				drop = true
+			}
+		}
+		if !drop {
+			out = append(out, e)
+		}
+	}
+	return out
 }

@@ -1,5 +1,7 @@
 // Command cellvm-init is the guest's PID 1 and, re-executed with the
-// argument "agent", the guest agent that serves the host over vsock.
+// argument "agent", the guest agent that serves the host over vsock, and
+// with "drop", the step that starts the interpreter and commands with the
+// cells' credentials (package drop).
 //
 // Build it static (it is the only file of the initramfs):
 //
@@ -14,6 +16,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/cellvm/cellvm/guestinit/drop"
 	"github.com/cellvm/cellvm/guestinit/pid1"
 )
 
@@ -23,6 +26,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == pid1.AgentArg {
 		os.Exit(agentMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == drop.Arg {
+		os.Exit(drop.Main(os.Args[2:])) // returns only on failure
 	}
 	fmt.Fprintf(os.Stderr, "usage: cellvm-init is the guest's PID 1; %s agent [-listen vsock|unix:PATH] runs the agent\n", os.Args[0])
 	os.Exit(2)

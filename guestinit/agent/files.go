@@ -34,6 +34,9 @@ type FilePolicy struct {
 	AllowedFS []int64
 	// MaxUpload bounds one upload in bytes. Default DefaultMaxUpload.
 	MaxUpload int64
+	// Owner, when set, is whose permissions every upload and download is
+	// done with (the cells' user in the guest). Nil: the agent's.
+	Owner *Owner
 }
 
 // GuestFilePolicy is the policy of the guest: the overlay root and tmpfs
@@ -116,6 +119,8 @@ func codeFor(err error) string {
 		return proto.CodeBadPath
 	case errors.Is(err, fs.ErrNotExist):
 		return proto.CodeNotFound
+	case errors.Is(err, fs.ErrPermission):
+		return proto.CodeBadPath // the cells' user may not touch it
 	case errors.Is(err, proto.ErrMessageTooLarge):
 		return proto.CodeTooLarge
 	}
@@ -130,7 +135,11 @@ func codeFor(err error) string {
 func (ss *session) upload(req *proto.Request) bool {
 	pol := ss.s.cfg.Files
 	data := ss.c.DataReader(pol.maxUpload())
-	n, err := ss.receive(req, data)
+	var n int64
+	err := pol.Owner.asOwner(func() (err error) {
+		n, err = ss.receive(req, data)
+		return err
+	})
 	if err != nil {
 		if !data.Done() {
 			if derr := data.Drain(); derr != nil && !isDataEnd(derr) {
@@ -235,7 +244,13 @@ func modeBits(m uint32) fs.FileMode {
 // download sends req.Path: a Response with its size, then its bytes as a
 // data stream ended by DataEnd (with an error if reading failed midway).
 func (ss *session) download(req *proto.Request) bool {
-	f, size, mode, err := ss.openForDownload(req.Path)
+	var f *os.File
+	var size int64
+	var mode uint32
+	err := ss.s.cfg.Files.Owner.asOwner(func() (err error) {
+		f, size, mode, err = ss.openForDownload(req.Path)
+		return err
+	})
 	if err != nil {
 		return ss.reply(errResponse(codeFor(err), fmt.Errorf("download %s: %w", req.Path, err)))
 	}

@@ -47,6 +47,9 @@ type Config struct {
 	DNS     []netip.Addr
 	// Debug turns on debug logging (cellvm.debug=1).
 	Debug bool
+	// CellsRoot runs cells and commands as root (cellvm.cellsroot=1, the
+	// sandbox's "root" option) rather than as the cells' user.
+	CellsRoot bool
 }
 
 // Parse reads the cellvm.* keys from a kernel command line. Unknown
@@ -144,6 +147,12 @@ func (c *Config) set(key, val string) error {
 			return err
 		}
 		c.Debug = b
+	case "cellvm.cellsroot":
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return err
+		}
+		c.CellsRoot = b
 	default:
 		return fmt.Errorf("unknown key")
 	}

@@ -14,17 +14,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// cgroup is the interpreter's own cgroup v2 directory. Its memory.max
-// bounds the interpreter and every process it starts, and its
-// memory.events tells an OOM kill apart from any other death.
+// cgroup is a cgroup v2 directory of the supervisor's. The supervisor
+// makes one for all user code (its memory.max and pids.max are the cells'
+// budget), and inside it one for the interpreter and one for each command:
+// memory.events then tells an OOM kill of each apart from any other death.
+// The directories and their files belong to root, so code running as the
+// cells' user can neither change the limits nor move itself out.
 type cgroup struct {
 	dir string
 }
 
-// newCgroup creates a child of parent with the given memory.max (0: no
-// limit). parent must be a cgroup v2 directory with the memory controller
-// available.
-func newCgroup(parent string, memoryMax int64) (*cgroup, error) {
+// newCgroup creates a child of parent named prefix plus a random suffix,
+// with the given memory.max and pids.max (0: no limit of its own). parent
+// must be a cgroup v2 directory with the memory controller available; the
+// pids controller is used where it is available.
+func newCgroup(parent, prefix string, memoryMax, pidsMax int64) (*cgroup, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(parent, &st); err != nil {
 		return nil, fmt.Errorf("cgroup parent %s: %w", parent, err)
@@ -48,11 +52,32 @@ func newCgroup(parent string, memoryMax int64) (*cgroup, error) {
 			return nil, fmt.Errorf("cgroup parent %s: enable memory controller: %w", parent, err)
 		}
 	}
-	dir, err := os.MkdirTemp(parent, "interp-")
+	pids := hasWord(string(ctrls), "pids")
+	if pids && !hasWord(string(sub), "pids") {
+		if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+pids"), 0); err != nil {
+			return nil, fmt.Errorf("cgroup parent %s: enable pids controller: %w", parent, err)
+		}
+	}
+	if pidsMax > 0 && !pids {
+		return nil, fmt.Errorf("cgroup parent %s: pids controller not available (controllers: %q)", parent, strings.TrimSpace(string(ctrls)))
+	}
+	dir, err := os.MkdirTemp(parent, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
+	// MkdirTemp's 0700 would hide the limits from the cells' user; they
+	// may read them, not write them (the files are root's, 0644).
+	if err := os.Chmod(dir, 0o755); err != nil {
+		unix.Rmdir(dir)
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
 	cg := &cgroup{dir: dir}
+	if pidsMax > 0 {
+		if err := cg.write("pids.max", strconv.FormatInt(pidsMax, 10)); err != nil {
+			cg.remove()
+			return nil, err
+		}
+	}
 	if memoryMax > 0 {
 		if err := cg.write("memory.max", strconv.FormatInt(memoryMax, 10)); err != nil {
 			cg.remove()

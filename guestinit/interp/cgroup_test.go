@@ -30,7 +30,7 @@ func TestCgroupFileParsing(t *testing.T) {
 	if got := cg.procs(); !slices.Equal(got, []int{12, 345}) {
 		t.Errorf("procs = %v", got)
 	}
-	if _, err := newCgroup(dir, 1<<20); err == nil {
+	if _, err := newCgroup(dir, "interp-", 1<<20, 0); err == nil {
 		t.Error("newCgroup accepted a directory that is not on cgroup2")
 	}
 }

@@ -37,12 +37,21 @@ type Config struct {
 	// StartTimeout bounds the interpreter's start-up. Default 30s.
 	StartTimeout time.Duration
 
-	// CgroupParent is a cgroup v2 directory in which the supervisor may
-	// create a child cgroup for the interpreter. Empty: no cgroup.
+	// CgroupParent is a cgroup v2 directory in which the supervisor
+	// creates a cgroup for all user code, and in it one for the
+	// interpreter and one for each command. Empty: no cgroups.
 	CgroupParent string
-	// MemoryMax is written to the child cgroup's memory.max (bytes; 0
-	// leaves it at "max"). Needs CgroupParent.
+	// MemoryMax and PidsMax are written to the user code's cgroup's
+	// memory.max (bytes) and pids.max (tasks, threads included): the
+	// interpreter and every command together stay within them. 0 leaves
+	// them at "max". They need CgroupParent.
 	MemoryMax int64
+	PidsMax   int64
+	// Launcher is put before the command line of the interpreter and of
+	// every command: in the guest, the agent's drop step (package drop),
+	// which starts them with the cells' credentials. Empty: none (they
+	// run as the supervisor does).
+	Launcher []string
 	// AddressSpaceLimit sets RLIMIT_AS of the interpreter (bytes; 0 none),
 	// the fallback where no cgroup is available: large allocations then
 	// fail with MemoryError inside Python instead of waking the OOM killer.

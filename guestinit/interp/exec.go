@@ -22,18 +22,30 @@ import (
 // whole process group is killed and TimedOut is set. A command that cannot
 // be started is a result with exit code 127, not an error; Exec returns an
 // error only for an empty argv, and ctx's error when ctx ends the command.
+// With cgroups the command runs in a cgroup of its own inside the user
+// code's, from its first instruction, and nothing it started outlives it.
 func (in *Interp) Exec(ctx context.Context, argv []string, stdin io.Reader, timeout time.Duration) (cell.ExecResult, error) {
 	if in.closed.Load() {
 		return cell.ExecResult{}, ErrClosed
 	}
 	cfg := in.cfg
 	cfg.Env = in.baseEnv()
-	return runCommand(ctx, cfg, argv, stdin, timeout)
+	return runCommand(ctx, cfg, in.cells, argv, stdin, timeout)
 }
 
-func runCommand(ctx context.Context, cfg Config, argv []string, stdin io.Reader, timeout time.Duration) (cell.ExecResult, error) {
+// runCommand runs argv; cells, when not nil, is the user code's cgroup, in
+// which the command gets its own.
+func runCommand(ctx context.Context, cfg Config, cells *cgroup, argv []string, stdin io.Reader, timeout time.Duration) (cell.ExecResult, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return cell.ExecResult{}, errors.New("exec: empty argv")
+	}
+	var cg *cgroup
+	if cells != nil {
+		var err error
+		if cg, err = newCgroup(cells.dir, "exec-", 0, 0); err != nil {
+			return cell.ExecResult{}, err
+		}
+		defer cg.remove() // kills whatever the command left behind
 	}
 	start := time.Now()
 	runCtx, cancel := ctx, context.CancelFunc(func() {})
@@ -44,12 +56,22 @@ func runCommand(ctx context.Context, cfg Config, argv []string, stdin io.Reader,
 
 	stdout := cell.NewClipper(cfg.HeadBytes, cfg.TailBytes)
 	stderr := cell.NewClipper(cfg.HeadBytes, cfg.TailBytes)
-	cmd := exec.CommandContext(runCtx, argv[0], argv[1:]...)
+	line := append(cfg.Launcher[:len(cfg.Launcher):len(cfg.Launcher)], argv...)
+	cmd := exec.CommandContext(runCtx, line[0], line[1:]...)
 	cmd.Dir = cfg.Dir
 	cmd.Env = cfg.Env
 	cmd.Stdin = stdin
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if cg != nil {
+		fd, err := cg.openFD()
+		if err != nil {
+			return cell.ExecResult{}, err
+		}
+		defer unix.Close(fd)
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = fd
+	}
 	var mu sync.Mutex
 	var killed []int
 	cmd.Cancel = func() error {
@@ -93,6 +115,9 @@ func runCommand(ctx context.Context, cfg Config, argv []string, stdin io.Reader,
 	res.Stderr, res.Truncated.StderrBytes = stderr.Text()
 	if waitErr != nil && cmd.ProcessState == nil {
 		res.Stderr += fmt.Sprintf("exec %s: %v\n", argv[0], waitErr)
+	}
+	if cg != nil && cg.oomKills() > 0 {
+		res.Stderr += "cellvm: the command was killed by the out-of-memory killer: it used more memory than the sandbox allows\n"
 	}
 	if ctx.Err() != nil {
 		return res, ctx.Err()

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/guestinit/drop"
 )
 
 // testPython is the interpreter under test: Debian's python3 with the data
@@ -30,6 +31,9 @@ func testPython(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == drop.Arg { // the guest agent's drop step, for launcher tests
+		os.Exit(drop.Main(os.Args[2:]))
+	}
 	// Become a subreaper, as the guest's init is PID 1: processes orphaned
 	// by a killed interpreter are re-parented here, and the supervisor
 	// must reap them.

@@ -30,7 +30,8 @@ type Interp struct {
 	runDir     string
 	ownRunDir  bool
 	driverPath string
-	cg         *cgroup
+	cells      *cgroup // all user code: the budget
+	cg         *cgroup // the interpreter, inside cells
 
 	// wakeFD is an eventfd that wakes a running cell's poll loop (on an
 	// interrupt, a cancelled context, or the interpreter's exit).
@@ -63,6 +64,10 @@ func New(cfg Config) (*Interp, error) {
 			return nil, fmt.Errorf("create run dir: %w", err)
 		}
 		in.runDir, in.ownRunDir = d, true
+		if err := os.Chmod(d, 0o755); err != nil { // a Launcher's user reads the driver
+			in.cleanupDirs()
+			return nil, fmt.Errorf("create run dir: %w", err)
+		}
 	}
 	in.driverPath = filepath.Join(in.runDir, "cellvm_driver.py")
 	if err := os.WriteFile(in.driverPath, driverSource, 0o644); err != nil {
@@ -76,13 +81,19 @@ func New(cfg Config) (*Interp, error) {
 	}
 	in.wakeFD = fd
 	if cfg.CgroupParent != "" {
-		cg, err := newCgroup(cfg.CgroupParent, cfg.MemoryMax)
+		cells, err := newCgroup(cfg.CgroupParent, "cells-", cfg.MemoryMax, cfg.PidsMax)
+		if err == nil {
+			in.cells = cells
+			in.cg, err = newCgroup(cells.dir, "interp-", 0, 0)
+		}
 		if err != nil {
+			if in.cells != nil {
+				in.cells.remove()
+			}
 			unix.Close(fd)
 			in.cleanupDirs()
 			return nil, err
 		}
-		in.cg = cg
 	}
 	return in, nil
 }
@@ -150,7 +161,7 @@ func (in *Interp) Close() error {
 	in.stopLocked()
 	var err error
 	if in.cg != nil {
-		err = in.cg.remove()
+		err = errors.Join(in.cg.remove(), in.cells.remove())
 	}
 	in.wakeMu.Lock()
 	unix.Close(in.wakeFD)

@@ -84,7 +84,8 @@ func (in *Interp) startProc() (*proc, error) {
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
 
-	cmd := exec.Command(in.cfg.Python, "-X", "utf8", in.driverPath, strconv.Itoa(childCtlFD), strconv.Itoa(childEvFD))
+	argv := append(in.cfg.Launcher[:len(in.cfg.Launcher):len(in.cfg.Launcher)], in.cfg.Python, "-X", "utf8", in.driverPath, strconv.Itoa(childCtlFD), strconv.Itoa(childEvFD))
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = in.cfg.Dir
 	cmd.Env = in.pythonEnv()
 	outWF, errWF, evWF := os.NewFile(uintptr(outW), "stdout"), os.NewFile(uintptr(errW), "stderr"), os.NewFile(uintptr(evW), "events")

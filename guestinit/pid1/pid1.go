@@ -31,6 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellvm/cellvm/guestinit/bootmarker"
+	"github.com/cellvm/cellvm/guestinit/celluser"
 	"github.com/cellvm/cellvm/guestinit/cmdline"
 	"github.com/cellvm/cellvm/guestinit/netcfg"
 	"github.com/cellvm/cellvm/guestinit/reaper"
@@ -43,6 +44,10 @@ const ExitShutdown = 64
 
 // AgentArg is the argument that makes the binary run as the agent.
 const AgentArg = "agent"
+
+// CellsRootFlag is the agent's flag (without its dash) that runs cells and
+// commands as root; PID 1 passes it for cellvm.cellsroot=1.
+const CellsRootFlag = "cells-root"
 
 // ReadyFD is the agent's fd on which it writes one byte once it listens.
 const ReadyFD = 3
@@ -114,6 +119,14 @@ func setup(log *slog.Logger) (cmdline.Config, error) {
 	}
 	if err := plan.ApplyLate(sys, log); err != nil {
 		return cfg, err
+	}
+	// PID 1 and the agent (which inherits it) are the last things the OOM
+	// killer may take; the drop step puts cell code back at 0.
+	if err := os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0); err != nil {
+		log.Warn("shield init from the OOM killer", "err", err)
+	}
+	if err := celluser.Ensure("/", rootfs.Workspace); err != nil {
+		log.Error("the cells' user", "err", err)
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		log.Warn("set host name", "err", err)
@@ -299,7 +312,11 @@ func startAgent(log *slog.Logger, r *reaper.Reaper, cfg cmdline.Config, ready ch
 	if cfg.Debug {
 		env = append(env, EnvDebug+"=1")
 	}
-	_, exits, err := r.Start("/proc/self/exe", []string{"cellvm-agent", AgentArg, "-guest"}, &os.ProcAttr{
+	args := []string{"cellvm-agent", AgentArg, "-guest"}
+	if cfg.CellsRoot {
+		args = append(args, "-"+CellsRootFlag)
+	}
+	_, exits, err := r.Start("/proc/self/exe", args, &os.ProcAttr{
 		Dir:   "/",
 		Env:   env,
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, pw},

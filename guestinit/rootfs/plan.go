@@ -71,6 +71,19 @@ const (
 	nosuidNodevNoexec = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 )
 
+// Sizes of the tmpfs mounts. Every tmpfs is sized (its default is half the
+// memory, each): a cell that fills one gets ENOSPC there instead of
+// pressing on the memory the init and the agent need, and /run, which
+// only root writes (the interpreter's driver lives there), cannot be
+// filled by a cell at all. The guest's memory cgroup charges what a cell
+// writes to it as well, so together they stay within the cells' budget.
+const (
+	SizeRW  = "50%" // the overlay's writable layer: /workspace, /home, /var
+	SizeTmp = "25%"
+	SizeShm = "25%"
+	SizeRun = "16m"
+)
+
 // NewPlan returns the plan for a root image on device rootDev, or for
 // staying in the initramfs when rootDev is "none".
 func NewPlan(rootDev string) Plan {
@@ -80,12 +93,12 @@ func NewPlan(rootDev string) Plan {
 			{Source: "sysfs", Target: "/sys", FSType: "sysfs", Flags: nosuidNodevNoexec, Mode: 0o555},
 			{Source: "devtmpfs", Target: "/dev", FSType: "devtmpfs", Flags: unix.MS_NOSUID, Data: "mode=0755", Mode: 0o755, AllowBusy: true},
 			{Source: "devpts", Target: "/dev/pts", FSType: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "newinstance,ptmxmode=0666,mode=0620", Mode: 0o755, Optional: true},
-			{Source: "shm", Target: "/dev/shm", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777", Mode: 0o1777, Optional: true},
+			{Source: "shm", Target: "/dev/shm", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777,size=" + SizeShm, Mode: 0o1777, Optional: true},
 			{Source: "cgroup2", Target: "/sys/fs/cgroup", FSType: "cgroup2", Flags: nosuidNodevNoexec, Mode: 0o555, Optional: true},
 		},
 		Late: []Mount{
-			{Source: "run", Target: "/run", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=0755", Mode: 0o755},
-			{Source: "tmp", Target: "/tmp", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777", Mode: 0o1777},
+			{Source: "run", Target: "/run", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=0755,size=" + SizeRun, Mode: 0o755},
+			{Source: "tmp", Target: "/tmp", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777,size=" + SizeTmp, Mode: 0o1777},
 		},
 		Dirs: []Dir{{Path: Workspace, Mode: 0o755}},
 	}
@@ -94,7 +107,7 @@ func NewPlan(rootDev string) Plan {
 	}
 	p.Root = []Mount{
 		{Source: rootDev, Target: LowerDir, FSType: "ext4", Flags: unix.MS_RDONLY | unix.MS_NODEV, Data: "noload", Mode: 0o755},
-		{Source: "cellvm-rw", Target: RWDir, FSType: "tmpfs", Flags: unix.MS_NODEV, Data: "mode=0755", Mode: 0o755},
+		{Source: "cellvm-rw", Target: RWDir, FSType: "tmpfs", Flags: unix.MS_NODEV, Data: "mode=0755,size=" + SizeRW, Mode: 0o755},
 		{Source: "overlay", Target: NewRoot, FSType: "overlay", Flags: unix.MS_NODEV,
 			Data: "lowerdir=" + LowerDir + ",upperdir=" + UpperDir + ",workdir=" + WorkDir, Mode: 0o755},
 	}

@@ -196,3 +196,24 @@ func TestMountPoints(t *testing.T) {
 		t.Fatalf("MountPoints = %q", got)
 	}
 }
+
+// TestEveryTmpfsIsSized: no tmpfs keeps the kernel's default of half the
+// memory each, which several together could pass.
+func TestEveryTmpfsIsSized(t *testing.T) {
+	p := NewPlan("/dev/vda")
+	n := 0
+	for _, list := range [][]Mount{p.Early, p.Root, p.Late} {
+		for _, m := range list {
+			if m.FSType != "tmpfs" {
+				continue
+			}
+			n++
+			if !strings.Contains(m.Data, "size=") {
+				t.Errorf("tmpfs %s has no size: %q", m.Target, m.Data)
+			}
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d tmpfs mounts, want 4 (rw, /dev/shm, /run, /tmp)", n)
+	}
+}

@@ -1,0 +1,88 @@
+// Package celluser is the unprivileged user that cells and commands run as
+// in the guest.
+//
+// Code in a cell is written by a model and cannot be trusted, so it does
+// not run as root: as its own user it cannot signal PID 1 or the agent,
+// write the cgroup files that bound it, move itself out of its cgroup, or
+// write the system's files. The root image (a debootstrap) has no such
+// user, so PID 1 adds it to the overlay root's /etc/passwd and /etc/group at
+// boot rather than the image carrying it: the image needs no rebuild, and
+// the user is the same in every image.
+package celluser
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// The user. UID and GID are fixed so the host and the guest agree without
+// asking each other.
+const (
+	Name  = "cell"
+	UID   = 1000
+	GID   = 1000
+	Home  = "/home/cell"
+	Shell = "/bin/sh"
+)
+
+// Env is what the user's processes get in place of root's HOME, USER and
+// LOGNAME, plus the image's shared matplotlib cache (its font cache is
+// built once, in the image).
+var Env = []string{"HOME=" + Home, "USER=" + Name, "LOGNAME=" + Name, "MPLCONFIGDIR=/var/cache/matplotlib"}
+
+// Ensure makes the user exist under root (the guest's "/"): its entries in
+// etc/passwd and etc/group unless an entry with its id is there, its home
+// directory, and the ownership of the directories in owned (such as
+// /workspace), which cells must be able to write. It is idempotent.
+func Ensure(root string, owned ...string) error {
+	if err := addEntry(filepath.Join(root, "etc/passwd"), UID, fmt.Sprintf("%s:x:%d:%d:cellvm cells:%s:%s\n", Name, UID, GID, Home, Shell)); err != nil {
+		return err
+	}
+	if err := addEntry(filepath.Join(root, "etc/group"), GID, fmt.Sprintf("%s:x:%d:\n", Name, GID)); err != nil {
+		return err
+	}
+	home := filepath.Join(root, Home)
+	if err := os.MkdirAll(home, 0o750); err != nil {
+		return fmt.Errorf("cell user's home: %w", err)
+	}
+	for _, d := range append([]string{Home}, owned...) {
+		p := filepath.Join(root, d)
+		if err := os.Lchown(p, UID, GID); err != nil {
+			return fmt.Errorf("hand %s to the cell user: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// addEntry appends line to the colon-separated database at path unless an
+// entry with id in its third field is there already.
+func addEntry(path string, id int, line string) error {
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), ":")
+		if len(f) >= 3 && f[2] == strconv.Itoa(id) {
+			return nil
+		}
+	}
+	if len(b) > 0 && b[len(b)-1] != '\n' {
+		line = "\n" + line
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("add the cell user to %s: %w", path, err)
+	}
+	if _, err := f.WriteString(line); err != nil {
+		f.Close()
+		return fmt.Errorf("add the cell user to %s: %w", path, err)
+	}
+	return f.Close()
+}

@@ -1,0 +1,57 @@
+package celluser
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func TestEnsureAddsTheUserOnceAndHandsOverItsDirectories(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to chown")
+	}
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
+	os.MkdirAll(filepath.Join(root, "workspace"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/bash"), 0o644) // no final newline
+	os.WriteFile(filepath.Join(root, "etc/group"), []byte("root:x:0:\n"), 0o644)
+	for range 2 {
+		if err := Ensure(root, "/workspace"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pw, _ := os.ReadFile(filepath.Join(root, "etc/passwd"))
+	if want := "root:x:0:0:root:/root:/bin/bash\ncell:x:1000:1000:cellvm cells:/home/cell:/bin/sh\n"; string(pw) != want {
+		t.Errorf("passwd after two Ensures:\n%s\nwant:\n%s", pw, want)
+	}
+	if gr, _ := os.ReadFile(filepath.Join(root, "etc/group")); strings.Count(string(gr), "cell:x:1000:") != 1 {
+		t.Errorf("group: %q", gr)
+	}
+	for _, d := range []string{"home/cell", "workspace"} {
+		st, err := os.Stat(filepath.Join(root, d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := st.Sys().(*syscall.Stat_t); s.Uid != UID || s.Gid != GID {
+			t.Errorf("%s is owned by %d:%d, want %d:%d", d, s.Uid, s.Gid, UID, GID)
+		}
+	}
+}
+
+func TestEnsureKeepsAnExistingUserWithTheID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to chown")
+	}
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("debian:x:1000:1000::/home/debian:/bin/bash\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "etc/group"), []byte("debian:x:1000:\n"), 0o644)
+	if err := Ensure(root); err != nil {
+		t.Fatal(err)
+	}
+	if pw, _ := os.ReadFile(filepath.Join(root, "etc/passwd")); strings.Contains(string(pw), "cell:") {
+		t.Errorf("a second user with uid 1000 was added:\n%s", pw)
+	}
+}
