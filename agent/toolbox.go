@@ -32,6 +32,9 @@ type Toolbox struct {
 	Companions bool
 	// Network is the sandbox's egress allowlist, stated in the description.
 	Network []string
+	// Root says the sandbox runs code as root ("root": true), stated in
+	// the description.
+	Root bool
 	// MaxReadBytes bounds read_file (default 1 MiB).
 	MaxReadBytes int64
 }
@@ -50,7 +53,7 @@ func (t *Toolbox) timeouts() (def, max time.Duration) {
 // Specs returns the tools this toolbox offers.
 func (t *Toolbox) Specs() []ToolSpec {
 	def, _ := t.timeouts()
-	return Specs(SandboxFacts{Network: t.Network, TimeoutS: int(def / time.Second)}, t.Companions)
+	return Specs(SandboxFacts{Network: t.Network, TimeoutS: int(def / time.Second), Root: t.Root}, t.Companions)
 }
 
 // Has reports whether the toolbox offers a tool of that name.

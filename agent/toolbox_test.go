@@ -63,9 +63,16 @@ func TestRunPythonDescriptionTellsTheTruth(t *testing.T) {
 			t.Errorf("description lacks %q", w)
 		}
 	}
+	if !strings.Contains(d, "unprivileged user") || strings.Contains(d, "as root") {
+		t.Errorf("description of a default sandbox does not say code runs unprivileged: %s", d)
+	}
 	d = agent.RunPythonDescription(agent.SandboxFacts{Network: []string{"pypi.org"}})
 	if strings.Contains(d, "no network") || !strings.Contains(d, "limited to: pypi.org") {
 		t.Errorf("description with a policy: %s", d)
+	}
+	d = agent.RunPythonDescription(agent.SandboxFacts{Root: true})
+	if !strings.Contains(d, "runs as root") || strings.Contains(d, "unprivileged") {
+		t.Errorf("description of a root sandbox: %s", d)
 	}
 	for _, s := range agent.Specs(agent.SandboxFacts{}, true) {
 		var schema map[string]any

@@ -35,6 +35,9 @@ type SandboxFacts struct {
 	Network []string
 	// Timeout is the default cell timeout in seconds.
 	TimeoutS int
+	// Root says the sandbox was created with "root": true, so code runs
+	// as root in the guest rather than as an unprivileged user.
+	Root bool
 }
 
 // RunPythonDescription is the run_python tool's description. Every sentence
@@ -53,6 +56,11 @@ func RunPythonDescription(f SandboxFacts) string {
 	b.WriteString("Long output is cut from the middle and the number of characters cut is stated. ")
 	b.WriteString("Open matplotlib figures are returned to you as images at the end of the call (no need to save them). ")
 	b.WriteString("Uploaded files are under /workspace, and files you write there can be downloaded by the user. ")
+	if f.Root {
+		b.WriteString("Code runs as root inside the microVM, so system files and packages can be changed. ")
+	} else {
+		b.WriteString("Code runs as an unprivileged user: it can write /workspace, /tmp and its home directory but not system files, and its processes and memory are limited. ")
+	}
 	if f.TimeoutS > 0 {
 		fmt.Fprintf(&b, "Each call may run for at most %d seconds unless timeout_s says otherwise; ", f.TimeoutS)
 	}

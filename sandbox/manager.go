@@ -268,6 +268,9 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 
 		ConsoleMaxBytes: m.opt.ConsoleMaxBytes,
 	}
+	if cfg.Root {
+		spec.Cmdline += " cellvm.cellsroot=1"
+	}
 	if !policy.Empty() {
 		if s.net, err = m.opt.Net.Attach(ctx, id, policy); err != nil {
 			return Info{}, fmt.Errorf("network: %w", err)

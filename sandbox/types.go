@@ -110,7 +110,7 @@ func (p NetworkPolicy) Validate() error {
 // MemoryMiB mean the defaults (see WithDefaults); a zero TTL or IdleTimeout
 // means none.
 //
-// Its JSON form is {vcpus, memory_mib, env, ttl_s, idle_timeout_s,
+// Its JSON form is {vcpus, memory_mib, env, ttl_s, idle_timeout_s, root,
 // network: {allow}} with whole seconds, and decoding it is strict: an
 // unknown field is an error, because a misspelt limit ("memory_mb") that
 // was silently ignored would create a sandbox the caller did not ask for.
@@ -122,6 +122,12 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Network nil means no network device.
 	Network *NetworkPolicy
+	// Root runs cells and commands as root in the guest, for users who
+	// need to change the system (apt). Off by default: code runs as an
+	// unprivileged user. Either way the user code's cgroup bounds its
+	// memory and processes, and PID 1 and the agent are shielded from the
+	// OOM killer; only as root can code signal them or change its limits.
+	Root bool
 }
 
 // configJSON is Config's wire form.
@@ -132,6 +138,7 @@ type configJSON struct {
 	TTLS         int64             `json:"ttl_s"`
 	IdleTimeoutS int64             `json:"idle_timeout_s"`
 	Network      *NetworkPolicy    `json:"network,omitempty"`
+	Root         bool              `json:"root,omitempty"`
 }
 
 // MarshalJSON writes the wire form; durations are rounded down to seconds.
@@ -143,6 +150,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		TTLS:         int64(c.TTL / time.Second),
 		IdleTimeoutS: int64(c.IdleTimeout / time.Second),
 		Network:      c.Network,
+		Root:         c.Root,
 	})
 }
 
@@ -163,6 +171,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		TTL:         secondsToDuration(w.TTLS),
 		IdleTimeout: secondsToDuration(w.IdleTimeoutS),
 		Network:     w.Network,
+		Root:        w.Root,
 	}
 	return nil
 }
