@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -207,10 +209,12 @@ out`, time.Minute)
 // TestRootSandboxThroughTheAPI: with "root": true cells and commands run as
 // root, still under the cells' cgroup and back in the OOM killer's reach,
 // and the kernel's power-off line written to /dev/kmsg does not end the
-// VM.
+// VM. The daemon caps console logs at 1 MiB and the cell prints past it:
+// the jailed VMM compacts the log (its seccomp filter allows that) and
+// the log stays under the cap.
 func TestRootSandboxThroughTheAPI(t *testing.T) {
 	kvmtest.Require(t)
-	d := startDaemon(t, t.TempDir())
+	d := startDaemon(t, t.TempDir(), "--console-max-mib=1")
 	defer d.stop(t)
 	c := api.NewClient(d.socket)
 	ctx := context.Background()
@@ -235,8 +239,15 @@ open('/dev/kmsg', 'w').write('Kernel panic - not syncing: written by a root cell
 	if err != nil || x.Stdout != "0\n" {
 		t.Errorf("root command: %+v, %v", x, err)
 	}
+	okCell(t, c, id, "with open('/dev/console', 'w') as f:\n    for i in range(18000):\n        f.write('%063d\\n' % i)", 10*time.Minute)
 	answers(t, c, id)
 	if got, err := c.Get(ctx, id); err != nil || got.State != sandbox.StateRunning {
 		t.Errorf("root sandbox after the console text: %+v, %v", got, err)
+	}
+	st, err := os.Stat(filepath.Join(d.state, "sandboxes", id, "console.log"))
+	if err != nil || st.Size() > 1<<20 {
+		t.Errorf("console.log after 1.1 MiB of output under a 1 MiB cap: %v, %v", st, err)
+	} else {
+		t.Logf("console.log: %d bytes after 1.1 MiB of output", st.Size())
 	}
 }
