@@ -190,7 +190,9 @@ func guestCells(icfg *interp.Config, policy *agent.FilePolicy, asRoot bool) erro
 	spec := drop.Spec{UID: celluser.UID, GID: celluser.GID, Root: asRoot}
 	icfg.Launcher = spec.Command("/proc/self/exe", nil)
 	if !asRoot {
-		icfg.Env = append(withoutKeys(os.Environ(), celluser.Env), celluser.Env...)
+		// Without the readiness fd's name, which is PID 1's word to the
+		// agent alone.
+		icfg.Env = append(withoutKeys(os.Environ(), append(celluser.Env, pid1.EnvReadyFD+"=")), celluser.Env...)
 		policy.Owner = &agent.Owner{UID: celluser.UID, GID: celluser.GID}
 	}
 	return nil
