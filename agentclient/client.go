@@ -24,6 +24,9 @@ type Client struct {
 	dial DialFunc
 	// Software names the client in the hello.
 	software string
+	// stall bounds the wait for the next piece of a transfer (see
+	// StallTimeout).
+	stall time.Duration
 
 	mu     sync.Mutex
 	idle   []*session
@@ -32,7 +35,7 @@ type Client struct {
 
 // New returns a Client that opens connections with dial.
 func New(dial DialFunc) *Client {
-	return &Client{dial: dial, software: "cellvm-agentclient"}
+	return &Client{dial: dial, software: "cellvm-agentclient", stall: StallTimeout}
 }
 
 // Close closes the idle connections; calls in flight keep theirs.
@@ -45,6 +48,24 @@ func (c *Client) Close() error {
 	}
 	c.idle = nil
 	return nil
+}
+
+// StallTimeout bounds how long an upload or a download waits for the
+// guest to take or send its next piece: a transfer has no deadline of its
+// own (a large file takes long), but a guest that stops in the middle
+// does not hold the caller forever.
+const StallTimeout = time.Minute
+
+// stallReader refreshes the connection's read deadline before each read.
+type stallReader struct {
+	r     io.Reader
+	nc    net.Conn
+	stall time.Duration
+}
+
+func (s stallReader) Read(p []byte) (int, error) {
+	s.nc.SetReadDeadline(time.Now().Add(s.stall))
+	return s.r.Read(p)
 }
 
 // ErrClosed is returned by calls on a closed Client.
@@ -342,11 +363,13 @@ func (c *Client) Upload(ctx context.Context, name string, r io.Reader, mode uint
 		for {
 			n, rerr := r.Read(buf)
 			if n > 0 {
+				s.nc.SetWriteDeadline(time.Now().Add(c.stall))
 				if err := s.c.WriteData(buf[:n]); err != nil {
 					return err
 				}
 			}
 			if rerr == io.EOF {
+				defer s.nc.SetWriteDeadline(time.Time{})
 				return s.c.WriteDataEnd(nil)
 			}
 			if rerr != nil {
@@ -409,7 +432,8 @@ func (c *Client) Download(ctx context.Context, name string, w io.Writer, max int
 		if size > max {
 			return resp, fmt.Errorf("%w: %s is %d bytes; downloads are limited to %d", ErrTooLarge, name, size, max)
 		}
-		n, err = io.CopyBuffer(w, s.c.DataReader(size), make([]byte, 256<<10))
+		n, err = io.CopyBuffer(w, stallReader{s.c.DataReader(size), s.nc, c.stall}, make([]byte, 256<<10))
+		s.nc.SetReadDeadline(time.Time{})
 		if err == nil && n != size {
 			err = fmt.Errorf("%s: got %d of the %d bytes announced (did the file change while it was read?)", name, n, size)
 		}

@@ -139,3 +139,37 @@ func TestSilentAgentHonoursTheCallersDeadline(t *testing.T) {
 		t.Fatalf("Exec on a silent agent = %v, want DeadlineExceeded", err)
 	}
 }
+
+// TestStalledDownloadEnds: a guest that stops in the middle of a download
+// does not hold the caller: the transfer ends once nothing came for the
+// stall timeout.
+func TestStalledDownloadEnds(t *testing.T) {
+	c, _ := serveHostile(t)
+	c.stall = 200 * time.Millisecond
+	var got bytes.Buffer
+	_, err := c.Download(ctxT(t), hostileagent.PathStalls, &got, 1<<20)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() || errors.Is(err, ErrProtocol) {
+		t.Fatalf("stalled download: %v, want a timeout (not a protocol violation)", err)
+	}
+	if got.String() != "h" {
+		t.Errorf("wrote %q before the stall, want the one byte sent", got.String())
+	}
+	if _, err := c.Health(ctxT(t)); err != nil {
+		t.Fatalf("the client after a stalled download: %v", err)
+	}
+}
+
+// TestReadFailuresAreNotViolations: a read that fails in the middle of a
+// frame (here a deadline) is not taken for a malformed frame.
+func TestReadFailuresAreNotViolations(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	go b.Write([]byte{0, 0, 0, 9, byte(proto.TypeData), 'x'}) // 8 payload bytes announced, 1 sent
+	a.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	_, err := proto.NewConn(a, 0).ReadMessage()
+	if err == nil || errors.Is(violation(err), ErrProtocol) {
+		t.Fatalf("a frame cut by a read deadline: %v, classified as a protocol violation", err)
+	}
+}

@@ -41,6 +41,9 @@ const (
 	PathLongerThanAnnounced = "/announced-one-byte"
 	// PathHello is a download of the 5 bytes "hello", announced as such.
 	PathHello = "/hello"
+	// PathStalls is a download announced as 5 bytes that sends one and
+	// then nothing, holding the connection open.
+	PathStalls = "/stalls"
 )
 
 // Sizes of the hostile answers.
@@ -111,6 +114,12 @@ func serve(nc net.Conn, c *proto.Conn, req *proto.Request, console io.Writer, on
 			return false
 		}
 		return c.WriteData([]byte("hello")) == nil && c.WriteDataEnd(nil) == nil
+	case req.Op == proto.OpDownload && req.Path == PathStalls:
+		if c.WriteJSON(proto.TypeResponse, proto.Response{File: &proto.FileInfo{Size: 5, Mode: 0o644}}) != nil || c.WriteData([]byte("h")) != nil {
+			return false
+		}
+		io.Copy(io.Discard, nc) // until the host closes the connection
+		return false
 	case req.Op == proto.OpExec:
 		return c.WriteJSON(proto.TypeResponse, proto.Response{Exec: &cell.ExecResult{}}) == nil
 	case req.Op == proto.OpHealth:

@@ -138,10 +138,12 @@ func readFrame(r io.Reader, buf *[]byte) (Frame, error) {
 	}
 	p := (*buf)[:size]
 	if _, err := io.ReadFull(r, p); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return Frame{}, fmt.Errorf("%w: truncated %v payload: %w", ErrBadFrame, f.Type, io.ErrUnexpectedEOF)
 		}
-		return Frame{}, fmt.Errorf("%w: truncated %v payload: %w", ErrBadFrame, f.Type, err)
+		// A read that failed (a timeout, a closed connection) says
+		// nothing about what the peer sent.
+		return Frame{}, fmt.Errorf("read %v payload: %w", f.Type, err)
 	}
 	f.Payload = p
 	return f, nil
