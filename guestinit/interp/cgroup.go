@@ -58,6 +58,12 @@ func newCgroup(parent, prefix string, memoryMax, pidsMax int64) (*cgroup, error)
 			return nil, fmt.Errorf("cgroup parent %s: enable pids controller: %w", parent, err)
 		}
 	}
+	// The cpu controller, with no limit: user code then shares the CPU as
+	// one group with the processes outside it (the agent), however many
+	// processes it forks.
+	if hasWord(string(ctrls), "cpu") && !hasWord(string(sub), "cpu") {
+		_ = os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+cpu"), 0)
+	}
 	if pidsMax > 0 && !pids {
 		return nil, fmt.Errorf("cgroup parent %s: pids controller not available (controllers: %q)", parent, strings.TrimSpace(string(ctrls)))
 	}
@@ -146,6 +152,38 @@ func (c *cgroup) procs() []int {
 		}
 	}
 	return out
+}
+
+// killAllBut kills every process in the cgroup except keep, with the
+// cgroup frozen meanwhile, so that a process forking without end (a fork
+// bomb) cannot replace those it loses; it returns the pids it killed.
+// Where the kernel has no cgroup freezer it kills without freezing.
+func (c *cgroup) killAllBut(keep int) []int {
+	frozen := c.write("cgroup.freeze", "1") == nil && c.waitFrozen(time.Second)
+	var killed []int
+	for _, pid := range c.procs() {
+		if pid != keep {
+			_ = unix.Kill(pid, unix.SIGKILL)
+			killed = append(killed, pid)
+		}
+	}
+	if frozen {
+		_ = c.write("cgroup.freeze", "0") // the killed die as they thaw
+	}
+	return killed
+}
+
+// waitFrozen waits up to d for cgroup.events to say the cgroup is frozen.
+func (c *cgroup) waitFrozen(d time.Duration) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(time.Millisecond) {
+		b, _ := os.ReadFile(filepath.Join(c.dir, "cgroup.events"))
+		if strings.Contains(string(b), "frozen 1") {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }
 
 // killAll kills every process in the cgroup.

@@ -254,6 +254,12 @@ func (r *cellRun) interrupt(c stopCause, now time.Time) {
 		r.sigPending = true
 		return
 	}
+	// What the cell started dies first (it would once the cell ended,
+	// anyway): a fork bomb would otherwise keep the interpreter from the
+	// CPU it needs to take the interrupt within the grace period.
+	if r.in.cg != nil {
+		r.in.cg.killAllBut(r.p.pid)
+	}
 	r.p.signal(unix.SIGINT)
 }
 
@@ -467,6 +473,9 @@ func (r *cellRun) finish(oomBase int64) cell.Result {
 // was interrupted, keeping the interpreter, and reaps them.
 func (in *Interp) killStrays(p *proc) {
 	var killed []int
+	if in.cg != nil {
+		killed = in.cg.killAllBut(p.pid)
+	}
 	for range 5 {
 		var extra []int
 		if in.cg != nil {
