@@ -17,7 +17,6 @@ import (
 	"github.com/cellvm/cellvm/test/kvmtest"
 )
 
-// newRigManager returns a VMManager over the project's build outputs.
 // rigJail is the jail the daemon gives VMMs as root (nil otherwise), so
 // that the notebook and network tests run with the jail on.
 func rigJail() *JailOptions {
@@ -31,11 +30,18 @@ func rigJail() *JailOptions {
 	return o
 }
 
+// newRigManager returns a VMManager over the project's build outputs.
 func newRigManager(t *testing.T) *VMManager {
+	t.Helper()
+	return newRigManagerWith(t, nil)
+}
+
+// newRigManagerWith is newRigManager with opt applied to the options.
+func newRigManagerWith(t *testing.T, opt func(*Options)) *VMManager {
 	t.Helper()
 	kvmtest.Require(t)
 	state := t.TempDir()
-	m, err := NewVMManager(Options{
+	o := Options{
 		Exe:         kvmtest.BuildFile(t, "bin/cellvm"),
 		Kernel:      kvmtest.BuildFile(t, "kernel/vmlinux"),
 		Initrd:      kvmtest.BuildFile(t, "initramfs.cpio"),
@@ -44,7 +50,11 @@ func newRigManager(t *testing.T) *VMManager {
 		BootTimeout: 3 * time.Minute,
 		Log:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Jail:        rigJail(),
-	})
+	}
+	if opt != nil {
+		opt(&o)
+	}
+	m, err := NewVMManager(o)
 	if err != nil {
 		t.Fatal(err)
 	}
