@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -72,5 +73,56 @@ func TestFilesAreDoneWithTheOwnersPermissions(t *testing.T) {
 	}
 	if _, err := c.Health(ctxT(t)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOwnerThreadsAreHandedBack: the threads that did uploads as the
+// owner live on (with the agent's credentials back). A thread that ended
+// instead would fire the parent-death signal of any child Go had forked
+// on it: the guest's interpreter died that way after an upload.
+func TestOwnerThreadsAreHandedBack(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to act as another user")
+	}
+	dir := t.TempDir()
+	os.Chmod(filepath.Dir(dir), 0o755)
+	os.Chmod(dir, 0o755)
+	os.Chown(dir, 1000, 1000)
+	c := serve(t, agent.Config{Interp: newFake(), Files: agent.FilePolicy{Owner: &agent.Owner{UID: 1000, GID: 1000}}})
+	if _, err := c.Health(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	tasks := func() map[string]bool {
+		ents, _ := os.ReadDir("/proc/self/task")
+		m := map[string]bool{}
+		for _, e := range ents {
+			m[e.Name()] = true
+		}
+		return m
+	}
+	before := tasks()
+	for i := 0; i < 50; i++ {
+		if _, err := c.Upload(ctxT(t), filepath.Join(dir, "f"), strings.NewReader("x"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := tasks()
+	for tid := range before {
+		if !after[tid] {
+			t.Errorf("thread %s ended during the uploads as the owner", tid)
+		}
+	}
+	// And they have the agent's credentials back: from goroutines on any
+	// thread, root can still write where only root may.
+	rootOnly := filepath.Join(t.TempDir(), "root-only")
+	os.Mkdir(rootOnly, 0o700)
+	errc := make(chan error, 64)
+	for i := range 64 {
+		go func() { errc <- os.WriteFile(filepath.Join(rootOnly, strconv.Itoa(i)), nil, 0o600) }()
+	}
+	for range 64 {
+		if err := <-errc; err != nil {
+			t.Errorf("a root write after the uploads as the owner: %v", err)
+		}
 	}
 }
