@@ -49,6 +49,7 @@ type configFlags struct {
 	memory, vcpus int
 	allow         []string
 	env           []string
+	root          bool
 }
 
 func addConfigFlags(fs *pflag.FlagSet) *configFlags {
@@ -57,12 +58,13 @@ func addConfigFlags(fs *pflag.FlagSet) *configFlags {
 	fs.IntVar(&c.vcpus, "vcpus", sandbox.DefaultVCPUs, "vCPUs")
 	fs.StringSliceVar(&c.allow, "allow", nil, "egress allowlist entry: address, CIDR, name or *.name, with an optional :port (repeatable or comma-separated; default: no network)")
 	fs.StringArrayVar(&c.env, "env", nil, "environment variable KEY=VALUE for the sandbox's code (repeatable)")
+	fs.BoolVar(&c.root, "root", false, "the sandbox's code runs as root in the guest (default: an unprivileged user)")
 	return c
 }
 
 // config builds and validates the sandbox config.
 func (c *configFlags) config() (sandbox.Config, error) {
-	cfg := sandbox.Config{VCPUs: c.vcpus, MemoryMiB: c.memory}
+	cfg := sandbox.Config{VCPUs: c.vcpus, MemoryMiB: c.memory, Root: c.root}
 	if len(c.allow) > 0 {
 		cfg.Network = &sandbox.NetworkPolicy{Allow: c.allow}
 	}
