@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,7 +58,7 @@ func agentMain(args []string) int {
 		// cgroup hits its limit and is OOM-killed there, or its forks
 		// fail, not the whole guest's.
 		icfg.MemoryMax = interpMemoryMax()
-		icfg.PidsMax = cellsPidsMax
+		icfg.PidsMax = cellsPidsMax()
 	}
 	policy := agent.FilePolicy{}
 	if *guest {
@@ -167,8 +168,13 @@ func cgroupHasMemory(dir string) bool {
 }
 
 // cellsPidsMax bounds the tasks (processes and threads) of all user code:
-// a fork bomb meets it, the agent does not.
-const cellsPidsMax = 1024
+// a fork bomb meets it, the agent does not. 256 per vCPU (threads count:
+// a numerical library starts one per CPU), at most 4096: enough for a
+// notebook's pools and servers, and few enough that the guest can kill
+// them all quickly.
+func cellsPidsMax() int64 {
+	return int64(min(256*runtime.NumCPU(), 4096))
+}
 
 // runDir holds the interpreter's driver in the guest: on /run, which only
 // root may write, so a cell can neither replace the driver nor, by

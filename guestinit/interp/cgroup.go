@@ -159,16 +159,18 @@ func (c *cgroup) procs() []int {
 // bomb) cannot replace those it loses; it returns the pids it killed.
 // Where the kernel has no cgroup freezer it kills without freezing.
 func (c *cgroup) killAllBut(keep int) []int {
-	frozen := c.write("cgroup.freeze", "1") == nil && c.waitFrozen(time.Second)
+	if c.write("cgroup.freeze", "1") == nil {
+		// However the freeze went, the cgroup is thawed again: a cgroup
+		// left frozen would hold every interpreter started into it.
+		defer c.write("cgroup.freeze", "0") // the killed die as they thaw
+		c.waitFrozen(5 * time.Second)
+	}
 	var killed []int
 	for _, pid := range c.procs() {
 		if pid != keep {
 			_ = unix.Kill(pid, unix.SIGKILL)
 			killed = append(killed, pid)
 		}
-	}
-	if frozen {
-		_ = c.write("cgroup.freeze", "0") // the killed die as they thaw
 	}
 	return killed
 }
