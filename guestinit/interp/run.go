@@ -256,9 +256,10 @@ func (r *cellRun) interrupt(c stopCause, now time.Time) {
 	}
 	// What the cell started dies first (it would once the cell ended,
 	// anyway): a fork bomb would otherwise keep the interpreter from the
-	// CPU it needs to take the interrupt within the grace period.
-	if r.in.cg != nil {
-		r.in.cg.killAllBut(r.p.pid)
+	// CPU it needs to take the interrupt within the grace period, which
+	// starts once they are gone (killing many can take a while).
+	if r.in.cg != nil && len(r.in.cg.killAllBut(r.p.pid)) > 0 {
+		r.graceEnd = time.Now().Add(r.in.cfg.Grace)
 	}
 	r.p.signal(unix.SIGINT)
 }
