@@ -20,7 +20,7 @@ import (
 
 // bootTimeout bounds one guest boot; the rig runs under TCG, so it is
 // generous, but a hang still fails instead of blocking the suite.
-var bootTimeout = bootTimeoutFor(4 * time.Minute)
+var bootTimeout = bootTimeoutFor(90 * time.Second)
 
 // bootTimeoutFor is def, or $CELLVM_BOOT_TEST_TIMEOUT (a Go duration) when
 // set: a shorter bound makes hunting a rare hang with many repeated boots

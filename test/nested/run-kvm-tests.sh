@@ -1,8 +1,10 @@
 #!/bin/bash
 # run-kvm-tests.sh: runs, inside the nested rig, the test binaries that
 # `make test-rig` compiled on the host (listed in build/rig/tests.txt as
-# "<package dir> <binary>"), each in its package directory, so tests that
-# need /dev/kvm run for real. Exits non-zero if any binary fails.
+# "<package dir> <binary> [<regexp>]"), each in its package directory, so
+# tests that need /dev/kvm run for real; with a regexp, only the tests it
+# matches (the KVM tests; CELLVM_TEST_RUN overrides it). Exits non-zero if
+# any binary fails.
 # CELLVM_RIG_LIST names another list (tests of this script use it);
 # CELLVM_RIG_PASSED names a file of "<package dir> <TestName>" lines to skip
 # (test-rig.sh writes it when a fresh L1 takes over from a wedged one);
@@ -25,12 +27,13 @@ run_tests() {
 }
 want=0
 finished=0
-while read -r dir bin; do
+while read -r dir bin only; do
 	[[ -n $dir ]] || continue
 	want=$((want + 1))
 	echo "=== rig: $dir"
 	start=$(date +%s)
-	args=(${CELLVM_TEST_RUN:+-test.run "$CELLVM_TEST_RUN"} ${CELLVM_TEST_COUNT:+-test.count "$CELLVM_TEST_COUNT"})
+	run=${CELLVM_TEST_RUN:-$only}
+	args=(${run:+-test.run "$run"} ${CELLVM_TEST_COUNT:+-test.count "$CELLVM_TEST_COUNT"})
 	# Tests that passed in an earlier L1 of the same make test-rig (see
 	# test-rig.sh) are skipped, and the skip is said.
 	if [[ -n ${CELLVM_RIG_PASSED:-} && -s $CELLVM_RIG_PASSED ]]; then
