@@ -12,7 +12,7 @@ RIG     := test/nested/run.sh
 RIG_TIMEOUT ?= 1800
 RIG_MEM ?= 4096
 
-.PHONY: all setup deps kernel image cellvm initramfs test test-unit test-rig bench fuzz vet clean
+.PHONY: all setup deps kernel image cellvm initramfs test test-unit test-rig test-rig-full bench fuzz vet clean
 
 all: cellvm initramfs
 
@@ -66,9 +66,16 @@ vet:
 # A wedged, crashed or timed-out L1 is the emulator's failure, not a test's:
 # test-rig.sh then boots a fresh L1 that runs only the tests not yet passed,
 # within one budget for all attempts (RIG_BUDGET), and says so.
+# test-rig runs the core tier; test-rig-full adds the extended tier
+# (test/nested/extended-tests.txt: real-VM client programs, the load test),
+# with a budget to match.
 test-rig: cellvm
-	test/nested/build-kvm-tests.sh
+	RIG_SUITE=core test/nested/build-kvm-tests.sh
 	RIG_MEM=$(RIG_MEM) RIG_TIMEOUT=$(RIG_TIMEOUT) test/nested/test-rig.sh
+
+test-rig-full: cellvm
+	RIG_SUITE=full test/nested/build-kvm-tests.sh
+	RIG_MEM=$(RIG_MEM) RIG_TIMEOUT=3600 RIG_BUDGET=$${RIG_BUDGET:-5400} test/nested/test-rig.sh
 
 ## bench: cellvm vs QEMU microvm in the same rig run (ratios, not promises)
 bench: cellvm

@@ -17,6 +17,10 @@ import (
 // realDaemon starts the real `cellvm serve` (build/bin/cellvm) with the
 // project's guest and returns its socket; it is stopped (SIGTERM) when t
 // ends, after logging the sandboxes' consoles and its own log if t failed.
+// Cells that name no timeout get 10 minutes, not the daemon's 60 s: under
+// nested emulation a cold sandbox's first `import pandas` (the README
+// example's first cell) took longer than a minute, which on a real KVM
+// host takes about a second.
 func realDaemon(t *testing.T) string {
 	t.Helper()
 	kvmtest.Require(t)
@@ -25,7 +29,7 @@ func realDaemon(t *testing.T) string {
 		t.Fatal(err)
 	}
 	sock, state := filepath.Join(dir, "cellvm.sock"), filepath.Join(dir, "state")
-	cmd := exec.Command(kvmtest.BuildFile(t, "bin/cellvm"), "serve", "--socket", sock, "--state-dir", state, "--network=false")
+	cmd := exec.Command(kvmtest.BuildFile(t, "bin/cellvm"), "serve", "--socket", sock, "--state-dir", state, "--network=false", "--cell-timeout", "10m")
 	cmd.Env = append(os.Environ(),
 		"CELLVM_KERNEL="+kvmtest.BuildFile(t, "kernel/vmlinux"),
 		"CELLVM_INITRD="+kvmtest.BuildFile(t, "initramfs.cpio"),

@@ -73,10 +73,10 @@ func (m rigCells) RunCell(ctx context.Context, id, code string, timeout time.Dur
 	return res, nil
 }
 
-// TestRigProgramsOnTheFake runs the rig's BoxLite-style program and
+// TestFakeRunsTheRigPrograms runs the rig's BoxLite-style program and
 // Runtime-style loops (Python and JS) against the fake, with the rig
 // tests' checks.
-func TestRigProgramsOnTheFake(t *testing.T) {
+func TestFakeRunsTheRigPrograms(t *testing.T) {
 	m := rigCells{newFakeManager()}
 	sock := serveAPI(t, m)
 	pyEnv := []string{"CELLVM_SOCKET=" + sock, "PYTHONPATH=" + filepath.Join(clientsDir(t), "python")}

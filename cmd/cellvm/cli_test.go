@@ -245,6 +245,8 @@ func TestBadArgumentsExitTwoWithoutTheDaemon(t *testing.T) {
 		{"serve", "--public-ranges", "198.51.100.0/24", "--network=false"},
 		{"serve", "--public-ranges", "not-a-cidr"},
 		{"serve", "--node", "Bad_Node"},
+		{"serve", "--cell-timeout", "0s"},
+		{"serve", "--cell-timeout", "2h", "--max-cell-timeout", "1h"},
 		{"mcp", "extra"},
 		{"doctor", "extra"},
 		{"version", "extra"},

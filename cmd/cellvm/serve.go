@@ -48,6 +48,9 @@ type serveOptions struct {
 	mcp        bool
 	mcpFlags   *mcpFlags
 	mcpSession time.Duration
+	// cellTimeout is a cell's or command's limit when its request names
+	// none; maxCellTimeout the most a request may ask for.
+	cellTimeout, maxCellTimeout time.Duration
 }
 
 // deps are what tests replace: how the daemon and the embedded manager are
@@ -98,6 +101,8 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.StringVar(&o.socketGroup, "socket-group", "", "let this group (name or gid) use the Unix socket too (mode 0660)")
 	fs.BoolVar(&o.mcp, "mcp", false, "serve the sandbox tools over MCP Streamable HTTP at /mcp (a sandbox per MCP session)")
+	fs.DurationVar(&o.cellTimeout, "cell-timeout", api.DefaultCellTimeout, "a cell's or command's time limit when its request gives none")
+	fs.DurationVar(&o.maxCellTimeout, "max-cell-timeout", api.DefaultMaxTimeout, "the longest time limit a cell or command may ask for")
 	fs.DurationVar(&o.mcpSession, "mcp-idle-timeout", 15*time.Minute, "end an MCP session (and delete its sandbox) after this long without a request")
 	o.mcpFlags = addMCPFlagsPrefixed(fs)
 	cmd.RunE = func(*cobra.Command, []string) error { return a.serve(o) }
@@ -138,6 +143,12 @@ func (o *serveOptions) check() error {
 	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return usagef("give --tls-cert and --tls-key together")
+	}
+	if o.cellTimeout <= 0 || o.maxCellTimeout <= 0 {
+		return usagef("--cell-timeout %v and --max-cell-timeout %v must both be positive", o.cellTimeout, o.maxCellTimeout)
+	}
+	if o.cellTimeout > o.maxCellTimeout {
+		return usagef("--cell-timeout %v is above --max-cell-timeout %v", o.cellTimeout, o.maxCellTimeout)
 	}
 	if len(o.publicRanges) > 0 && !o.network {
 		return usagef("--public-ranges needs --network")
@@ -191,7 +202,7 @@ func (a *app) serve(o *serveOptions) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.Instrument(inner, reg)
-	handler := api.NewServer(m, log, api.WithMetrics(reg))
+	handler := api.NewServer(m, log, api.WithMetrics(reg), api.WithTimeouts(o.cellTimeout, o.maxCellTimeout))
 	if o.mcp {
 		mh, closeMCP := newMCPHandler(m, o, log)
 		defer closeMCP()

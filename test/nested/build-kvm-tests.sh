@@ -10,11 +10,23 @@
 # those run in the rig (the regexp); every other test of the package already
 # ran on the host in test-unit, and running it again under TCG (a build, a
 # CLI's argument checks) only spent the rig's time.
+#
+# RIG_SUITE=core (the default; `make test`) leaves out the extended tier
+# listed in extended-tests.txt here; RIG_SUITE=full (`make test-rig-full`)
+# runs it too.
 set -euo pipefail
+suite=${RIG_SUITE:-core}
+case $suite in
+core | full) ;;
+*) echo "build-kvm-tests: RIG_SUITE must be core or full, got '$suite'" >&2; exit 2 ;;
+esac
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
 mkdir -p build/rig
 : >build/rig/tests.txt
+extended=$(sed 's/#.*//' test/nested/extended-tests.txt | awk 'NF { print $1 }')
+left_out=0
+found=""
 for dir in $(find . -path ./build -prune -o -name '*_kvm_test.go' -print | xargs -n1 dirname | sort -u); do
 	dir=${dir#./}
 	names=$({
@@ -25,9 +37,24 @@ for dir in $(find . -path ./build -prune -o -name '*_kvm_test.go' -print | xargs
 		echo "build-kvm-tests: $dir has *_kvm_test.go files but no Test functions in them" >&2
 		exit 1
 	fi
+	found+="$names"$'\n'
+	if [[ $suite == core ]]; then
+		all=$(echo "$names" | wc -l)
+		names=$(echo "$names" | grep -vxF -f <(echo "$extended") || true)
+		left_out=$((left_out + all - $(echo -n "$names" | grep -c . || true)))
+		[[ -n $names ]] || continue
+	fi
 	bin=build/rig/$(echo "$dir" | tr / _).test
 	CGO_ENABLED=0 go test -c -o "$bin" "./$dir"
 	echo "$dir $bin ^($(echo $names | tr ' ' '|'))\$" >>build/rig/tests.txt
+done
+# A name in extended-tests.txt that is no KVM test (a typo, a rename) would
+# quietly leave nothing out: refuse it.
+for name in $extended; do
+	if ! grep -qxF "$name" <<<"$found"; then
+		echo "build-kvm-tests: extended-tests.txt names $name, which is no KVM test (*_kvm_test.go, TestRig*)" >&2
+		exit 1
+	fi
 done
 # A test that needs KVM but lives outside the convention would skip on the
 # host and never run in the rig: refuse that.
@@ -39,4 +66,7 @@ for f in $stray; do
 		exit 1
 	fi
 done
-echo "rig tests: $(wc -l <build/rig/tests.txt) package(s): $(cut -d' ' -f1 build/rig/tests.txt | tr '\n' ' ')"
+echo "rig tests ($suite): $(wc -l <build/rig/tests.txt) package(s): $(cut -d' ' -f1 build/rig/tests.txt | tr '\n' ' ')"
+if [[ $suite == core ]]; then
+	echo "rig tests: $left_out test(s) of the extended tier left out (test/nested/extended-tests.txt; make test-rig-full runs them)"
+fi

@@ -88,6 +88,10 @@ while read -r dir bin only; do
 		pkill -KILL -f '[ ]vmm --config'
 		failed+=("$dir(leftovers)")
 	fi
+	# L1's page migration and compaction so far: moving the pages behind an
+	# L2 guest's memory makes L1's KVM rewrite the nested page tables that
+	# the emulated AMD-V walks (see README.md here, on huge pages).
+	echo "=== rig: L1 vmstat after $dir: $(awk '$1 ~ /^(compact_stall|compact_daemon_wake|compact_migrate_scanned|pgmigrate_success|pgmigrate_fail|thp_collapse_alloc|thp_split_page)$/ { printf "%s=%s ", $1, $2 }' /proc/vmstat 2>/dev/null)"
 	finished=$((finished + 1))
 done <"$list"
 # Fail safe: a package whose iteration did not reach its end (an error in
