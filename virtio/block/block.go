@@ -62,6 +62,7 @@ type Block struct {
 	log      *slog.Logger
 
 	workers virtio.Workers
+	act     *virtio.Activation // while active, for Resume
 }
 
 // New returns a block device over f. Its capacity is f's size rounded down
@@ -121,6 +122,7 @@ func (b *Block) Activate(a *virtio.Activation) error {
 	if len(a.Queues) != 1 || a.Queues[0] == nil {
 		return errors.New("virtio-blk: request queue not set up")
 	}
+	b.act = a
 	b.workers.Start(func(stop <-chan struct{}) { b.run(a, stop) })
 	return nil
 }
