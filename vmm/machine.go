@@ -86,11 +86,17 @@ type Machine struct {
 	ended     chan struct{}
 	panicked  atomic.Bool
 	started   time.Time
+
+	snap snapshotting // pause, save and restore (snapshot.go)
 }
 
 // New creates the VM, its memory and devices, and loads the kernel. Nothing
 // runs until Run.
-func New(cfg Config) (_ *Machine, err error) {
+func New(cfg Config) (*Machine, error) { return build(cfg, nil) }
+
+// build is New, or with from set the first half of Restore: guest memory
+// comes from the snapshot's memory file and no kernel is loaded.
+func build(cfg Config, from *restoreSource) (_ *Machine, err error) {
 	if cfg.VCPUs == 0 {
 		cfg.VCPUs = 1
 	}
@@ -106,7 +112,7 @@ func New(cfg Config) (_ *Machine, err error) {
 	if cfg.MemoryMiB > 1<<20 {
 		return nil, fmt.Errorf("%d MiB of memory: at most 1 TiB", cfg.MemoryMiB)
 	}
-	if cfg.Kernel == "" {
+	if cfg.Kernel == "" && from == nil {
 		return nil, fmt.Errorf("no kernel given")
 	}
 	if cfg.Cmdline == "" {
@@ -158,13 +164,19 @@ func New(cfg Config) (_ *Machine, err error) {
 	if err = m.vm.CreatePIT2(); err != nil {
 		return nil, err
 	}
-	if m.mem, m.unmap, err = allocGuestMemory(m.vm, cfg.MemoryMiB<<20); err != nil {
-		return nil, err
+	if from != nil {
+		if m.mem, m.unmap, err = mapGuestMemoryFile(m.vm, from.mem, from.state.Machine.Memory); err != nil {
+			return nil, err
+		}
+	} else {
+		if m.mem, m.unmap, err = allocGuestMemory(m.vm, cfg.MemoryMiB<<20); err != nil {
+			return nil, err
+		}
+		if m.kernel, err = loader.LoadKernelFile(m.mem, cfg.Kernel); err != nil {
+			return nil, err
+		}
+		m.log.Debug("kernel loaded", "format", m.kernel.Format, "entry", fmt.Sprintf("%#x", m.kernel.Entry))
 	}
-	if m.kernel, err = loader.LoadKernelFile(m.mem, cfg.Kernel); err != nil {
-		return nil, err
-	}
-	m.log.Debug("kernel loaded", "format", m.kernel.Format, "entry", fmt.Sprintf("%#x", m.kernel.Entry))
 
 	watch := &consoleWatch{out: cfg.Console, onLine: m.consoleLine}
 	m.uart = uart.New(watch, lineIRQ{m.vm, IRQCOM1})
@@ -263,6 +275,9 @@ func (m *Machine) Cmdline() string { return m.cmdline }
 // Run boots the guest and blocks until it ends. It returns nil when the
 // guest reset or powered off, and an error when it failed.
 func (m *Machine) Run() error {
+	if m.snap.restored != nil {
+		return m.runVCPUs("resumed from a snapshot", nil)
+	}
 	gdtLimit, err := m.boot()
 	if err != nil {
 		return err
@@ -275,12 +290,9 @@ func (m *Machine) Run() error {
 	if m.sys.CheckExtension(kvm.CapXCRS) != 0 {
 		features.xcr0 = guestXSAVEMask(supported)
 	}
-	pmu := "hidden in CPUID; KVM's vPMU on (no KVM_CAP_PMU_CAPABILITY)"
-	if m.sys.CheckExtension(kvm.CapPMUCapability)&kvm.PMUCapDisable != 0 {
-		if err := m.vm.EnableCap(kvm.CapPMUCapability, kvm.PMUCapDisable); err != nil {
-			return fmt.Errorf("turn the virtual PMU off: %w", err)
-		}
-		pmu = "off"
+	pmu, err := m.disablePMU()
+	if err != nil {
+		return err
 	}
 	for i := 0; i < m.cfg.VCPUs; i++ {
 		c, err := m.vm.CreateVCPU(i)
@@ -292,6 +304,25 @@ func (m *Machine) Run() error {
 			return fmt.Errorf("set up vcpu %d: %w", i, err)
 		}
 	}
+	return m.runVCPUs("starting", []any{"tsc_deadline_timer", features.tscDeadline, "pmu", pmu, "xcr0", fmt.Sprintf("%#x", features.xcr0),
+		"kernel", m.cfg.Kernel, "format", m.kernel.Format, "cmdline", m.cmdline})
+}
+
+// disablePMU turns KVM's virtual PMU off where KVM can (before any vCPU is
+// created) and says what the guest has.
+func (m *Machine) disablePMU() (string, error) {
+	if m.sys.CheckExtension(kvm.CapPMUCapability)&kvm.PMUCapDisable == 0 {
+		return "hidden in CPUID; KVM's vPMU on (no KVM_CAP_PMU_CAPABILITY)", nil
+	}
+	if err := m.vm.EnableCap(kvm.CapPMUCapability, kvm.PMUCapDisable); err != nil {
+		return "", fmt.Errorf("turn the virtual PMU off: %w", err)
+	}
+	return "off", nil
+}
+
+// runVCPUs runs the set-up vCPUs, each on its own thread, until the VM
+// ends.
+func (m *Machine) runVCPUs(how string, attrs []any) error {
 	if m.cfg.ConsoleInput != nil {
 		go m.uart.FeedFrom(m.cfg.ConsoleInput)
 	}
@@ -301,8 +332,11 @@ func (m *Machine) Run() error {
 		}
 	}
 	m.started = time.Now()
-	m.marker.start = m.started
-	m.log.Info("vm starting", "vcpus", m.cfg.VCPUs, "tsc_deadline_timer", features.tscDeadline, "pmu", pmu, "xcr0", fmt.Sprintf("%#x", features.xcr0), "memory_mib", m.cfg.MemoryMiB, "kernel", m.cfg.Kernel, "format", m.kernel.Format, "cmdline", m.cmdline)
+	if m.snap.restored == nil {
+		m.marker.start = m.started
+	}
+	m.log.Info("vm "+how, append([]any{"vcpus", m.cfg.VCPUs, "memory_mib", m.cfg.MemoryMiB}, attrs...)...)
+	m.snap.threadsStarted()
 	var wg sync.WaitGroup
 	for _, c := range m.vcpus {
 		wg.Add(1)
@@ -328,13 +362,15 @@ func (m *Machine) runVCPU(c *kvm.VCPU) {
 		default:
 		}
 		if d.dump.Swap(false) {
-			c.SetImmediateExit(false)
+			// immediate_exit stays as the kick left it: the next KVM_RUN
+			// returns at once and interrupted() clears it, where a pause
+			// cannot be missed.
 			d.log(m.log)
 		}
 		reason, err := c.Run()
 		if errors.Is(err, kvm.ErrInterrupted) {
 			d.intr.Add(1)
-			c.SetImmediateExit(false)
+			m.interrupted(c) // parks the thread while the machine is paused
 			continue
 		}
 		d.count(reason)
