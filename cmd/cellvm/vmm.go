@@ -39,6 +39,12 @@ type VMMConfig struct {
 	// trigger of the test that a seccomp violation kills the VMM. The daemon
 	// sets it only when it runs with CELLVM_TEST_HOOKS=1.
 	TestHooks bool `json:"test_hooks,omitempty"`
+	// Control is the path of the VMM's control socket (package
+	// vmm/control), on which it takes snapshots; none when empty.
+	Control string `json:"control,omitempty"`
+	// Restore starts the VM from a snapshot instead of booting Kernel;
+	// the devices above must have the snapshot's shape.
+	Restore *SnapshotFiles `json:"restore,omitempty"`
 }
 
 // vmmCommand is `cellvm vmm --config FILE`, the process the daemon starts
@@ -114,15 +120,23 @@ func cmdVMM(args []string, stdout, stderr io.Writer) error {
 			log.Error("test hook", "error", jail.ForbiddenSyscall())
 		}()
 	}
-	m, err := vmm.New(vmm.Config{
+	m, err := newMachine(vmm.Config{
 		Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: c.Cmdline, VCPUs: c.VCPUs, MemoryMiB: c.MemoryMiB,
 		Console: stdout, Log: log, Disks: c.Disks, Vsock: c.Vsock, TAP: c.TAP, TAPFile: tap, MAC: c.MAC,
 		BeforeGuest: beforeGuest,
-	})
+	}, c.Restore)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
+	if c.Control != "" {
+		ln, err := listenControl(c.Control)
+		if err != nil {
+			return err
+		}
+		defer ln.Close()
+		serveControl(m, ln, log)
+	}
 	defer dumpVCPUsOnSIGUSR1(m)()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
