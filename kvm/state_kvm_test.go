@@ -81,6 +81,7 @@ func TestVCPUStateRoundTrip(t *testing.T) {
 		t.Fatalf("XSAVE: %d bytes (want %d), %v", len(x), size, err)
 	}
 	x[24], x[25] = 0x80, 0x9f // MXCSR (legacy region) 0x9f80: the default with flush-to-zero
+	x[512] |= 1 << 1          // XSTATE_BV's SSE bit: KVM loads MXCSR only with it (or AVX's)
 	if err := c.SetXSAVE(x, size); err != nil {
 		t.Fatal(err)
 	}
