@@ -26,11 +26,12 @@ type restoreSource struct {
 const tscTolerancePPM = 250
 
 // Restore builds, in this process, the machine a snapshot saved (Save): a
-// new VM whose guest RAM maps memPath private and copy-on-write (pages are
+// new VM whose guest RAM maps the memory file private and copy-on-write (pages are
 // read when the guest touches them, and VMs restored from one file share
 // the pages none of them wrote), with the vCPUs, interrupt controllers,
-// PIT, clock and devices of statePath. Run then carries the guest on from
-// where it was saved.
+// PIT, clock and devices of the state file. Run then carries the guest on
+// from where it was saved. Restore reads state and maps memory; the caller
+// closes both when Restore returns (the mapping keeps what it needs).
 //
 // cfg gives the restored machine its own devices, which must have the
 // snapshot's shape: the same disks (the same sizes; their contents as at
@@ -38,10 +39,10 @@ const tscTolerancePPM = 250
 // socket, TAP and disk files may be new: a fork is a machine of its own.
 // cfg.VCPUs and cfg.MemoryMiB are the snapshot's when 0, and must be the
 // snapshot's otherwise; the kernel, initrd and command line are not used.
-func Restore(cfg Config, statePath, memPath string) (*Machine, error) {
-	st, err := snapshot.ReadFile(statePath)
+func Restore(cfg Config, state, mem *os.File) (*Machine, error) {
+	st, err := snapshot.Decode(state)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("restore: state file %s: %w", state.Name(), err)
 	}
 	if v := snapshot.VMMVersion(); st.VMMVersion != v && cfg.Log != nil {
 		cfg.Log.Info("restoring a snapshot taken by another build", "snapshot_vmm", st.VMMVersion, "this_vmm", v)
@@ -53,12 +54,7 @@ func Restore(cfg Config, statePath, memPath string) (*Machine, error) {
 		return nil, fmt.Errorf("restore: the snapshot's machine has %d MiB of memory, not %d", st.Machine.MemoryMiB, cfg.MemoryMiB)
 	}
 	cfg.VCPUs, cfg.MemoryMiB = st.Machine.VCPUs, st.Machine.MemoryMiB
-	f, err := os.Open(memPath)
-	if err != nil {
-		return nil, fmt.Errorf("restore: open the memory file: %w", err)
-	}
-	defer f.Close() // the mapping keeps what it needs
-	m, err := build(cfg, &restoreSource{state: st, mem: f})
+	m, err := build(cfg, &restoreSource{state: st, mem: mem})
 	if err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}

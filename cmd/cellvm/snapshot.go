@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -12,10 +11,39 @@ import (
 )
 
 // SnapshotFiles are the two files of a snapshot to start a VM from instead
-// of a kernel.
+// of a kernel: paths, or descriptors the VMM inherited (a jailed VMM's
+// uid could not open the daemon's snapshot files, and the descriptors of
+// one file shared by many forks are what lets them share its pages).
 type SnapshotFiles struct {
-	State  string `json:"state"`
-	Memory string `json:"memory"`
+	State    string `json:"state,omitempty"`
+	Memory   string `json:"memory,omitempty"`
+	StateFD  int    `json:"state_fd,omitempty"`
+	MemoryFD int    `json:"memory_fd,omitempty"`
+}
+
+// open opens the two files.
+func (s *SnapshotFiles) open() (state, memory *os.File, err error) {
+	get := func(path string, fd int, what string) (*os.File, error) {
+		switch {
+		case fd > 0 && path == "":
+			return os.NewFile(uintptr(fd), what), nil
+		case fd == 0 && path != "":
+			f, err := os.Open(path)
+			if err != nil {
+				return nil, fmt.Errorf("snapshot %s: %w", what, err)
+			}
+			return f, nil
+		}
+		return nil, fmt.Errorf("a snapshot to start from needs its %s as a path or a descriptor (one of them)", what)
+	}
+	if state, err = get(s.State, s.StateFD, "state file"); err != nil {
+		return nil, nil, err
+	}
+	if memory, err = get(s.Memory, s.MemoryFD, "memory file"); err != nil {
+		state.Close()
+		return nil, nil, err
+	}
+	return state, memory, nil
 }
 
 // newMachine is vmm.New, or vmm.Restore when from is set.
@@ -23,10 +51,13 @@ func newMachine(cfg vmm.Config, from *SnapshotFiles) (*vmm.Machine, error) {
 	if from == nil {
 		return vmm.New(cfg)
 	}
-	if from.State == "" || from.Memory == "" {
-		return nil, errors.New("a snapshot to start from needs both its state file and its memory file")
+	state, memory, err := from.open()
+	if err != nil {
+		return nil, err
 	}
-	return vmm.Restore(cfg, from.State, from.Memory)
+	defer state.Close()
+	defer memory.Close()
+	return vmm.Restore(cfg, state, memory)
 }
 
 // listenControl opens the VMM's control socket at path. It must be called
