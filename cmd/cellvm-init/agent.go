@@ -17,6 +17,7 @@ import (
 
 	"github.com/cellvm/cellvm/guestinit/agent"
 	"github.com/cellvm/cellvm/guestinit/interp"
+	"github.com/cellvm/cellvm/guestinit/newmachine"
 	"github.com/cellvm/cellvm/guestinit/pid1"
 	"github.com/cellvm/cellvm/guestinit/rootfs"
 )
@@ -74,6 +75,7 @@ func agentMain(args []string) int {
 		Files:      policy,
 		Software:   "cellvm-init",
 		OnShutdown: func() { close(shutdown) },
+		NewMachine: &agent.NewMachine{Reseed: newmachine.Reseed, SetClock: newmachine.SetClock},
 		Logger:     log,
 	})
 	signalReady(log)
