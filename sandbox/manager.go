@@ -192,6 +192,12 @@ func guestCmdline() string {
 
 // Create implements Manager.
 func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err error) {
+	var fork *snapshotMeta // a fork of a snapshot (snapshot.go)
+	if cfg.Snapshot != "" {
+		if cfg, fork, err = m.forkConfig(cfg); err != nil {
+			return Info{}, err
+		}
+	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return Info{}, err
@@ -230,8 +236,9 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 	spec := VMSpec{
 		Kernel: m.opt.Kernel, Initrd: m.opt.Initrd, Cmdline: guestCmdline(),
 		VCPUs: cfg.VCPUs, MemoryMiB: uint64(cfg.MemoryMiB),
-		Disks: []VMDisk{{Path: m.opt.RootFS, ReadOnly: true}},
-		Vsock: &VMVsock{CID: cid, UDS: uds},
+		Disks:   []VMDisk{{Path: m.opt.RootFS, ReadOnly: true}},
+		Vsock:   &VMVsock{CID: cid, UDS: uds},
+		Control: hostControlPath(s.dir),
 	}
 	if !policy.Empty() {
 		if s.net, err = m.opt.Net.Attach(ctx, id, policy); err != nil {
@@ -251,6 +258,13 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 		defer tap.Close()
 		launch.files = append(launch.files, tap)
 		spec.TAPFD = 3
+	}
+	if fork != nil {
+		files, err := m.forkFiles(fork, &spec, &launch)
+		if err != nil {
+			return Info{}, err
+		}
+		defer closeFiles(files)
 	}
 	if m.opt.Jail != nil {
 		if s.cgroup, err = m.opt.Jail.jailVM(id, s.dir, cid, &spec); err != nil {
@@ -295,6 +309,11 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 	}
 	if err != nil {
 		return Info{}, err
+	}
+	if fork != nil {
+		if err := m.newMachine(ctx, s); err != nil {
+			return Info{}, err
+		}
 	}
 	s.bootMS.Store(time.Since(start).Milliseconds())
 	s.state.Store(StateRunning)
@@ -726,14 +745,6 @@ func (m *VMManager) Resume(ctx context.Context, id string) error {
 	s.state.Store(StateRunning)
 	m.events.Publish(Event{Type: EventResumed, Sandbox: id})
 	return nil
-}
-
-// Snapshot implements Manager.
-func (m *VMManager) Snapshot(ctx context.Context, id string) (SnapshotInfo, error) {
-	if _, err := m.get(id); err != nil {
-		return SnapshotInfo{}, err
-	}
-	return SnapshotInfo{}, fmt.Errorf("%w: snapshots are not implemented yet", ErrNotSupported)
 }
 
 // reapLoop deletes sandboxes past their TTL or idle timeout.

@@ -122,6 +122,11 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Network nil means no network device.
 	Network *NetworkPolicy
+	// Snapshot, when set, makes the sandbox a fork of that snapshot
+	// (Manager.Snapshot): its memory, and so its interpreter's variables,
+	// start as the snapshot's. VCPUs and MemoryMiB are then the
+	// snapshot's (zero, or the same values).
+	Snapshot string
 }
 
 // configJSON is Config's wire form.
@@ -132,6 +137,7 @@ type configJSON struct {
 	TTLS         int64             `json:"ttl_s"`
 	IdleTimeoutS int64             `json:"idle_timeout_s"`
 	Network      *NetworkPolicy    `json:"network,omitempty"`
+	Snapshot     string            `json:"snapshot,omitempty"`
 }
 
 // MarshalJSON writes the wire form; durations are rounded down to seconds.
@@ -143,6 +149,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		TTLS:         int64(c.TTL / time.Second),
 		IdleTimeoutS: int64(c.IdleTimeout / time.Second),
 		Network:      c.Network,
+		Snapshot:     c.Snapshot,
 	})
 }
 
@@ -163,6 +170,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		TTL:         secondsToDuration(w.TTLS),
 		IdleTimeout: secondsToDuration(w.IdleTimeoutS),
 		Network:     w.Network,
+		Snapshot:    w.Snapshot,
 	}
 	return nil
 }
@@ -213,6 +221,9 @@ func (c Config) Validate() error {
 		if err := c.Network.Validate(); err != nil {
 			return err
 		}
+	}
+	if c.Snapshot != "" && !ValidSnapshotID(c.Snapshot) {
+		return fmt.Errorf("%w: snapshot %q is not a snapshot id (snap- and 12 hex digits)", ErrInvalid, clip(c.Snapshot, 64))
 	}
 	return nil
 }
@@ -358,6 +369,24 @@ type SnapshotInfo struct {
 	SandboxID string    `json:"sandbox_id"`
 	CreatedAt time.Time `json:"created_at"`
 	SizeBytes int64     `json:"size_bytes"`
+	// VCPUs and MemoryMiB are the snapshot's machine, which its forks have.
+	VCPUs     int `json:"vcpus"`
+	MemoryMiB int `json:"memory_mib"`
+}
+
+// ValidSnapshotID reports whether id has the form of a snapshot id
+// ("snap-" and 12 lowercase hex digits).
+func ValidSnapshotID(id string) bool {
+	h, ok := strings.CutPrefix(id, "snap-")
+	if !ok || len(h) != 12 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		if !(h[i] >= '0' && h[i] <= '9' || h[i] >= 'a' && h[i] <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Manager owns the sandboxes. All methods are safe for concurrent use.
@@ -402,6 +431,9 @@ type Manager interface {
 
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
+	// Snapshot saves the sandbox's machine (memory, vCPUs, devices) while
+	// the sandbox keeps running; Create with Config.Snapshot forks it. A
+	// cell running at the time makes it ErrBusy.
 	Snapshot(ctx context.Context, id string) (SnapshotInfo, error)
 
 	// Logs calls onLine for the last req.Tail lines of one of the
@@ -414,6 +446,10 @@ type Manager interface {
 	Events(ctx context.Context) (EventStream, error)
 	// Capacity reports the host's caps and their use.
 	Capacity(ctx context.Context) (Capacity, error)
+	ListSnapshots(ctx context.Context) ([]SnapshotInfo, error)
+	GetSnapshot(ctx context.Context, id string) (SnapshotInfo, error)
+	// DeleteSnapshot removes a snapshot; running forks keep what they use.
+	DeleteSnapshot(ctx context.Context, id string) error
 }
 
 // GuestPath turns a caller's file path into the cleaned absolute guest path

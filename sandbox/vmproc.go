@@ -34,6 +34,17 @@ type VMSpec struct {
 	// jail's); TestHooks arms its test-only seccomp trigger (SIGUSR2).
 	Jail      *jail.Spec `json:"jail,omitempty"`
 	TestHooks bool       `json:"test_hooks,omitempty"`
+	// Control is the VMM's control socket, on which the daemon asks for
+	// snapshots (package vmm/control).
+	Control string `json:"control,omitempty"`
+	// Restore starts the VM from a snapshot whose files the VMM inherits.
+	Restore *VMRestore `json:"restore,omitempty"`
+}
+
+// VMRestore mirrors the VMM's snapshot files by descriptor.
+type VMRestore struct {
+	StateFD  int `json:"state_fd"`
+	MemoryFD int `json:"memory_fd"`
 }
 
 // VMDisk and VMVsock mirror vmm.Disk and vmm.Vsock's JSON.
@@ -72,6 +83,7 @@ const (
 	consoleFile = "console.log"
 	vmmLogFile  = "vmm.log"
 	vsockFile   = "vsock.sock"
+	controlFile = "control.sock"
 )
 
 // startVM writes spec into dir and starts exe (the cellvm binary) as the
