@@ -290,7 +290,8 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 	select {
 	case err = <-ready:
 		if err != nil && ctx.Err() == nil && bootCtx.Err() != nil {
-			err = fmt.Errorf("guest agent did not answer within %v: %w; console: %s", m.opt.BootTimeout, err, lastLines(consoleTail(s.dir, 4096), 15))
+			err = fmt.Errorf("guest agent did not answer within %v: %w; vmm log: %s; console: %s", m.opt.BootTimeout, err,
+				lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 2048), 5), lastLines(consoleTail(s.dir, 4096), 15))
 		}
 	case <-s.proc.done:
 		cancel()

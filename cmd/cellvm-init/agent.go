@@ -96,7 +96,11 @@ func agentMain(args []string) int {
 
 func listenOn(spec string) (net.Listener, error) {
 	if spec == "vsock" {
-		ln, err := vsock.Listen(agent.Port, nil)
+		// Bound to any CID, not the guest's own: a VM restored from a
+		// snapshot has a CID of its own, and Linux matches a listener bound
+		// to the old CID against nothing (the transport reset updates only
+		// what it finds).
+		ln, err := vsock.ListenContextID(unix.VMADDR_CID_ANY, agent.Port, nil)
 		if err != nil {
 			return nil, fmt.Errorf("vsock port %d: %w", agent.Port, err)
 		}
