@@ -111,14 +111,11 @@ func boot(b *bootArgs, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
-	if b.control != "" {
-		ln, err := listenControl(b.control)
-		if err != nil {
-			return err
-		}
-		defer ln.Close()
-		serveControl(m, ln, log)
+	stopControl, err := serveControl(m, b.control, log)
+	if err != nil {
+		return err
 	}
+	defer stopControl()
 	defer dumpVCPUsOnSIGUSR1(m)()
 	return m.Run()
 }

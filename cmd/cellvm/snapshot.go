@@ -60,21 +60,19 @@ func newMachine(cfg vmm.Config, from *SnapshotFiles) (*vmm.Machine, error) {
 	return vmm.Restore(cfg, state, memory)
 }
 
-// listenControl opens the VMM's control socket at path. It must be called
-// before the jail's seccomp filter is installed, which forbids creating
-// sockets; serveControl then answers on it.
-func listenControl(path string) (*net.UnixListener, error) {
+// serveControl opens the VMM's control socket at path ("" for none) and
+// takes snapshots of m on the requests that come to it: pause, save, then
+// resume or stop the VM; a snapshot that fails leaves the VM running. It
+// must be called before the jail's seccomp filter is installed, which
+// forbids creating sockets. stop closes the socket.
+func serveControl(m *vmm.Machine, path string, log *slog.Logger) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	return ln, nil
-}
-
-// serveControl takes snapshots of m on the requests that come to ln: pause,
-// save, then resume or stop the VM. A snapshot that fails leaves the VM
-// running.
-func serveControl(m *vmm.Machine, ln *net.UnixListener, log *slog.Logger) {
 	go control.Serve(ln, func(state, memory *os.File, then control.Then) error {
 		if err := m.Pause(); err != nil {
 			return err
@@ -91,4 +89,5 @@ func serveControl(m *vmm.Machine, ln *net.UnixListener, log *slog.Logger) {
 		}
 		return m.Resume()
 	}, log)
+	return func() { ln.Close() }, nil
 }

@@ -11,11 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/cellvm/cellvm/image/initramfs"
 	"github.com/cellvm/cellvm/test/kvmtest"
 	"github.com/cellvm/cellvm/vmm/control"
 )
@@ -40,20 +38,6 @@ echo CELLVM-SNAP-DONE
 
 const lastTick = 30
 
-func snapInitramfs(t *testing.T) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "snap.cpio")
-	if err := initramfs.WriteFile(p, []initramfs.Entry{
-		{Path: "bin/busybox", Mode: 0o755, HostPath: "/bin/busybox"},
-		{Path: "bin/sh", Symlink: "busybox"},
-		{Path: "init", Mode: 0o755, Data: []byte(snapInit)},
-		{Path: "dev", Dir: true},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // console is a running `cellvm boot` whose console the test reads as it
 // comes.
 type console struct {
@@ -71,14 +55,7 @@ func startBoot(t *testing.T, args ...string) *console {
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	t.Cleanup(cancel)
 	c := &console{lines: make(chan string, 1024), done: make(chan struct{})}
-	c.cmd = exec.CommandContext(ctx, os.Args[0], append([]string{"boot"}, args...)...)
-	c.cmd.Cancel = func() error {
-		c.cmd.Process.Signal(syscall.SIGUSR1)
-		time.Sleep(3 * time.Second)
-		return c.cmd.Process.Signal(syscall.SIGQUIT)
-	}
-	c.cmd.WaitDelay = 10 * time.Second
-	c.cmd.Env = append(os.Environ(), "CELLVM_TEST_MAIN=1")
+	c.cmd = cellvmCmd(ctx, append([]string{"boot"}, args...)...)
 	c.cmd.Stderr = &c.stderr
 	pipe, err := c.cmd.StdoutPipe()
 	if err != nil {
@@ -212,7 +189,7 @@ func TestBootSnapshotRestore(t *testing.T) {
 	kvmtest.Require(t)
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "control.sock")
-	orig := startBoot(t, "--kernel", kvmtest.BuildFile(t, "kernel/vmlinux"), "--initrd", snapInitramfs(t), "--vcpus", "2", "--control", sock)
+	orig := startBoot(t, "--kernel", kvmtest.BuildFile(t, "kernel/vmlinux"), "--initrd", busyboxInitramfs(t, snapInit, false), "--vcpus", "2", "--control", sock)
 	orig.waitLine(t, "TICK 3 ")
 
 	state, err := os.Create(filepath.Join(dir, "vm.state"))

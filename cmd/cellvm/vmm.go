@@ -129,14 +129,11 @@ func cmdVMM(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
-	if c.Control != "" {
-		ln, err := listenControl(c.Control)
-		if err != nil {
-			return err
-		}
-		defer ln.Close()
-		serveControl(m, ln, log)
+	stopControl, err := serveControl(m, c.Control, log)
+	if err != nil {
+		return err
 	}
+	defer stopControl()
 	defer dumpVCPUsOnSIGUSR1(m)()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)

@@ -19,10 +19,10 @@ type session struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
-	// The queue goroutines (rx, tx, event) stop and start on their own for
-	// a pause; the connections' goroutines above go on.
-	qstop chan struct{}
-	qwg   sync.WaitGroup
+	// queues runs the queue goroutines (rx, tx, event), which stop and
+	// start on their own for a pause; the connections' goroutines above
+	// go on.
+	queues virtio.Workers
 
 	mu       sync.Mutex
 	conns    map[connKey]*conn
@@ -54,24 +54,10 @@ func newSession(v *Vsock, a *virtio.Activation) *session {
 func (s *session) start() { s.startQueues() }
 
 // startQueues starts the queue goroutines.
-func (s *session) startQueues() {
-	stop := make(chan struct{})
-	s.qstop = stop
-	s.qwg.Add(3)
-	go s.rxLoop(stop)
-	go s.txLoop(stop)
-	go s.evLoop(stop)
-}
+func (s *session) startQueues() { s.queues.Start(s.rxLoop, s.txLoop, s.evLoop) }
 
 // stopQueues stops the queue goroutines and waits for them.
-func (s *session) stopQueues() {
-	if s.qstop == nil {
-		return
-	}
-	close(s.qstop)
-	s.qwg.Wait()
-	s.qstop = nil
-}
+func (s *session) stopQueues() { s.queues.Stop() }
 
 // shutdown drops every connection and waits for the session's goroutines.
 func (s *session) shutdown() {
@@ -232,7 +218,6 @@ func (s *session) okLine(c *conn) []byte {
 
 // txLoop handles the packets the guest sends.
 func (s *session) txLoop(stop <-chan struct{}) {
-	defer s.qwg.Done()
 	q := s.a.Queues[txQueue]
 	for {
 		select {
@@ -338,7 +323,6 @@ func (s *session) handle(h Header, payload *queue.Reader) {
 
 // rxLoop delivers packets to the guest as rx buffers become available.
 func (s *session) rxLoop(stop <-chan struct{}) {
-	defer s.qwg.Done()
 	q := s.a.Queues[rxQueue]
 	for {
 		select {

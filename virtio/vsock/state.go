@@ -148,7 +148,6 @@ func (s *session) transportReset() error {
 // evLoop watches the event queue: the guest refilling it past resetAvail
 // means it has handled the reset event, and rx may go on.
 func (s *session) evLoop(stop <-chan struct{}) {
-	defer s.qwg.Done()
 	q := s.a.Queues[evQueue]
 	if q == nil {
 		<-stop
