@@ -77,7 +77,13 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (SnapshotInfo, erro
 	if !s.cellRunning.CompareAndSwap(false, true) {
 		return SnapshotInfo{}, fmt.Errorf("%w: a cell is running in sandbox %s; snapshot it between cells", ErrBusy, id)
 	}
-	defer s.cellRunning.Store(false)
+	// The snapshot holds the sandbox as a cell would: busy, not idle,
+	// until it ends (reapLoop).
+	s.cellDeadline.Store(time.Now().Add(snapshotTimeout).UnixNano())
+	defer func() {
+		s.lastUsed.Store(time.Now().UnixNano())
+		s.cellRunning.Store(false)
+	}()
 	if _, err := os.Stat(hostControlPath(s.dir)); err != nil {
 		return SnapshotInfo{}, fmt.Errorf("%w: sandbox %s's VMM has no control socket (it was started by an older cellvm)", ErrNotSupported, id)
 	}
@@ -228,7 +234,8 @@ func (m *VMManager) DeleteSnapshot(ctx context.Context, id string) error {
 // forkConfig is the configuration of a fork of cfg.Snapshot: the
 // snapshot's machine, and what cfg does not set from the snapshot's
 // sandbox. A fork's machine is the snapshot's: a different vCPU count or
-// memory size is refused.
+// memory size is refused, and so is root for a snapshot whose cells ran
+// unprivileged (a fork of a root sandbox is root).
 func (m *VMManager) forkConfig(cfg Config) (Config, *snapshotMeta, error) {
 	meta, err := m.loadSnapshot(cfg.Snapshot)
 	if err != nil {
@@ -243,7 +250,12 @@ func (m *VMManager) forkConfig(cfg Config) (Config, *snapshotMeta, error) {
 	if meta.Network || cfg.Network != nil && len(cfg.Network.Allow) > 0 {
 		return cfg, nil, fmt.Errorf("%w: forks of a sandbox with network are not supported yet (the guest would keep its parent's address)", ErrNotSupported)
 	}
-	cfg.VCPUs, cfg.MemoryMiB = meta.Info.VCPUs, meta.Info.MemoryMiB
+	// Whether cells run as root is on the guest's command line, which
+	// the fork's kernel has from the snapshot.
+	if cfg.Root && !meta.Config.Root {
+		return cfg, nil, fmt.Errorf("%w: root: %s's cells run unprivileged, and so do its forks' (fork a snapshot of a root sandbox)", ErrInvalid, cfg.Snapshot)
+	}
+	cfg.VCPUs, cfg.MemoryMiB, cfg.Root = meta.Info.VCPUs, meta.Info.MemoryMiB, meta.Config.Root
 	if cfg.Env == nil {
 		cfg.Env = meta.Config.Env
 	}

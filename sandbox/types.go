@@ -131,7 +131,8 @@ type Config struct {
 	// Snapshot, when set, makes the sandbox a fork of that snapshot
 	// (Manager.Snapshot): its memory, and so its interpreter's variables,
 	// start as the snapshot's. VCPUs and MemoryMiB are then the
-	// snapshot's (zero, or the same values).
+	// snapshot's (zero, or the same values), and so is Root (true only
+	// for a snapshot of a root sandbox).
 	Snapshot string
 }
 
