@@ -458,7 +458,13 @@ func (m *Machine) handleExit(c *kvm.VCPU, reason kvm.ExitReason) error {
 
 // Close releases everything the machine holds, each thing once: a second
 // Close does nothing. It is safe after a failed New and after Run returns.
+// A Pause or Save in progress (the control socket's, which can outlive
+// Run) ends first, since it reads the memory and vCPUs Close releases; a
+// Save or Resume after Close does nothing.
 func (m *Machine) Close() error {
+	m.snap.op.Lock()
+	defer m.snap.op.Unlock()
+	m.snap.paused = false
 	var errs []error
 	if m.uart != nil {
 		m.uart.Close()

@@ -1,9 +1,12 @@
 package vmm
 
 import (
+	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cellvm/cellvm/kvm"
 	"github.com/cellvm/cellvm/virtio/rng"
@@ -56,5 +59,34 @@ func TestMatchDevices(t *testing.T) {
 		if !strings.Contains(err.Error(), "this configuration makes [rng]") {
 			t.Errorf("error %q does not say what this configuration has", err)
 		}
+	}
+}
+
+// TestCloseWaitsForASnapshotInProgress: Close does not release what a
+// Pause or Save in progress (the control socket's, which can outlive Run)
+// is reading until it ends, and a Save or Resume after Close does nothing.
+func TestCloseWaitsForASnapshotInProgress(t *testing.T) {
+	m := &Machine{ended: make(chan struct{})}
+	m.snap.op.Lock() // a Save in progress
+	m.snap.paused = true
+	var saveEnded atomic.Bool
+	closed := make(chan bool)
+	go func() {
+		m.Close()
+		closed <- saveEnded.Load()
+	}()
+	// A Close that does not wait has the time to return here; one that
+	// waits returns only after the unlock, whatever the scheduling.
+	time.Sleep(50 * time.Millisecond)
+	saveEnded.Store(true)
+	m.snap.op.Unlock()
+	if !<-closed {
+		t.Fatal("Close returned while a Save held the machine")
+	}
+	if err := m.Save(nil, nil); !errors.Is(err, ErrNotPaused) {
+		t.Errorf("Save after Close: %v, want ErrNotPaused", err)
+	}
+	if err := m.Resume(); err != nil {
+		t.Errorf("Resume after Close: %v", err)
 	}
 }
