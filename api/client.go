@@ -201,8 +201,27 @@ func (c *Client) Resume(ctx context.Context, id string) error {
 // Snapshot snapshots the sandbox.
 func (c *Client) Snapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
 	var snap sandbox.SnapshotInfo
-	err := c.do(ctx, http.MethodPost, c.sandboxURL(id, "snapshot"), nil, &snap, http.StatusOK)
+	err := c.do(ctx, http.MethodPost, c.sandboxURL(id, "snapshot"), nil, &snap, http.StatusCreated)
 	return snap, err
+}
+
+// ListSnapshots lists the snapshots.
+func (c *Client) ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error) {
+	var snaps []sandbox.SnapshotInfo
+	err := c.do(ctx, http.MethodGet, c.base+"/v1/snapshots", nil, &snaps, http.StatusOK)
+	return snaps, err
+}
+
+// GetSnapshot describes a snapshot.
+func (c *Client) GetSnapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
+	var snap sandbox.SnapshotInfo
+	err := c.do(ctx, http.MethodGet, c.base+"/v1/snapshots/"+url.PathEscape(id), nil, &snap, http.StatusOK)
+	return snap, err
+}
+
+// DeleteSnapshot deletes a snapshot.
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, c.base+"/v1/snapshots/"+url.PathEscape(id), nil, nil, http.StatusNoContent)
 }
 
 // SetNetwork replaces the sandbox's egress allowlist.

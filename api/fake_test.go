@@ -31,6 +31,8 @@ type fakeManager struct {
 	full     bool
 	failWith error
 
+	snaps       []sandbox.SnapshotInfo
+	lastCreate  sandbox.Config
 	lastTimeout time.Duration
 	lastExec    sandbox.ExecRequest
 	lastNet     sandbox.NetworkPolicy
@@ -97,6 +99,7 @@ func (f *fakeManager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.I
 	if err := cfg.Validate(); err != nil {
 		return sandbox.Info{}, err
 	}
+	f.lastCreate = cfg
 	f.nextID++
 	id := fmt.Sprintf("sb-%d", f.nextID)
 	f.boxes[id] = &fakeBox{
@@ -176,7 +179,44 @@ func (f *fakeManager) Snapshot(ctx context.Context, id string) (sandbox.Snapshot
 	if err := f.simple("Snapshot", id); err != nil {
 		return sandbox.SnapshotInfo{}, err
 	}
-	return sandbox.SnapshotInfo{ID: "snap-1", SandboxID: id, CreatedAt: time.Unix(1700000100, 0).UTC(), SizeBytes: 4096}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	snap := sandbox.SnapshotInfo{ID: fmt.Sprintf("snap-%012x", len(f.snaps)+1), SandboxID: id, CreatedAt: time.Unix(1700000100, 0).UTC(),
+		SizeBytes: 4096, VCPUs: 1, MemoryMiB: 512}
+	f.snaps = append(f.snaps, snap)
+	return snap, nil
+}
+
+func (f *fakeManager) ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("ListSnapshots")
+	return append([]sandbox.SnapshotInfo(nil), f.snaps...), nil
+}
+
+func (f *fakeManager) GetSnapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("GetSnapshot %s", id)
+	for _, s := range f.snaps {
+		if s.ID == id {
+			return s, nil
+		}
+	}
+	return sandbox.SnapshotInfo{}, fmt.Errorf("%w: no snapshot %q", sandbox.ErrNotFound, id)
+}
+
+func (f *fakeManager) DeleteSnapshot(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("DeleteSnapshot %s", id)
+	for i, s := range f.snaps {
+		if s.ID == id {
+			f.snaps = append(f.snaps[:i], f.snaps[i+1:]...)
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: no snapshot %q", sandbox.ErrNotFound, id)
 }
 
 func (f *fakeManager) SetNetwork(ctx context.Context, id string, p sandbox.NetworkPolicy) error {

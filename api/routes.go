@@ -35,5 +35,8 @@ func routes() []route {
 		{"GET", "/v1/events", (*server).events},
 		{"GET", "/v1/capacity", (*server).capacity},
 		{"GET", "/metrics", (*server).metrics},
+		{"GET", "/v1/snapshots", (*server).listSnapshots},
+		{"GET", "/v1/snapshots/{id}", (*server).getSnapshot},
+		{"DELETE", "/v1/snapshots/{id}", (*server).deleteSnapshot},
 	}
 }

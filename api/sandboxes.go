@@ -81,7 +81,32 @@ func (s *server) snapshot(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
+	s.writeJSON(w, http.StatusCreated, snap)
+}
+
+func (s *server) listSnapshots(w http.ResponseWriter, r *http.Request) {
+	snaps, err := s.m.ListSnapshots(r.Context())
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if snaps == nil {
+		snaps = []sandbox.SnapshotInfo{}
+	}
+	s.writeJSON(w, http.StatusOK, snaps)
+}
+
+func (s *server) getSnapshot(w http.ResponseWriter, r *http.Request) {
+	snap, err := s.m.GetSnapshot(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
 	s.writeJSON(w, http.StatusOK, snap)
+}
+
+func (s *server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	s.noContent(w, s.m.DeleteSnapshot(r.Context(), r.PathValue("id")))
 }
 
 // setNetwork: PUT /v1/sandboxes/{id}/network with {"allow": [...]}.

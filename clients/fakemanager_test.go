@@ -403,6 +403,15 @@ func (f *fakeManager) Resume(ctx context.Context, id string) error { return sand
 func (f *fakeManager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
 	return sandbox.SnapshotInfo{}, sandbox.ErrNotSupported
 }
+func (f *fakeManager) ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error) {
+	return nil, sandbox.ErrNotSupported
+}
+func (f *fakeManager) GetSnapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
+	return sandbox.SnapshotInfo{}, sandbox.ErrNotSupported
+}
+func (f *fakeManager) DeleteSnapshot(ctx context.Context, id string) error {
+	return sandbox.ErrNotSupported
+}
 
 // The observation routes: no logs, no events, no caps; the clients do not
 // use them.

@@ -32,8 +32,8 @@ var allowed = []struct {
 	{[]string{"epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "epoll_pwait2", "ppoll", "poll", "eventfd2", "fcntl"},
 		"the device workers' event loops and Go's network poller"},
 	{[]string{"accept4", "connect", "getsockopt", "setsockopt", "getsockname", "getpeername", "shutdown", "sendmsg", "recvmsg", "sendto", "recvfrom"},
-		"vsock: the host side is Unix sockets in the jail's /run (the daemon connects in; guest-initiated connections dial out)"},
-	{[]string{"unlinkat"}, "removing its own vsock socket at exit (only /run is writable)"},
+		"vsock: the host side is Unix sockets in the jail's /run (the daemon connects in; guest-initiated connections dial out); the control socket, whose snapshot requests bring the state and memory files as descriptors (recvmsg), so a snapshot needs no open"},
+	{[]string{"unlinkat"}, "removing its own vsock and control sockets at exit (only /run is writable)"},
 }
 
 // Install loads the VMM's seccomp filter on every thread of the process.

@@ -91,6 +91,9 @@ func (o *JailOptions) jailVM(id, dir string, cid uint64, spec *VMSpec) (*jail.Cg
 	if spec.Vsock != nil {
 		spec.Vsock.UDS = filepath.Join(jailRunDir, vsockFile)
 	}
+	if spec.Control != "" {
+		spec.Control = filepath.Join(jailRunDir, controlFile)
+	}
 	var cg *jail.Cgroup
 	if o.CgroupParent != "" {
 		var err error

@@ -225,6 +225,12 @@ func guestCmdline() string {
 
 // Create implements Manager.
 func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err error) {
+	var fork *snapshotMeta // a fork of a snapshot (snapshot.go)
+	if cfg.Snapshot != "" {
+		if cfg, fork, err = m.forkConfig(cfg); err != nil {
+			return Info{}, err
+		}
+	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return Info{}, err
@@ -263,8 +269,9 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 	spec := VMSpec{
 		Kernel: m.opt.Kernel, Initrd: m.opt.Initrd, Cmdline: guestCmdline(),
 		VCPUs: cfg.VCPUs, MemoryMiB: uint64(cfg.MemoryMiB),
-		Disks: []VMDisk{{Path: m.opt.RootFS, ReadOnly: true}},
-		Vsock: &VMVsock{CID: cid, UDS: uds},
+		Disks:   []VMDisk{{Path: m.opt.RootFS, ReadOnly: true}},
+		Vsock:   &VMVsock{CID: cid, UDS: uds},
+		Control: hostControlPath(s.dir),
 
 		ConsoleMaxBytes: m.opt.ConsoleMaxBytes,
 	}
@@ -290,6 +297,13 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 		launch.files = append(launch.files, tap)
 		spec.TAPFD = 3
 	}
+	if fork != nil {
+		files, err := m.forkFiles(fork, &spec, &launch)
+		if err != nil {
+			return Info{}, err
+		}
+		defer closeFiles(files)
+	}
 	if m.opt.Jail != nil {
 		if s.cgroup, err = m.opt.Jail.jailVM(id, s.dir, cid, &spec); err != nil {
 			return Info{}, fmt.Errorf("jail the VMM: %w", err)
@@ -314,7 +328,8 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 	select {
 	case err = <-ready:
 		if err != nil && ctx.Err() == nil && bootCtx.Err() != nil {
-			err = fmt.Errorf("guest agent did not answer within %v: %w; console: %s", m.opt.BootTimeout, err, lastLines(consoleTail(s.dir, 4096), 15))
+			err = fmt.Errorf("guest agent did not answer within %v: %w; vmm log: %s; console: %s", m.opt.BootTimeout, err,
+				lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 2048), 5), lastLines(consoleTail(s.dir, 4096), 15))
 		}
 	case <-s.proc.done:
 		cancel()
@@ -333,6 +348,11 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 	}
 	if err != nil {
 		return Info{}, err
+	}
+	if fork != nil {
+		if err := m.newMachine(ctx, s); err != nil {
+			return Info{}, err
+		}
 	}
 	s.bootMS.Store(time.Since(start).Milliseconds())
 	s.state.Store(StateRunning)
@@ -854,14 +874,6 @@ func (m *VMManager) Resume(ctx context.Context, id string) error {
 	s.state.Store(StateRunning)
 	m.events.Publish(Event{Type: EventResumed, Sandbox: id})
 	return nil
-}
-
-// Snapshot implements Manager.
-func (m *VMManager) Snapshot(ctx context.Context, id string) (SnapshotInfo, error) {
-	if _, err := m.get(id); err != nil {
-		return SnapshotInfo{}, err
-	}
-	return SnapshotInfo{}, fmt.Errorf("%w: snapshots are not implemented yet", ErrNotSupported)
 }
 
 // reapLoop deletes sandboxes past their TTL or idle timeout.

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,6 +39,46 @@ func TestRootOptionReachesTheGuest(t *testing.T) {
 		}
 		if got, _ := m.Get(ctx, info.ID); got.Config.Root != root {
 			t.Errorf("root %v: info says %v", root, got.Config.Root)
+		}
+	}
+}
+
+// TestForkTakesTheSnapshotsRoot: whether a fork's cells run as root is the
+// snapshot's (its guest's command line came with its memory): a fork of a
+// root sandbox is root, and asking for root from an unprivileged one is
+// refused.
+func TestForkTakesTheSnapshotsRoot(t *testing.T) {
+	m, _, _ := newHostileManager(t, nil)
+	snap := func(id string, root bool) {
+		t.Helper()
+		meta := snapshotMeta{Info: SnapshotInfo{ID: id, VCPUs: 1, MemoryMiB: 512}, Config: Config{VCPUs: 1, MemoryMiB: 512, Root: root}}
+		b, err := json.Marshal(meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(m.snapshotDir(id), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(m.snapshotDir(id), snapMetaFile), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const user, root = "snap-000000000001", "snap-000000000002"
+	snap(user, false)
+	snap(root, true)
+	if _, _, err := m.forkConfig(Config{Snapshot: user, Root: true}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("root fork of an unprivileged snapshot: %v, want ErrInvalid", err)
+	}
+	for _, c := range []struct {
+		id   string
+		want bool
+	}{{user, false}, {root, true}} {
+		cfg, _, err := m.forkConfig(Config{Snapshot: c.id})
+		if err != nil {
+			t.Fatalf("fork of %s: %v", c.id, err)
+		}
+		if cfg.Root != c.want {
+			t.Errorf("fork of %s: root %v, want %v", c.id, cfg.Root, c.want)
 		}
 	}
 }

@@ -128,6 +128,12 @@ type Config struct {
 	// memory and processes, and PID 1 and the agent are shielded from the
 	// OOM killer; only as root can code signal them or change its limits.
 	Root bool
+	// Snapshot, when set, makes the sandbox a fork of that snapshot
+	// (Manager.Snapshot): its memory, and so its interpreter's variables,
+	// start as the snapshot's. VCPUs and MemoryMiB are then the
+	// snapshot's (zero, or the same values), and so is Root (true only
+	// for a snapshot of a root sandbox).
+	Snapshot string
 }
 
 // configJSON is Config's wire form.
@@ -139,6 +145,7 @@ type configJSON struct {
 	IdleTimeoutS int64             `json:"idle_timeout_s"`
 	Network      *NetworkPolicy    `json:"network,omitempty"`
 	Root         bool              `json:"root,omitempty"`
+	Snapshot     string            `json:"snapshot,omitempty"`
 }
 
 // MarshalJSON writes the wire form; durations are rounded down to seconds.
@@ -151,6 +158,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		IdleTimeoutS: int64(c.IdleTimeout / time.Second),
 		Network:      c.Network,
 		Root:         c.Root,
+		Snapshot:     c.Snapshot,
 	})
 }
 
@@ -172,6 +180,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		IdleTimeout: secondsToDuration(w.IdleTimeoutS),
 		Network:     w.Network,
 		Root:        w.Root,
+		Snapshot:    w.Snapshot,
 	}
 	return nil
 }
@@ -222,6 +231,9 @@ func (c Config) Validate() error {
 		if err := c.Network.Validate(); err != nil {
 			return err
 		}
+	}
+	if c.Snapshot != "" && !ValidSnapshotID(c.Snapshot) {
+		return fmt.Errorf("%w: snapshot %q is not a snapshot id (snap- and 12 hex digits)", ErrInvalid, clip(c.Snapshot, 64))
 	}
 	return nil
 }
@@ -372,6 +384,24 @@ type SnapshotInfo struct {
 	SandboxID string    `json:"sandbox_id"`
 	CreatedAt time.Time `json:"created_at"`
 	SizeBytes int64     `json:"size_bytes"`
+	// VCPUs and MemoryMiB are the snapshot's machine, which its forks have.
+	VCPUs     int `json:"vcpus"`
+	MemoryMiB int `json:"memory_mib"`
+}
+
+// ValidSnapshotID reports whether id has the form of a snapshot id
+// ("snap-" and 12 lowercase hex digits).
+func ValidSnapshotID(id string) bool {
+	h, ok := strings.CutPrefix(id, "snap-")
+	if !ok || len(h) != 12 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		if !(h[i] >= '0' && h[i] <= '9' || h[i] >= 'a' && h[i] <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Manager owns the sandboxes. All methods are safe for concurrent use.
@@ -416,6 +446,9 @@ type Manager interface {
 
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
+	// Snapshot saves the sandbox's machine (memory, vCPUs, devices) while
+	// the sandbox keeps running; Create with Config.Snapshot forks it. A
+	// cell running at the time makes it ErrBusy.
 	Snapshot(ctx context.Context, id string) (SnapshotInfo, error)
 
 	// Logs calls onLine for the last req.Tail lines of one of the
@@ -428,6 +461,10 @@ type Manager interface {
 	Events(ctx context.Context) (EventStream, error)
 	// Capacity reports the host's caps and their use.
 	Capacity(ctx context.Context) (Capacity, error)
+	ListSnapshots(ctx context.Context) ([]SnapshotInfo, error)
+	GetSnapshot(ctx context.Context, id string) (SnapshotInfo, error)
+	// DeleteSnapshot removes a snapshot; running forks keep what they use.
+	DeleteSnapshot(ctx context.Context, id string) error
 }
 
 // GuestPath turns a caller's file path into the cleaned absolute guest path

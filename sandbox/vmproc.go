@@ -36,6 +36,17 @@ type VMSpec struct {
 	TestHooks bool       `json:"test_hooks,omitempty"`
 	// ConsoleMaxBytes caps console.log (see vmm/consolelog); 0: no cap.
 	ConsoleMaxBytes int64 `json:"console_max_bytes,omitempty"`
+	// Control is the VMM's control socket, on which the daemon asks for
+	// snapshots (package vmm/control).
+	Control string `json:"control,omitempty"`
+	// Restore starts the VM from a snapshot whose files the VMM inherits.
+	Restore *VMRestore `json:"restore,omitempty"`
+}
+
+// VMRestore mirrors the VMM's snapshot files by descriptor.
+type VMRestore struct {
+	StateFD  int `json:"state_fd"`
+	MemoryFD int `json:"memory_fd"`
 }
 
 // VMDisk and VMVsock mirror vmm.Disk and vmm.Vsock's JSON.
@@ -74,6 +85,7 @@ const (
 	consoleFile = "console.log"
 	vmmLogFile  = "vmm.log"
 	vsockFile   = "vsock.sock"
+	controlFile = "control.sock"
 )
 
 // startVM writes spec into dir and starts exe (the cellvm binary) as the

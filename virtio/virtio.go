@@ -67,6 +67,19 @@ type Device interface {
 	Reset()
 }
 
+// Pauser is a device that can stop and later carry on where it was without
+// the driver noticing, which a snapshot needs of every device. Pause stops
+// and waits for the goroutines that touch guest memory and the queues; when
+// it returns, every chain the device popped is either pushed or put back
+// (queue.Queue.UndoPop), so the queues' saved positions are exact. Resume
+// starts them again on the same Activation; the transport then kicks every
+// queue, as a restored device needs to look at chains posted meanwhile.
+// The transport calls both with its lock held, never on an inactive device.
+type Pauser interface {
+	Pause()
+	Resume()
+}
+
 // Interrupter is the transport side of a device's interrupt line.
 type Interrupter interface {
 	// UsedBuffer sets the used-buffer bit of the interrupt status and

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -91,15 +92,22 @@ type Machine struct {
 	ended     chan struct{}
 	started   time.Time
 
-	// vcpuMu guards vcpus: Run appends while end, from a vCPU thread or
-	// the host's Stop, kicks them.
+	// vcpuMu guards vcpus: Run (or Restore) appends while end, from a
+	// vCPU thread or the host's Stop, and Pause kick them, and Close
+	// closes them. Pause takes it inside snap.mu, never the other way.
 	vcpuMu sync.Mutex
 	vcpus  []*kvm.VCPU
+
+	snap snapshotting // pause, save and restore (pause.go, save.go, restore.go)
 }
 
 // New creates the VM, its memory and devices, and loads the kernel. Nothing
 // runs until Run.
-func New(cfg Config) (_ *Machine, err error) {
+func New(cfg Config) (*Machine, error) { return build(cfg, nil) }
+
+// build is New, or with from set the first half of Restore: guest memory
+// comes from the snapshot's memory file and no kernel is loaded.
+func build(cfg Config, from *restoreSource) (_ *Machine, err error) {
 	if cfg.VCPUs == 0 {
 		cfg.VCPUs = 1
 	}
@@ -115,7 +123,7 @@ func New(cfg Config) (_ *Machine, err error) {
 	if cfg.MemoryMiB > 1<<20 {
 		return nil, fmt.Errorf("%d MiB of memory: at most 1 TiB", cfg.MemoryMiB)
 	}
-	if cfg.Kernel == "" {
+	if cfg.Kernel == "" && from == nil {
 		return nil, fmt.Errorf("no kernel given")
 	}
 	if cfg.Cmdline == "" {
@@ -167,13 +175,19 @@ func New(cfg Config) (_ *Machine, err error) {
 	if err = m.vm.CreatePIT2(); err != nil {
 		return nil, err
 	}
-	if m.mem, m.unmap, err = allocGuestMemory(m.vm, cfg.MemoryMiB<<20); err != nil {
-		return nil, err
+	if from != nil {
+		if m.mem, m.unmap, err = mapGuestMemoryFile(m.vm, from.mem, from.state.Machine.Memory); err != nil {
+			return nil, err
+		}
+	} else {
+		if m.mem, m.unmap, err = allocGuestMemory(m.vm, cfg.MemoryMiB<<20); err != nil {
+			return nil, err
+		}
+		if m.kernel, err = loader.LoadKernelFile(m.mem, cfg.Kernel); err != nil {
+			return nil, err
+		}
+		m.log.Debug("kernel loaded", "format", m.kernel.Format, "entry", fmt.Sprintf("%#x", m.kernel.Entry))
 	}
-	if m.kernel, err = loader.LoadKernelFile(m.mem, cfg.Kernel); err != nil {
-		return nil, err
-	}
-	m.log.Debug("kernel loaded", "format", m.kernel.Format, "entry", fmt.Sprintf("%#x", m.kernel.Entry))
 
 	// The console is the guest's to write: what it says never ends the VM
 	// or sets its status (the reset line and panicFlag do).
@@ -270,6 +284,9 @@ func (m *Machine) Cmdline() string { return m.cmdline }
 // Run boots the guest and blocks until it ends. It returns nil when the
 // guest reset or powered off, and an error when it failed.
 func (m *Machine) Run() error {
+	if m.snap.restored != nil {
+		return m.runVCPUs("resumed from a snapshot", nil)
+	}
 	gdtLimit, err := m.boot()
 	if err != nil {
 		return err
@@ -282,25 +299,54 @@ func (m *Machine) Run() error {
 	if m.sys.CheckExtension(kvm.CapXCRS) != 0 {
 		features.xcr0 = guestXSAVEMask(supported)
 	}
-	pmu := "hidden in CPUID; KVM's vPMU on (no KVM_CAP_PMU_CAPABILITY)"
-	if m.sys.CheckExtension(kvm.CapPMUCapability)&kvm.PMUCapDisable != 0 {
-		if err := m.vm.EnableCap(kvm.CapPMUCapability, kvm.PMUCapDisable); err != nil {
-			return fmt.Errorf("turn the virtual PMU off: %w", err)
-		}
-		pmu = "off"
+	pmu, err := m.disablePMU()
+	if err != nil {
+		return err
 	}
 	for i := 0; i < m.cfg.VCPUs; i++ {
 		c, err := m.vm.CreateVCPU(i)
 		if err != nil {
 			return err
 		}
-		m.vcpuMu.Lock()
-		m.vcpus = append(m.vcpus, c)
-		m.vcpuMu.Unlock()
+		m.addVCPU(c)
 		if err := setupVCPU(c, supported, features, m.cfg.VCPUs, m.kernel.Entry, gdtLimit); err != nil {
 			return fmt.Errorf("set up vcpu %d: %w", i, err)
 		}
 	}
+	return m.runVCPUs("starting", []any{"tsc_deadline_timer", features.tscDeadline, "pmu", pmu, "xcr0", fmt.Sprintf("%#x", features.xcr0),
+		"kernel", m.cfg.Kernel, "format", m.kernel.Format, "cmdline", m.cmdline})
+}
+
+// addVCPU appends a created vCPU to the machine's list.
+func (m *Machine) addVCPU(c *kvm.VCPU) {
+	m.vcpuMu.Lock()
+	m.vcpus = append(m.vcpus, c)
+	m.vcpuMu.Unlock()
+}
+
+// vcpuList is a copy of the machine's vCPU list, for code that ranges over
+// it without holding vcpuMu.
+func (m *Machine) vcpuList() []*kvm.VCPU {
+	m.vcpuMu.Lock()
+	defer m.vcpuMu.Unlock()
+	return slices.Clone(m.vcpus)
+}
+
+// disablePMU turns KVM's virtual PMU off where KVM can (before any vCPU is
+// created) and says what the guest has.
+func (m *Machine) disablePMU() (string, error) {
+	if m.sys.CheckExtension(kvm.CapPMUCapability)&kvm.PMUCapDisable == 0 {
+		return "hidden in CPUID; KVM's vPMU on (no KVM_CAP_PMU_CAPABILITY)", nil
+	}
+	if err := m.vm.EnableCap(kvm.CapPMUCapability, kvm.PMUCapDisable); err != nil {
+		return "", fmt.Errorf("turn the virtual PMU off: %w", err)
+	}
+	return "off", nil
+}
+
+// runVCPUs runs the set-up vCPUs, each on its own thread, until the VM
+// ends.
+func (m *Machine) runVCPUs(how string, attrs []any) error {
 	if m.cfg.ConsoleInput != nil {
 		go m.uart.FeedFrom(m.cfg.ConsoleInput)
 	}
@@ -310,13 +356,13 @@ func (m *Machine) Run() error {
 		}
 	}
 	m.started = time.Now()
-	m.marker.start = m.started
-	m.log.Info("vm starting", "vcpus", m.cfg.VCPUs, "tsc_deadline_timer", features.tscDeadline, "pmu", pmu, "xcr0", fmt.Sprintf("%#x", features.xcr0), "memory_mib", m.cfg.MemoryMiB, "kernel", m.cfg.Kernel, "format", m.kernel.Format, "cmdline", m.cmdline)
+	if m.snap.restored == nil {
+		m.marker.start = m.started
+	}
+	m.log.Info("vm "+how, append([]any{"vcpus", m.cfg.VCPUs, "memory_mib", m.cfg.MemoryMiB}, attrs...)...)
+	m.snap.threadsStarted()
 	var wg sync.WaitGroup
-	m.vcpuMu.Lock()
-	vcpus := m.vcpus
-	m.vcpuMu.Unlock()
-	for _, c := range vcpus {
+	for _, c := range m.vcpuList() {
 		wg.Add(1)
 		go func(c *kvm.VCPU) {
 			defer wg.Done()
@@ -340,13 +386,15 @@ func (m *Machine) runVCPU(c *kvm.VCPU) {
 		default:
 		}
 		if d.dump.Swap(false) {
-			c.SetImmediateExit(false)
+			// immediate_exit stays as the kick left it: the next KVM_RUN
+			// returns at once and interrupted() clears it, where a pause
+			// cannot be missed.
 			d.log(m.log)
 		}
 		reason, err := c.Run()
 		if errors.Is(err, kvm.ErrInterrupted) {
 			d.intr.Add(1)
-			c.SetImmediateExit(false)
+			m.interrupted(c) // parks the thread while the machine is paused
 			continue
 		}
 		d.count(reason)
@@ -410,7 +458,13 @@ func (m *Machine) handleExit(c *kvm.VCPU, reason kvm.ExitReason) error {
 
 // Close releases everything the machine holds, each thing once: a second
 // Close does nothing. It is safe after a failed New and after Run returns.
+// A Pause or Save in progress (the control socket's, which can outlive
+// Run) ends first, since it reads the memory and vCPUs Close releases; a
+// Save or Resume after Close does nothing.
 func (m *Machine) Close() error {
+	m.snap.op.Lock()
+	defer m.snap.op.Unlock()
+	m.snap.paused = false
 	var errs []error
 	if m.uart != nil {
 		m.uart.Close()

@@ -48,6 +48,7 @@ func (m *Machine) AddVirtio(dev virtio.Device) error {
 	if err := m.mmio.Add(base, mmio.MMIOSize, t); err != nil {
 		return err
 	}
+	m.snap.devices = append(m.snap.devices, &virtioSlot{dev: dev, t: t, base: base, gsi: gsi})
 	for q := range dev.QueueMaxSizes() {
 		n, err := newNotifier(m.vm, base+queueNotifyOffset, uint16(q), t)
 		if err != nil {

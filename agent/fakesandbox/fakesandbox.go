@@ -440,5 +440,14 @@ func (m *Manager) Capacity(ctx context.Context) (sandbox.Capacity, error) {
 func (m *Manager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
 	return sandbox.SnapshotInfo{}, sandbox.ErrNotSupported
 }
+func (m *Manager) ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error) {
+	return nil, sandbox.ErrNotSupported
+}
+func (m *Manager) GetSnapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
+	return sandbox.SnapshotInfo{}, sandbox.ErrNotSupported
+}
+func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
+	return sandbox.ErrNotSupported
+}
 
 var _ sandbox.Manager = (*Manager)(nil)

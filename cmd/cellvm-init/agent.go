@@ -20,6 +20,7 @@ import (
 	"github.com/cellvm/cellvm/guestinit/celluser"
 	"github.com/cellvm/cellvm/guestinit/drop"
 	"github.com/cellvm/cellvm/guestinit/interp"
+	"github.com/cellvm/cellvm/guestinit/newmachine"
 	"github.com/cellvm/cellvm/guestinit/pid1"
 	"github.com/cellvm/cellvm/guestinit/rootfs"
 )
@@ -84,6 +85,7 @@ func agentMain(args []string) int {
 		Files:      policy,
 		Software:   "cellvm-init",
 		OnShutdown: func() { close(shutdown) },
+		NewMachine: &agent.NewMachine{Reseed: newmachine.Reseed, SetClock: newmachine.SetClock},
 		Logger:     log,
 	})
 	signalReady(log)
@@ -104,7 +106,11 @@ func agentMain(args []string) int {
 
 func listenOn(spec string) (net.Listener, error) {
 	if spec == "vsock" {
-		ln, err := vsock.Listen(agent.Port, nil)
+		// Bound to any CID, not the guest's own: a VM restored from a
+		// snapshot has a CID of its own, and Linux matches a listener bound
+		// to the old CID against nothing (the transport reset updates only
+		// what it finds).
+		ln, err := vsock.ListenContextID(unix.VMADDR_CID_ANY, agent.Port, nil)
 		if err != nil {
 			return nil, fmt.Errorf("vsock port %d: %w", agent.Port, err)
 		}

@@ -29,7 +29,15 @@ func (a *app) bootCommand() *cobra.Command {
 	fs.Var(&b.disks, "disk", "`PATH[,ro]` file-backed virtio-blk disk (repeatable; /dev/vda, /dev/vdb, ...)")
 	fs.StringVar(&b.vsock, "vsock", "", "`CID,UDS` virtio-vsock with guest context ID CID and host Unix socket UDS")
 	fs.StringVar(&b.tap, "net", "", "`TAP` host TAP device for a virtio-net NIC")
-	cmd.RunE = func(*cobra.Command, []string) error { return boot(b, a.stdin, a.stdout, a.stderr) }
+	fs.StringVar(&b.control, "control", "", "`SOCKET` control socket on which the VMM takes snapshots (package vmm/control)")
+	fs.StringVar(&b.from.State, "restore-state", "", "start from the snapshot with this state `FILE` (and --restore-memory) instead of booting a kernel")
+	fs.StringVar(&b.from.Memory, "restore-memory", "", "the memory `FILE` of the snapshot to start from")
+	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		// A restored machine has the snapshot's shape unless asked for
+		// one (which must then be the snapshot's).
+		b.shapeSet = c.Flags().Changed("vcpus") || c.Flags().Changed("memory")
+		return boot(b, a.stdin, a.stdout, a.stderr)
+	}
 	return cmd
 }
 
@@ -41,14 +49,25 @@ type bootArgs struct {
 	logLevel                string
 	disks                   diskFlags
 	vsock, tap              string
+	control                 string
+	from                    SnapshotFiles // --restore-state, --restore-memory
+	shapeSet                bool          // --vcpus or --memory given
 }
 
 func boot(b *bootArgs, stdin io.Reader, stdout, stderr io.Writer) error {
-	if b.vcpus < 1 {
-		return usageError{fmt.Errorf("--vcpus must be at least 1, got %d", b.vcpus)}
+	var restore *SnapshotFiles
+	if b.from.State != "" || b.from.Memory != "" {
+		restore = &b.from
 	}
-	if b.memory == 0 {
-		return usageError{fmt.Errorf("--memory must be positive")}
+	if restore != nil && !b.shapeSet {
+		b.vcpus, b.memory = 0, 0 // the snapshot's
+	} else {
+		if b.vcpus < 1 {
+			return usageError{fmt.Errorf("--vcpus must be at least 1, got %d", b.vcpus)}
+		}
+		if b.memory == 0 {
+			return usageError{fmt.Errorf("--memory must be positive")}
+		}
 	}
 	var vs *vmm.Vsock
 	if b.vsock != "" {
@@ -65,7 +84,7 @@ func boot(b *bootArgs, stdin io.Reader, stdout, stderr io.Writer) error {
 	if b.kernel == "" {
 		b.kernel = os.Getenv("CELLVM_KERNEL")
 	}
-	if b.kernel == "" {
+	if b.kernel == "" && restore == nil {
 		b.kernel = findBuildFile("kernel/vmlinux")
 		if b.kernel == "" {
 			return fmt.Errorf("no kernel: pass --kernel, set CELLVM_KERNEL, or build the project's kernel with 'make kernel'")
@@ -74,7 +93,7 @@ func boot(b *bootArgs, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err := requireKVM(); err != nil {
 		return err
 	}
-	m, err := vmm.New(vmm.Config{
+	m, err := newMachine(vmm.Config{
 		Kernel:       b.kernel,
 		Initrd:       b.initrd,
 		Cmdline:      b.cmdline,
@@ -87,11 +106,16 @@ func boot(b *bootArgs, stdin io.Reader, stdout, stderr io.Writer) error {
 		Vsock:        vs,
 		TAP:          b.tap,
 		MAC:          [6]byte{0x06, 0xce, 0x11, 0x00, 0x00, 0x01},
-	})
+	}, restore)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
+	stopControl, err := serveControl(m, b.control, log)
+	if err != nil {
+		return err
+	}
+	defer stopControl()
 	defer dumpVCPUsOnSIGUSR1(m)()
 	return m.Run()
 }

@@ -68,11 +68,8 @@ func testInitramfs(t *testing.T) string {
 	return p
 }
 
-// cellvm runs this test binary as the cellvm command.
-func cellvm(t *testing.T, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
-	defer cancel()
+// cellvmCmd is this test binary as the cellvm command, until ctx ends.
+func cellvmCmd(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
 	// A hung VMM is asked for its goroutines' stacks first (Go prints
 	// them on SIGQUIT): they tell a vCPU stuck inside KVM_RUN (the guest
@@ -86,6 +83,15 @@ func cellvm(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	}
 	cmd.WaitDelay = 10 * time.Second
 	cmd.Env = append(os.Environ(), "CELLVM_TEST_MAIN=1")
+	return cmd
+}
+
+// cellvm runs this test binary as the cellvm command.
+func cellvm(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	cmd := cellvmCmd(ctx, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	start := time.Now()

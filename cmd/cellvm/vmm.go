@@ -42,6 +42,12 @@ type VMMConfig struct {
 	TestHooks bool `json:"test_hooks,omitempty"`
 	// ConsoleMaxBytes caps the console log on stdout (0: no cap).
 	ConsoleMaxBytes int64 `json:"console_max_bytes,omitempty"`
+	// Control is the path of the VMM's control socket (package
+	// vmm/control), on which it takes snapshots; none when empty.
+	Control string `json:"control,omitempty"`
+	// Restore starts the VM from a snapshot instead of booting Kernel;
+	// the devices above must have the snapshot's shape.
+	Restore *SnapshotFiles `json:"restore,omitempty"`
 }
 
 // vmmCommand is `cellvm vmm --config FILE`, the process the daemon starts
@@ -121,15 +127,20 @@ func cmdVMM(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m, err := vmm.New(vmm.Config{
+	m, err := newMachine(vmm.Config{
 		Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: c.Cmdline, VCPUs: c.VCPUs, MemoryMiB: c.MemoryMiB,
 		Console: console, Log: log, Disks: c.Disks, Vsock: c.Vsock, TAP: c.TAP, TAPFile: tap, MAC: c.MAC,
 		BeforeGuest: beforeGuest,
-	})
+	}, c.Restore)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
+	stopControl, err := serveControl(m, c.Control, log)
+	if err != nil {
+		return err
+	}
+	defer stopControl()
 	defer dumpVCPUsOnSIGUSR1(m)()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)

@@ -37,6 +37,9 @@ type Config struct {
 	// and the host closed the connection (or a second passed). Nil:
 	// shutdown requests fail.
 	OnShutdown func()
+	// NewMachine serves reseed requests (a guest restored from a
+	// snapshot); nil refuses them.
+	NewMachine *NewMachine
 	// MaxConns bounds concurrent connections. Default 64.
 	MaxConns int
 	// HelloTimeout bounds the hello exchange. Default 10s.
@@ -240,6 +243,8 @@ func (ss *session) handle(req *proto.Request) bool {
 		return ss.shutdown()
 	case proto.OpSetEnv:
 		return ss.setEnv(req)
+	case proto.OpReseed:
+		return ss.reseed(req)
 	}
 	return ss.reply(errResponse(proto.CodeBadRequest, fmt.Errorf("unknown op %q", req.Op)))
 }

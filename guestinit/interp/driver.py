@@ -155,6 +155,8 @@ class Driver:
                 self.run_cell(int(msg.get("n", 0)), str(msg.get("code", "")))
             elif op == "reap":
                 self.chan.send({"ev": "reaped", "n": _reap_children()})
+            elif op == "reseed":
+                self.chan.send({"ev": "reseeded", "numpy": _reseed()})
             else:
                 self.chan.send({"ev": "bad", "op": str(op)})
 
@@ -426,6 +428,23 @@ def _no_input(prompt=""):
     raise EOFError(
         "input() is not available: cells run without a terminal and stdin is empty. "
         "Put the data in the code, or read it from a file.")
+
+
+def _reseed():
+    """Draws new seeds for Python's random module and, if a cell imported
+    it, NumPy's global generator, from the kernel (os.urandom): a VM
+    restored from a snapshot would otherwise repeat its parent's numbers.
+    Says whether NumPy's was reseeded."""
+    import random
+    random.seed()
+    np = sys.modules.get("numpy")
+    if np is None:
+        return False
+    try:
+        np.random.seed()
+        return True
+    except Exception:
+        return False
 
 
 def _reap_children():

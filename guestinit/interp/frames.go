@@ -29,6 +29,8 @@ type frame struct {
 	Interrupted bool   `json:"interrupted"`
 	// reaped
 	N int `json:"n"`
+	// reseeded
+	NumPy bool `json:"numpy"`
 }
 
 // command is one message to the driver.

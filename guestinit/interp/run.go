@@ -2,7 +2,6 @@ package interp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -520,32 +519,39 @@ func (in *Interp) killStrays(p *proc) {
 
 // reapInDriver asks the driver to wait for its dead children.
 func (in *Interp) reapInDriver(p *proc) error {
-	if err := p.send(command{Op: "reap"}); err != nil {
-		return err
+	_, err := askDriver(p, "reap", "reaped", 2*time.Second)
+	return err
+}
+
+// askDriver sends the driver a command that is not a cell and waits, up to
+// wait, for its answer frame (ev want).
+func askDriver(p *proc, op, want string, wait time.Duration) (frame, error) {
+	if err := p.send(command{Op: op}); err != nil {
+		return frame{}, err
 	}
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) {
 		for {
 			f, ok, err := p.ev.next()
 			if err != nil {
-				return err
+				return frame{}, err
 			}
 			if !ok {
 				break
 			}
-			if f.Ev == "reaped" {
-				return nil
+			if f.Ev == want {
+				return f, nil
 			}
 		}
 		pfds := []unix.PollFd{{Fd: int32(p.evFD), Events: unix.POLLIN}}
 		if _, err := unix.Poll(pfds, 100); err != nil && err != unix.EINTR {
-			return fmt.Errorf("poll: %w", err)
+			return frame{}, fmt.Errorf("poll: %w", err)
 		}
 		if err := p.ev.fill(); err != nil {
-			return err
+			return frame{}, err
 		}
 	}
-	return errors.New("no reply to reap")
+	return frame{}, fmt.Errorf("no reply to %s", op)
 }
 
 func plain(s string) string {

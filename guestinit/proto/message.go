@@ -27,6 +27,9 @@ const (
 	MaxEnvKeyBytes   = 256
 	MaxEnvValueBytes = 32 << 10
 	MaxEnvTotalBytes = 256 << 10
+	// MinEntropyBytes and MaxEntropyBytes bound a reseed's entropy.
+	MinEntropyBytes = 32
+	MaxEntropyBytes = 512
 )
 
 // Hello is the first message each way. The client sends its version; the
@@ -62,6 +65,11 @@ const (
 	// (the interpreter and commands) started after it. The host sends it
 	// once, before the first cell.
 	OpSetEnv Op = "setenv"
+	// OpReseed tells a guest restored from a snapshot that it is a new
+	// machine: it mixes the host's entropy into the kernel's pool and
+	// reseeds the CRNG, steps the clock to the host's, and has the
+	// interpreter reseed its random generators.
+	OpReseed Op = "reseed"
 )
 
 // Request is one request from the host. Fields that an op does not use
@@ -75,7 +83,9 @@ type Request struct {
 	Path      string   `json:"path,omitempty"`       // upload, download
 	Mode      uint32   `json:"mode,omitempty"`       // upload (permission bits; 0: 0644)
 	// Env holds the variables of setenv (NAME -> value).
-	Env map[string]string `json:"env,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Entropy    []byte            `json:"entropy,omitempty"`      // reseed (base64 in JSON)
+	TimeUnixNS int64             `json:"time_unix_ns,omitempty"` // reseed: the host's clock (0: leave the guest's)
 }
 
 // Validate implements Validator.
@@ -112,6 +122,14 @@ func (r *Request) Validate() error {
 		if err := checkEnv(r.Env); err != nil {
 			return err
 		}
+	case OpReseed:
+		uses["entropy"], uses["time"] = true, true
+		if len(r.Entropy) < MinEntropyBytes || len(r.Entropy) > MaxEntropyBytes {
+			return fmt.Errorf("reseed with %d bytes of entropy (%d to %d)", len(r.Entropy), MinEntropyBytes, MaxEntropyBytes)
+		}
+		if r.TimeUnixNS < 0 {
+			return fmt.Errorf("time_unix_ns %d is negative", r.TimeUnixNS)
+		}
 	case OpInterrupt, OpRestart, OpHealth, OpShutdown:
 	default:
 		return fmt.Errorf("unknown op %q", truncate(string(r.Op), 32))
@@ -124,6 +142,8 @@ func (r *Request) Validate() error {
 		"path":    r.Path != "",
 		"mode":    r.Mode != 0,
 		"env":     r.Env != nil,
+		"entropy": r.Entropy != nil,
+		"time":    r.TimeUnixNS != 0,
 	} {
 		if set && !uses[name] {
 			return fmt.Errorf("op %s does not take %s", r.Op, name)
@@ -269,12 +289,21 @@ type Response struct {
 	Health      *Health          `json:"health,omitempty"`
 	File        *FileInfo        `json:"file,omitempty"`
 	Written     *int64           `json:"written,omitempty"`
+	Reseeded    *Reseeded        `json:"reseeded,omitempty"`
+}
+
+// Reseeded says what a reseed did.
+type Reseeded struct {
+	Kernel      bool `json:"kernel"`      // entropy mixed in and the CRNG reseeded
+	Clock       bool `json:"clock"`       // the clock stepped to the host's
+	Interpreter bool `json:"interpreter"` // a running interpreter's random reseeded
+	NumPy       bool `json:"numpy"`       // and NumPy's global generator
 }
 
 // Validate implements Validator.
 func (r *Response) Validate() error {
 	set := 0
-	for _, b := range []bool{r.Error != nil, r.Result != nil, r.Exec != nil, r.Interrupted != nil, r.Health != nil, r.File != nil, r.Written != nil} {
+	for _, b := range []bool{r.Error != nil, r.Result != nil, r.Exec != nil, r.Interrupted != nil, r.Health != nil, r.File != nil, r.Written != nil, r.Reseeded != nil} {
 		if b {
 			set++
 		}

@@ -153,6 +153,11 @@ func TestRequestValidation(t *testing.T) {
 		"field for wrong op": `{"op":"health","code":"1"}`,
 		"trailing data":      `{"op":"health"} {}`,
 		"not an object":      `[1,2]`,
+		"reseed, no entropy": `{"op":"reseed","time_unix_ns":1}`,
+		"reseed, 8 bytes":    `{"op":"reseed","entropy":"AAAAAAAAAAA="}`,
+		"reseed, 1 KiB":      `{"op":"reseed","entropy":"` + strings.Repeat("A", 1368) + `"}`,
+		"reseed, time < 0":   `{"op":"reseed","entropy":"` + strings.Repeat("A", 44) + `","time_unix_ns":-5}`,
+		"entropy for run":    `{"op":"run","code":"1","entropy":"` + strings.Repeat("A", 44) + `"}`,
 	}
 	for name, js := range bad {
 		var r Request
@@ -166,6 +171,7 @@ func TestRequestValidation(t *testing.T) {
 		`{"op":"exec","argv":["/bin/true"],"stdin":"AAE="}`,
 		`{"op":"upload","path":"/workspace/a.csv","mode":420}`,
 		`{"op":"download","path":"/workspace/a.csv"}`,
+		`{"op":"reseed","entropy":"` + strings.Repeat("A", 44) + `","time_unix_ns":1700000000000000000}`,
 	}
 	for _, js := range good {
 		var r Request

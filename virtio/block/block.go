@@ -64,6 +64,7 @@ type Block struct {
 	log      *slog.Logger
 
 	workers   virtio.Workers
+	act       *virtio.Activation // while active, for Resume
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -122,6 +123,7 @@ func (b *Block) Activate(a *virtio.Activation) error {
 	if len(a.Queues) != 1 || a.Queues[0] == nil {
 		return errors.New("virtio-blk: request queue not set up")
 	}
+	b.act = a
 	b.workers.Start(func(stop <-chan struct{}) { b.run(a, stop) })
 	return nil
 }

@@ -108,6 +108,9 @@ type MMIO struct {
 	queues      []queueRegs
 	active      bool
 	closed      bool
+	live        []*queue.Queue // the device's queues while active
+	paused      bool           // active, with the device paused (Pause)
+	configGen   uint32
 
 	intStatus  atomic.Uint32
 	needsReset atomic.Bool
@@ -200,7 +203,7 @@ func (m *MMIO) readReg(offset uint64) uint32 {
 	case RegSHMLenLow, RegSHMLenHigh:
 		return ^uint32(0) // no shared memory regions
 	case RegConfigGeneration:
-		return 0 // device config spaces here never change under the driver
+		return m.configGen // changes only when a restore may have changed the config
 	}
 	return 0
 }
@@ -330,6 +333,12 @@ func (m *MMIO) activate() {
 		}
 		qs[i] = q
 	}
+	m.start(qs)
+}
+
+// start activates the device on qs and kicks every queue. Called with mu
+// held.
+func (m *MMIO) start(qs []*queue.Queue) {
 	kicks := make([]chan struct{}, len(qs))
 	recv := make([]<-chan struct{}, len(qs))
 	for i := range kicks {
@@ -343,8 +352,9 @@ func (m *MMIO) activate() {
 		m.fail(fmt.Errorf("activate: %w", err))
 		return
 	}
-	m.active = true
-	// Chains posted before DRIVER_OK were notified to nobody.
+	m.active, m.live = true, qs
+	// Chains posted before DRIVER_OK (or before a restore) were notified
+	// to nobody.
 	for _, k := range kicks {
 		k <- struct{}{}
 	}
@@ -358,6 +368,7 @@ func (m *MMIO) reset() {
 		m.active = false
 	}
 	m.kicks.Store(nil)
+	m.live, m.paused = nil, false
 	m.status, m.devFeatSel, m.drvFeatSel, m.drvFeatures, m.queueSel = 0, 0, 0, 0, 0
 	clear(m.queues)
 	m.intStatus.Store(0)

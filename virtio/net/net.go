@@ -52,6 +52,7 @@ type Net struct {
 	closeErr   error
 
 	workers virtio.Workers
+	act     *virtio.Activation // while active, for Resume
 }
 
 // New returns a network device over tap (a TAP file descriptor opened with
@@ -95,8 +96,13 @@ func (n *Net) Activate(a *virtio.Activation) error {
 		n.readerWG.Add(1)
 		go n.readTAP()
 	})
-	n.workers.Start(func(stop <-chan struct{}) { n.rxLoop(a, stop) }, func(stop <-chan struct{}) { n.txLoop(a, stop) })
+	n.act = a
+	n.startQueues(a)
 	return nil
+}
+
+func (n *Net) startQueues(a *virtio.Activation) {
+	n.workers.Start(func(stop <-chan struct{}) { n.rxLoop(a, stop) }, func(stop <-chan struct{}) { n.txLoop(a, stop) })
 }
 
 // Reset implements virtio.Device.
@@ -147,6 +153,13 @@ func (n *Net) readTAP() {
 func (n *Net) rxLoop(a *virtio.Activation, stop <-chan struct{}) {
 	q := a.Queues[rxQueue]
 	var chain *queue.Chain
+	// A chain still in hand when the device stops (for a pause, or a
+	// reset) goes back to the ring, so a snapshot does not lose it.
+	defer func() {
+		if chain != nil {
+			q.UndoPop()
+		}
+	}()
 	for {
 		var f []byte
 		select {

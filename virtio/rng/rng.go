@@ -26,6 +26,7 @@ const maxRequest = 64 << 10
 type RNG struct {
 	log     *slog.Logger
 	workers virtio.Workers
+	act     *virtio.Activation // while active, for Resume
 }
 
 // New returns an entropy device.
@@ -53,8 +54,18 @@ func (r *RNG) Activate(a *virtio.Activation) error {
 	if len(a.Queues) != 1 || a.Queues[0] == nil {
 		return errors.New("virtio-rng: request queue not set up")
 	}
+	r.act = a
 	r.workers.Start(func(stop <-chan struct{}) { r.run(a, stop) })
 	return nil
+}
+
+// Pause implements virtio.Pauser: the batch in progress completes first.
+func (r *RNG) Pause() { r.workers.Stop() }
+
+// Resume implements virtio.Pauser.
+func (r *RNG) Resume() {
+	a := r.act
+	r.workers.Start(func(stop <-chan struct{}) { r.run(a, stop) })
 }
 
 // Reset implements virtio.Device.

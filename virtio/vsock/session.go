@@ -19,6 +19,10 @@ type session struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// queues runs the queue goroutines (rx, tx, event), which stop and
+	// start on their own for a pause; the connections' goroutines above
+	// go on.
+	queues virtio.Workers
 
 	mu       sync.Mutex
 	conns    map[connKey]*conn
@@ -27,6 +31,11 @@ type session struct {
 	rxWake   chan struct{}
 	nextPort uint32
 	ended    bool
+	// resetPending holds rx back after a transport reset event until the
+	// guest has handled it (it refills the event queue past resetAvail):
+	// a connection the host opens meanwhile would die in that handling.
+	resetPending bool
+	resetAvail   uint16
 }
 
 // connKey names a connection: the host-side port and the guest's port.
@@ -42,14 +51,17 @@ func newSession(v *Vsock, a *virtio.Activation) *session {
 	}
 }
 
-func (s *session) start() {
-	s.wg.Add(2)
-	go s.rxLoop()
-	go s.txLoop()
-}
+func (s *session) start() { s.startQueues() }
+
+// startQueues starts the queue goroutines.
+func (s *session) startQueues() { s.queues.Start(s.rxLoop, s.txLoop, s.evLoop) }
+
+// stopQueues stops the queue goroutines and waits for them.
+func (s *session) stopQueues() { s.queues.Stop() }
 
 // shutdown drops every connection and waits for the session's goroutines.
 func (s *session) shutdown() {
+	s.stopQueues()
 	close(s.stop)
 	s.mu.Lock()
 	s.ended = true
@@ -205,12 +217,11 @@ func (s *session) okLine(c *conn) []byte {
 }
 
 // txLoop handles the packets the guest sends.
-func (s *session) txLoop() {
-	defer s.wg.Done()
+func (s *session) txLoop(stop <-chan struct{}) {
 	q := s.a.Queues[txQueue]
 	for {
 		select {
-		case <-s.stop:
+		case <-stop:
 			return
 		case <-s.a.Kicks[txQueue]:
 		}
@@ -311,12 +322,11 @@ func (s *session) handle(h Header, payload *queue.Reader) {
 }
 
 // rxLoop delivers packets to the guest as rx buffers become available.
-func (s *session) rxLoop() {
-	defer s.wg.Done()
+func (s *session) rxLoop(stop <-chan struct{}) {
 	q := s.a.Queues[rxQueue]
 	for {
 		select {
-		case <-s.stop:
+		case <-stop:
 			return
 		case <-s.a.Kicks[rxQueue]:
 		case <-s.rxWake:
@@ -332,7 +342,7 @@ func (s *session) fillRx(q *queue.Queue) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.a.SignalUsed(q)
-	for len(s.rsts) > 0 || len(s.ready) > 0 {
+	for !s.resetPending && (len(s.rsts) > 0 || len(s.ready) > 0) {
 		var h Header
 		var c *conn
 		if len(s.rsts) == 0 {

@@ -79,6 +79,7 @@ type Vsock struct {
 	sess      *session // nil unless the driver activated the device
 	handshake map[net.Conn]struct{}
 	closed    bool
+	restored  *State // for the session a restored transport starts
 }
 
 // New returns a vsock device for a guest with context ID cid, listening for
@@ -130,6 +131,10 @@ func (v *Vsock) Activate(a *virtio.Activation) error {
 	}
 	s := newSession(v, a)
 	v.mu.Lock()
+	if st := v.restored; st != nil {
+		s.resetPending, s.resetAvail, s.nextPort = st.ResetPending, st.ResetAvail, st.NextPort
+		v.restored = nil
+	}
 	v.sess = s
 	v.mu.Unlock()
 	s.start()

@@ -27,6 +27,7 @@ type guest struct {
 	h   *virtiotest.Harness
 	dev *Vsock
 	uds string
+	cid uint64
 }
 
 func newGuest(t *testing.T) *guest {
@@ -37,7 +38,7 @@ func newGuest(t *testing.T) *guest {
 		t.Fatal(err)
 	}
 	h := virtiotest.Start(t, dev, ^uint64(0), 128)
-	g := &guest{t: t, h: h, dev: dev, uds: uds}
+	g := &guest{t: t, h: h, dev: dev, uds: uds, cid: guestCID}
 	for range 32 {
 		g.postRx()
 	}
@@ -50,7 +51,7 @@ func (g *guest) postRx() { g.h.Queues[rxQueue].Post(virtiotest.W(HeaderLen + 409
 // send puts one packet on the tx queue and waits for the device to take it.
 func (g *guest) send(h Header, data []byte) {
 	g.t.Helper()
-	h.SrcCID, h.DstCID, h.Type, h.Len = guestCID, HostCID, TypeStream, uint32(len(data))
+	h.SrcCID, h.DstCID, h.Type, h.Len = g.cid, HostCID, TypeStream, uint32(len(data))
 	if h.BufAlloc == 0 {
 		h.BufAlloc = 1 << 20
 	}
@@ -83,7 +84,7 @@ func (g *guest) tryRecv(timeout time.Duration) (Header, []byte, bool) {
 	}
 	var h Header
 	h.Decode(u.Data)
-	if h.SrcCID != HostCID || h.DstCID != guestCID || h.Type != TypeStream || int(h.Len) != len(u.Data)-HeaderLen {
+	if h.SrcCID != HostCID || h.DstCID != g.cid || h.Type != TypeStream || int(h.Len) != len(u.Data)-HeaderLen {
 		g.t.Fatalf("bad rx header %+v (%d bytes)", h, len(u.Data))
 	}
 	return h, u.Data[HeaderLen:], true

@@ -1,0 +1,110 @@
+package agentclient
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cellvm/cellvm/guestinit/agent"
+	"github.com/cellvm/cellvm/guestinit/proto"
+)
+
+type fakeMachine struct {
+	mu      sync.Mutex
+	entropy [][]byte
+	clock   []time.Time
+	fail    error
+}
+
+func (f *fakeMachine) ops() *agent.NewMachine {
+	return &agent.NewMachine{
+		Reseed: func(e []byte) error {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.entropy = append(f.entropy, append([]byte(nil), e...))
+			return f.fail
+		},
+		SetClock: func(t time.Time) error {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.clock = append(f.clock, t)
+			return nil
+		},
+	}
+}
+
+func TestReseed(t *testing.T) {
+	fm := &fakeMachine{}
+	c := serve(t, agent.Config{Interp: newFake(), NewMachine: fm.ops()})
+	now := time.Unix(1_800_000_000, 123)
+	for range 2 {
+		r, err := c.Reseed(ctxT(t), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Kernel || !r.Clock || r.Interpreter { // the fake interpreter cannot reseed
+			t.Fatalf("reseeded %+v", r)
+		}
+	}
+	if len(fm.entropy) != 2 || len(fm.entropy[0]) != reseedBytes || bytes.Equal(fm.entropy[0], fm.entropy[1]) {
+		t.Fatalf("entropy handed to the kernel: %d calls, %d bytes; two reseeds must bring different bytes", len(fm.entropy), len(fm.entropy[0]))
+	}
+	if !fm.clock[0].Equal(now) {
+		t.Fatalf("clock set to %v, want %v", fm.clock[0], now)
+	}
+
+	fm.fail = errors.New("RNDADDENTROPY: operation not permitted")
+	var pe *proto.Error
+	if _, err := c.Reseed(ctxT(t), now); !errors.As(err, &pe) || pe.Code != proto.CodeInternal {
+		t.Fatalf("failed kernel reseed: %v", err)
+	}
+	plain := serve(t, agent.Config{Interp: newFake()})
+	if _, err := plain.Reseed(ctxT(t), now); !errors.As(err, &pe) || pe.Code != proto.CodeUnsupported {
+		t.Fatalf("reseed on an agent without NewMachine: %v", err)
+	}
+}
+
+// TestReseedRealInterpreter: the real interpreter's random and NumPy
+// generators, seeded by a cell, no longer repeat after a reseed.
+func TestReseedRealInterpreter(t *testing.T) {
+	in := realInterp(t)
+	fm := &fakeMachine{}
+	c := serve(t, agent.Config{Interp: in, NewMachine: fm.ops()})
+	ctx := ctxT(t)
+	seed := "import random, numpy\nrandom.seed(7); numpy.random.seed(7)\n" +
+		"a, b = random.Random(7).random(), numpy.random.RandomState(7).random_sample()"
+	if r, err := c.RunCell(ctx, seed, time.Minute, nil); err != nil || r.Status != "ok" {
+		t.Fatalf("seed cell: %+v, %v", r, err)
+	}
+	r, err := c.Reseed(ctx, time.Now())
+	if err != nil || !r.Interpreter || !r.NumPy {
+		t.Fatalf("reseed: %+v, %v", r, err)
+	}
+	res, err := c.RunCell(ctx, "(random.random() != a, numpy.random.random_sample() != b)", time.Minute, nil)
+	if err != nil || len(res.Results) == 0 || res.Results[0].Data["text/plain"] != "(True, True)" {
+		t.Fatalf("after the reseed: %+v, %v", res, err)
+	}
+}
+
+// TestDropIdle: after DropIdle the next call dials a new connection.
+func TestDropIdle(t *testing.T) {
+	c := serve(t, agent.Config{Interp: newFake()})
+	if _, err := c.Health(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	idle := append([]*session(nil), c.idle...)
+	c.mu.Unlock()
+	if len(idle) != 1 {
+		t.Fatalf("%d idle connections after a call", len(idle))
+	}
+	c.DropIdle()
+	if _, err := idle[0].nc.Write([]byte{0}); err == nil {
+		t.Error("the dropped connection is still open")
+	}
+	if _, err := c.Health(ctxT(t)); err != nil {
+		t.Fatalf("call after DropIdle: %v", err)
+	}
+}

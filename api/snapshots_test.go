@@ -1,0 +1,64 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/cellvm/cellvm/sandbox"
+)
+
+// TestSnapshotsThroughClient: POST snapshot answers 201 with the snapshot,
+// GET /v1/snapshots lists it, GET and DELETE /v1/snapshots/{id} find and
+// remove it, and a create with {"snapshot": id} reaches the manager.
+func TestSnapshotsThroughClient(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	info, err := e.client.Create(ctx, sandbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, _, body := e.do(t, "POST", "/v1/sandboxes/"+info.ID+"/snapshot", nil)
+	var snap sandbox.SnapshotInfo
+	if status != http.StatusCreated || json.Unmarshal(body, &snap) != nil || !sandbox.ValidSnapshotID(snap.ID) || snap.SandboxID != info.ID {
+		t.Fatalf("POST snapshot: %d %s", status, body)
+	}
+	list, err := e.client.ListSnapshots(ctx)
+	if err != nil || len(list) != 1 || list[0] != snap {
+		t.Fatalf("ListSnapshots = %+v, %v", list, err)
+	}
+	if got, err := e.client.GetSnapshot(ctx, snap.ID); err != nil || got != snap {
+		t.Fatalf("GetSnapshot = %+v, %v", got, err)
+	}
+	if _, err := e.client.Create(ctx, sandbox.Config{Snapshot: snap.ID}); err != nil {
+		t.Fatalf("fork: %v", err)
+	}
+	e.fake.mu.Lock()
+	forked := e.fake.lastCreate.Snapshot
+	e.fake.mu.Unlock()
+	if forked != snap.ID {
+		t.Errorf("the manager got a create from snapshot %q, want %q", forked, snap.ID)
+	}
+	if err := e.client.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.GetSnapshot(ctx, snap.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("GetSnapshot after delete: %v", err)
+	}
+	if err := e.client.DeleteSnapshot(ctx, snap.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
+	} else {
+		wantClientError(t, "DeleteSnapshot", err, http.StatusNotFound, CodeNotFound)
+	}
+	status, _, body = e.do(t, "GET", "/v1/snapshots", nil)
+	if status != http.StatusOK || string(body) != "[]\n" && string(body) != "[]" {
+		t.Errorf("empty list: %d %q", status, body)
+	}
+	status, _, body = e.do(t, "POST", "/v1/sandboxes", strings.NewReader(`{"snapshot": "../../etc"}`))
+	if status != http.StatusBadRequest {
+		t.Errorf("create from a malformed snapshot id: %d %s", status, body)
+	}
+}

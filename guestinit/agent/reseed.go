@@ -1,0 +1,53 @@
+package agent
+
+import (
+	"errors"
+	"time"
+
+	"github.com/cellvm/cellvm/guestinit/proto"
+)
+
+// NewMachine is what a reseed request does to the guest beyond its
+// interpreter (package guestinit/newmachine in the guest; fakes in tests).
+type NewMachine struct {
+	// Reseed mixes the host's entropy into the kernel's pool and reseeds
+	// the CRNG.
+	Reseed func(entropy []byte) error
+	// SetClock steps the guest's clock.
+	SetClock func(time.Time) error
+}
+
+// interpReseeder is an interpreter that can reseed its random generators
+// (*interp.Interp).
+type interpReseeder interface {
+	Reseed() (numpy bool, err error)
+}
+
+// reseed makes a guest restored from a snapshot a machine of its own: the
+// kernel first, since the interpreter's new seeds come from it.
+func (ss *session) reseed(req *proto.Request) bool {
+	nm := ss.s.cfg.NewMachine
+	if nm == nil {
+		return ss.reply(errResponse(proto.CodeUnsupported, errors.New("this agent cannot reseed its machine")))
+	}
+	var r proto.Reseeded
+	if err := nm.Reseed(req.Entropy); err != nil {
+		return ss.reply(errResponse(proto.CodeInternal, err))
+	}
+	r.Kernel = true
+	if req.TimeUnixNS > 0 {
+		if err := nm.SetClock(time.Unix(0, req.TimeUnixNS)); err != nil {
+			return ss.reply(errResponse(proto.CodeInternal, err))
+		}
+		r.Clock = true
+	}
+	if in, ok := ss.s.cfg.Interp.(interpReseeder); ok {
+		numpy, err := in.Reseed()
+		if err != nil {
+			return ss.reply(errResponse(proto.CodeInterp, err))
+		}
+		r.Interpreter, r.NumPy = true, numpy
+	}
+	ss.s.log.Info("agent: reseeded after a restore", "clock", r.Clock, "numpy", r.NumPy)
+	return ss.reply(proto.Response{Reseeded: &r})
+}

@@ -1,0 +1,183 @@
+// Package control is a VMM process's control socket: a Unix socket in the
+// VM's run directory on which whoever started the VMM (the daemon, a test)
+// asks it to take a snapshot.
+//
+// A request is one JSON line sent with the two files the snapshot goes to
+// attached (SCM_RIGHTS): the state file, then the memory file, opened for
+// writing by the requester. The VMM never opens a file itself for a
+// snapshot, which a jailed VMM could not (its seccomp filter refuses open),
+// and writes only where it was handed a descriptor. The answer is one JSON
+// line: {"ok": true} or {"error": "..."}. One request per connection.
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Then says what the VM does once its snapshot is written.
+type Then string
+
+const (
+	// ThenResume carries on running: a snapshot of a live VM (a template,
+	// a fork's parent).
+	ThenResume Then = "resume"
+	// ThenStop ends the VM: pause to disk, the process's memory goes back
+	// to the host.
+	ThenStop Then = "stop"
+)
+
+// Request is what the requester asks.
+type Request struct {
+	Op   string `json:"op"` // "snapshot"
+	Then Then   `json:"then"`
+}
+
+// Reply is the VMM's answer.
+type Reply struct {
+	OK    bool   `json:"ok,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Handler takes a snapshot of the VM into state and memory (which it must
+// not close; the server does) and then does what then says.
+type Handler func(state, memory *os.File, then Then) error
+
+// maxRequest bounds a request line.
+const maxRequest = 4096
+
+// requestTimeout bounds how long a requester may take to send its request.
+const requestTimeout = 10 * time.Second
+
+// Serve answers requests on ln until it is closed. Requests are served one
+// at a time, each on the goroutine that accepted it.
+func Serve(ln *net.UnixListener, h Handler, log *slog.Logger) {
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			log.Warn("control socket: accept", "err", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		serveOne(c, h, log)
+	}
+}
+
+func serveOne(c *net.UnixConn, h Handler, log *slog.Logger) {
+	defer c.Close()
+	reply := func(err error) {
+		r := Reply{OK: err == nil}
+		if err != nil {
+			r.Error = err.Error()
+		}
+		b, _ := json.Marshal(r)
+		c.SetWriteDeadline(time.Now().Add(requestTimeout))
+		c.Write(append(b, '\n'))
+	}
+	req, files, err := readRequest(c)
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	if err != nil {
+		log.Warn("control socket: bad request", "err", err)
+		reply(err)
+		return
+	}
+	start := time.Now()
+	err = h(files[0], files[1], req.Then)
+	log.Info("control socket: snapshot", "then", req.Then, "took_ms", time.Since(start).Milliseconds(), "error", err)
+	reply(err)
+}
+
+// readRequest reads one request and the two descriptors sent with it.
+func readRequest(c *net.UnixConn) (Request, []*os.File, error) {
+	var req Request
+	c.SetReadDeadline(time.Now().Add(requestTimeout))
+	buf := make([]byte, maxRequest)
+	oob := make([]byte, unix.CmsgSpace(4*4)) // room for more than two, to see extras
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return req, nil, fmt.Errorf("read request: %w", err)
+	}
+	var files []*os.File
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return req, nil, fmt.Errorf("request's control message: %w", err)
+	}
+	for _, msg := range msgs {
+		fds, err := unix.ParseUnixRights(&msg)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			files = append(files, os.NewFile(uintptr(fd), fmt.Sprintf("control-fd-%d", len(files))))
+		}
+	}
+	if err := json.Unmarshal(trimLine(buf[:n]), &req); err != nil {
+		return req, files, fmt.Errorf("request %q: %w", buf[:min(n, 80)], err)
+	}
+	if req.Op != "snapshot" {
+		return req, files, fmt.Errorf("unknown op %q (want snapshot)", req.Op)
+	}
+	if req.Then != ThenResume && req.Then != ThenStop {
+		return req, files, fmt.Errorf("then %q: want %q or %q", req.Then, ThenResume, ThenStop)
+	}
+	if len(files) != 2 {
+		return req, files, fmt.Errorf("a snapshot request carries 2 files (state, memory), this one %d", len(files))
+	}
+	return req, files, nil
+}
+
+func trimLine(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// Snapshot asks the VMM listening on socket for a snapshot into state and
+// memory (open for writing) and waits for it to be written. ctx bounds the
+// whole exchange.
+func Snapshot(ctx context.Context, socket string, state, memory *os.File, then Then) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return fmt.Errorf("VMM control socket: %w", err)
+	}
+	c := conn.(*net.UnixConn)
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
+	b, _ := json.Marshal(Request{Op: "snapshot", Then: then})
+	rights := unix.UnixRights(int(state.Fd()), int(memory.Fd()))
+	if _, _, err := c.WriteMsgUnix(append(b, '\n'), rights, nil); err != nil {
+		return fmt.Errorf("VMM control socket: send request: %w", err)
+	}
+	var r Reply
+	if err := json.NewDecoder(c).Decode(&r); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("VMM control socket: %w", ctx.Err())
+		}
+		return fmt.Errorf("VMM control socket: read reply: %w", err)
+	}
+	if !r.OK {
+		return fmt.Errorf("VMM: snapshot failed: %s", r.Error)
+	}
+	return nil
+}

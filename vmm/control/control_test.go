@@ -1,0 +1,141 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func serve(t *testing.T, h Handler) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { Serve(ln, h, slog.New(slog.DiscardHandler)); close(done) }()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done // Serve returns once its listener is closed
+	})
+	return sock
+}
+
+func files(t *testing.T) (*os.File, *os.File) {
+	t.Helper()
+	dir := t.TempDir()
+	var out [2]*os.File
+	for i, name := range []string{"state", "memory"} {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		out[i] = f
+	}
+	return out[0], out[1]
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func TestSnapshotRequest(t *testing.T) {
+	var gotThen Then
+	sock := serve(t, func(state, memory *os.File, then Then) error {
+		gotThen = then
+		if _, err := state.WriteString("the state"); err != nil {
+			return err
+		}
+		_, err := memory.WriteString("the memory")
+		return err
+	})
+	state, memory := files(t)
+	if err := Snapshot(ctx(t), sock, state, memory, ThenStop); err != nil {
+		t.Fatal(err)
+	}
+	if gotThen != ThenStop {
+		t.Errorf("handler got then=%q", gotThen)
+	}
+	for f, want := range map[*os.File]string{state: "the state", memory: "the memory"} {
+		b, err := os.ReadFile(f.Name())
+		if err != nil || string(b) != want {
+			t.Errorf("%s holds %q (%v), want %q", f.Name(), b, err, want)
+		}
+	}
+}
+
+func TestHandlerError(t *testing.T) {
+	sock := serve(t, func(*os.File, *os.File, Then) error { return errors.New("the machine is not running") })
+	state, memory := files(t)
+	err := Snapshot(ctx(t), sock, state, memory, ThenResume)
+	if err == nil || !strings.Contains(err.Error(), "the machine is not running") {
+		t.Fatalf("Snapshot = %v, want the handler's error", err)
+	}
+}
+
+// TestBadRequests: a request without its two files, or with an unknown op
+// or then, is answered with an error and never reaches the handler.
+func TestBadRequests(t *testing.T) {
+	called := false
+	sock := serve(t, func(*os.File, *os.File, Then) error { called = true; return nil })
+	state, memory := files(t)
+	for _, c := range []struct {
+		name string
+		line string
+		fds  []int
+		want string
+	}{
+		{"no files", `{"op":"snapshot","then":"resume"}`, nil, "carries 2 files"},
+		{"one file", `{"op":"snapshot","then":"resume"}`, []int{int(state.Fd())}, "carries 2 files"},
+		{"three files", `{"op":"snapshot","then":"resume"}`, []int{int(state.Fd()), int(memory.Fd()), int(state.Fd())}, "carries 2 files"},
+		{"unknown op", `{"op":"format-disk","then":"resume"}`, []int{int(state.Fd()), int(memory.Fd())}, "unknown op"},
+		{"unknown then", `{"op":"snapshot","then":"explode"}`, []int{int(state.Fd()), int(memory.Fd())}, "want"},
+		{"not JSON", `snapshot please`, []int{int(state.Fd()), int(memory.Fd())}, "request"},
+	} {
+		conn, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rights []byte
+		if c.fds != nil {
+			rights = unix.UnixRights(c.fds...)
+		}
+		if _, _, err := conn.(*net.UnixConn).WriteMsgUnix([]byte(c.line+"\n"), rights, nil); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var r Reply
+		if err := json.NewDecoder(conn).Decode(&r); err != nil && err != io.EOF {
+			t.Fatalf("%s: read reply: %v", c.name, err)
+		}
+		conn.Close()
+		if r.OK || !strings.Contains(r.Error, c.want) {
+			t.Errorf("%s: reply %+v, want an error saying %q", c.name, r, c.want)
+		}
+	}
+	if called {
+		t.Error("a bad request reached the handler")
+	}
+}
+
+func TestNoVMM(t *testing.T) {
+	state, memory := files(t)
+	err := Snapshot(ctx(t), filepath.Join(t.TempDir(), "nobody.sock"), state, memory, ThenResume)
+	if err == nil || !strings.Contains(err.Error(), "control socket") {
+		t.Fatalf("Snapshot to no VMM = %v", err)
+	}
+}

@@ -1,0 +1,163 @@
+package vmm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/cellvm/cellvm/kvm"
+	"github.com/cellvm/cellvm/virtio"
+	"github.com/cellvm/cellvm/virtio/block"
+	vnet "github.com/cellvm/cellvm/virtio/net"
+	"github.com/cellvm/cellvm/virtio/rng"
+	"github.com/cellvm/cellvm/virtio/vsock"
+	"github.com/cellvm/cellvm/vmm/snapshot"
+)
+
+// ErrNotPaused is returned by Save for a machine that is not paused.
+var ErrNotPaused = errors.New("the machine is not paused (Pause it first)")
+
+// Save writes a snapshot of the paused machine: its memory to memFile and
+// its state to stateFile (both emptied first, both synced before Save
+// returns, the state file last, so that a complete state file always has
+// its memory). The machine stays paused; Resume carries on, or the process
+// may end.
+//
+// The vsock transport is reset first (see virtio/vsock): the guest's
+// connections to the host end, and the machine that resumes and every
+// machine restored from the snapshot handle the same reset event. The disks'
+// contents are not in the snapshot: whoever restores it must give the
+// restored machine disks as they are now.
+func (m *Machine) Save(stateFile, memFile *os.File) error {
+	m.snap.op.Lock()
+	defer m.snap.op.Unlock()
+	if !m.snap.paused {
+		return ErrNotPaused
+	}
+	for _, d := range m.snap.devices {
+		if v, ok := d.dev.(*vsock.Vsock); ok {
+			if err := v.TransportReset(); err != nil {
+				m.log.Warn("snapshot: the guest's vsock connections were not reset; they will fail on their own", "err", err)
+			}
+		}
+	}
+	st, err := m.captureState()
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	if err := writeMemory(memFile, m.mem, st.Machine.Memory); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	if err := memFile.Sync(); err != nil {
+		return fmt.Errorf("snapshot: sync the memory file: %w", err)
+	}
+	if err := stateFile.Truncate(0); err != nil {
+		return fmt.Errorf("snapshot: state file: %w", err)
+	}
+	if _, err := stateFile.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("snapshot: state file: %w", err)
+	}
+	if err := snapshot.Encode(stateFile, st); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	if err := stateFile.Sync(); err != nil {
+		return fmt.Errorf("snapshot: sync the state file: %w", err)
+	}
+	m.log.Info("snapshot saved", "vcpus", len(st.VCPUs), "devices", len(st.Devices), "memory_mib", st.Machine.MemoryMiB)
+	return nil
+}
+
+// captureState reads the paused machine's state: the vCPUs on their own
+// threads, then the VM's interrupt controllers, PIT and clock, then the
+// legacy and virtio devices.
+func (m *Machine) captureState() (*snapshot.State, error) {
+	msrs, err := m.msrList()
+	if err != nil {
+		return nil, err
+	}
+	n := len(m.vcpuList())
+	st := &snapshot.State{
+		VMMVersion: snapshot.VMMVersion(),
+		Machine:    snapshot.Machine{VCPUs: n, MemoryMiB: m.cfg.MemoryMiB, Memory: snapshot.MemoryLayout(m.cfg.MemoryMiB)},
+		VCPUs:      make([]snapshot.VCPU, n),
+	}
+	err = m.forEachVCPU(func(c *kvm.VCPU) error {
+		if c.ID == 0 {
+			if khz, err := c.TSCKHz(); err == nil {
+				st.VM.TSCKHz = khz
+			}
+		}
+		s, err := m.saveVCPU(c, msrs)
+		st.VCPUs[c.ID] = s
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if st.VM.PIT, err = m.vm.PIT2(); err != nil {
+		return nil, err
+	}
+	for _, id := range []uint32{kvm.IRQChipPICMaster, kvm.IRQChipPICSlave, kvm.IRQChipIOAPIC} {
+		c, err := m.vm.IRQChip(id)
+		if err != nil {
+			return nil, err
+		}
+		st.VM.IRQChips = append(st.VM.IRQChips, snapshot.IRQChip{ChipID: id, Data: c.Chip[:]})
+	}
+	if st.VM.Clock, err = m.vm.Clock(); err != nil {
+		return nil, err
+	}
+	st.UART = m.uart.Save()
+	st.BootMarker.ElapsedNS = m.marker.elapsed.Load()
+	for _, d := range m.snap.devices {
+		ds, err := saveDevice(d)
+		if err != nil {
+			return nil, err
+		}
+		st.Devices = append(st.Devices, ds)
+	}
+	return st, nil
+}
+
+// saveDevice reads one paused virtio device's state.
+func saveDevice(d *virtioSlot) (snapshot.Device, error) {
+	ds := snapshot.Device{Kind: deviceKind(d.dev), MMIOBase: d.base, IRQ: d.gsi}
+	var err error
+	if ds.Transport, err = d.t.Save(); err != nil {
+		return ds, err
+	}
+	switch dev := d.dev.(type) {
+	case *rng.RNG:
+		s := dev.Save()
+		ds.RNG = &s
+	case *block.Block:
+		s := dev.Save()
+		ds.Block = &s
+	case *vsock.Vsock:
+		s := dev.Save()
+		ds.Vsock = &s
+	case *vnet.Net:
+		s := dev.Save()
+		ds.Net = &s
+	default:
+		return ds, fmt.Errorf("virtio device type %d at %#x cannot be saved", d.dev.DeviceType(), d.base)
+	}
+	return ds, nil
+}
+
+// deviceKind names a device's kind in the state file ("" for a device a
+// snapshot cannot hold).
+func deviceKind(dev virtio.Device) snapshot.DeviceKind {
+	switch dev.(type) {
+	case *rng.RNG:
+		return snapshot.KindRNG
+	case *block.Block:
+		return snapshot.KindBlock
+	case *vsock.Vsock:
+		return snapshot.KindVsock
+	case *vnet.Net:
+		return snapshot.KindNet
+	}
+	return ""
+}

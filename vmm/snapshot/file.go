@@ -1,0 +1,145 @@
+package snapshot
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"runtime/debug"
+)
+
+// Magic opens every state file.
+const Magic = "CELLVMST"
+
+// FormatVersion is the state file format this cellvm writes and the only
+// one it reads. It changes whenever a field changes meaning or a restore
+// would need something an older file lacks.
+const FormatVersion = 1
+
+// headerSize is the fixed header: magic, version, reserved, body length,
+// CRC-32C of the body, reserved.
+const headerSize = 8 + 4 + 4 + 8 + 4 + 4
+
+// MaxBody bounds the body a reader accepts. A real one is tens of KiB per
+// vCPU.
+const MaxBody = 64 << 20
+
+// Errors a read wraps, for callers that tell them apart.
+var (
+	ErrNotStateFile = errors.New("not a cellvm state file")
+	ErrVersion      = errors.New("state file of another format version")
+	ErrCorrupt      = errors.New("state file is truncated or corrupt")
+	ErrInvalid      = errors.New("state file describes an impossible machine")
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// VMMVersion names this cellvm build: its module version and, when the
+// build recorded it, the source revision.
+func VMMVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "cellvm (unknown build)"
+	}
+	v := "cellvm " + bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			v += " " + s.Value
+		}
+		if s.Key == "vcs.modified" && s.Value == "true" {
+			v += "+dirty"
+		}
+	}
+	return v
+}
+
+// Encode writes st as a state file to w. st must be valid.
+func Encode(w io.Writer, st *State) error {
+	if err := st.Validate(); err != nil {
+		return err
+	}
+	body, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encode state: %w", err)
+	}
+	if len(body) > MaxBody {
+		return fmt.Errorf("state of %d bytes is over the %d-byte limit", len(body), MaxBody)
+	}
+	h := make([]byte, headerSize)
+	copy(h, Magic)
+	binary.LittleEndian.PutUint32(h[8:], FormatVersion)
+	binary.LittleEndian.PutUint64(h[16:], uint64(len(body)))
+	binary.LittleEndian.PutUint32(h[24:], crc32.Checksum(body, castagnoli))
+	if _, err := w.Write(h); err != nil {
+		return fmt.Errorf("write state file: %w", err)
+	}
+	if _, err := w.Write(body); err != nil {
+		return fmt.Errorf("write state file: %w", err)
+	}
+	return nil
+}
+
+// Decode reads a state file from r and checks it (Validate). Whatever r
+// holds, Decode returns an error rather than panic, and allocates no more
+// than MaxBody.
+func Decode(r io.Reader) (*State, error) {
+	h := make([]byte, headerSize)
+	if n, err := io.ReadFull(r, h); err != nil {
+		if n < len(Magic) || string(h[:len(Magic)]) != Magic {
+			return nil, fmt.Errorf("%w (%d bytes, no %q header)", ErrNotStateFile, n, Magic)
+		}
+		return nil, fmt.Errorf("%w: header cut short after %d of %d bytes", ErrCorrupt, n, headerSize)
+	}
+	if string(h[:len(Magic)]) != Magic {
+		return nil, fmt.Errorf("%w (it does not start with %q)", ErrNotStateFile, Magic)
+	}
+	if v := binary.LittleEndian.Uint32(h[8:]); v != FormatVersion {
+		return nil, fmt.Errorf("%w: the file is format version %d, this cellvm (%s) reads version %d only: take the snapshot again with this cellvm",
+			ErrVersion, v, VMMVersion(), FormatVersion)
+	}
+	n := binary.LittleEndian.Uint64(h[16:])
+	if n > MaxBody {
+		return nil, fmt.Errorf("%w: header claims a %d-byte body, over the %d-byte limit", ErrCorrupt, n, MaxBody)
+	}
+	body, err := io.ReadAll(io.LimitReader(r, int64(n)))
+	if err != nil {
+		return nil, fmt.Errorf("read state file: %w", err)
+	}
+	if uint64(len(body)) != n {
+		return nil, fmt.Errorf("%w: truncated: the header says %d bytes of state, the file holds %d", ErrCorrupt, n, len(body))
+	}
+	if got, want := crc32.Checksum(body, castagnoli), binary.LittleEndian.Uint32(h[24:]); got != want {
+		return nil, fmt.Errorf("%w: checksum %#08x, the header says %#08x", ErrCorrupt, got, want)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	st := new(State)
+	if err := dec.Decode(st); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: data after the state", ErrCorrupt)
+	}
+	if err := st.Validate(); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// ReadFile decodes the state file at path.
+func ReadFile(path string) (*State, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open state file: %w", err)
+	}
+	defer f.Close()
+	st, err := Decode(f)
+	if err != nil {
+		return nil, fmt.Errorf("state file %s: %w", path, err)
+	}
+	return st, nil
+}
