@@ -144,6 +144,12 @@ func TestShellEscapes(t *testing.T) {
 	if got := mainText(t, res); got != "(['a', 'b'], 'a b')" {
 		t.Errorf("captured %s", got)
 	}
+	// A cell that redirected sys.stdout gets the command's output there.
+	res = run(t, in, "import contextlib, io\nbuf = io.StringIO()\nwith contextlib.redirect_stdout(buf):\n    !echo captured\nbuf.getvalue()")
+	expectOK(t, res)
+	if got := mainText(t, res); got != `'captured\n'` || res.Stdout != "" {
+		t.Errorf("redirected: buffer %s, stdout %q", got, res.Stdout)
+	}
 	// Inside a block, and through get_ipython() directly.
 	res = run(t, in, "for i in range(2):\n    !echo $i\nget_ipython().system('echo direct')")
 	expectOK(t, res)
