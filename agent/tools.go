@@ -53,6 +53,7 @@ func RunPythonDescription(f SandboxFacts) string {
 		fmt.Fprintf(&b, " unless an allowed host serves it. Network access is limited to: %s; every other destination is blocked. ", strings.Join(f.Network, ", "))
 	}
 	b.WriteString("Print what you need to see: you get stdout, stderr, the value of the last expression, and errors with the end of the traceback. ")
+	b.WriteString("Notebook syntax works as in Jupyter: !cmd runs a shell command (x = !cmd captures its lines), and %time, %timeit, %cd, %env, %%bash and %%writefile are available. ")
 	b.WriteString("Long output is cut from the middle and the number of characters cut is stated. ")
 	b.WriteString("Open matplotlib figures are returned to you as images at the end of the call (no need to save them). ")
 	b.WriteString("Uploaded files are under /workspace, and files you write there can be downloaded by the user. ")

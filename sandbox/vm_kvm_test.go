@@ -134,6 +134,31 @@ func TestGuestNotebook(t *testing.T) {
 			t.Error("traceback has terminal colour codes")
 		}
 	})
+	t.Run("shell escape", func(t *testing.T) {
+		r := runCell(t, m, id, "!echo hi", time.Minute)
+		if r.Status != cell.StatusOK || r.Stdout != "hi\n" {
+			t.Fatalf("!echo hi: %+v", r)
+		}
+	})
+	t.Run("time magic", func(t *testing.T) {
+		r := runCell(t, m, id, "%time 6 * 7", time.Minute)
+		if r.Status != cell.StatusOK || r.MainResult() == nil || r.MainResult().Data["text/plain"] != "42" || !strings.Contains(r.Stdout, "Wall time: ") {
+			t.Fatalf("%%time: %+v", r)
+		}
+	})
+	t.Run("pip magic", func(t *testing.T) {
+		// %pip is pip of the cell's interpreter: its version, or, in an
+		// image without pip, a clear error at once (no hang).
+		r := runCell(t, m, id, "import importlib.util\nimportlib.util.find_spec('pip') is not None", time.Minute)
+		hasPip := r.MainResult() != nil && r.MainResult().Data["text/plain"] == "True"
+		r = runCell(t, m, id, "%pip --version", time.Minute)
+		switch {
+		case hasPip && (r.Status != cell.StatusOK || !strings.HasPrefix(r.Stdout, "pip ")):
+			t.Fatalf("%%pip --version with pip: %+v", r)
+		case !hasPip && (r.Status != cell.StatusError || r.Error == nil || r.Error.Name != "UsageError" || !strings.Contains(r.Error.Value, "pip is not installed")):
+			t.Fatalf("%%pip --version without pip: %+v", r)
+		}
+	})
 	t.Run("timeout keeps state", func(t *testing.T) {
 		runCell(t, m, id, "kept = 'yes'", time.Minute)
 		r := runCell(t, m, id, "while True: pass", 2*time.Second)

@@ -20,6 +20,10 @@
 //     child cgroup with memory.max, and OOM kills are told apart from other
 //     deaths by memory.events.
 //
+// Cells may also use Jupyter's notebook syntax (`!cmd`, `%magic`,
+// `%%magic`): notebook.py, loaded only for a cell that is not plain Python,
+// reads it with IPython's input transformers and runs it (PROTOCOL.md).
+//
 // Everything the interpreter sends is treated as hostile: frames are
 // bounded, unknown frames are ignored, and no guest data can panic the
 // supervisor.

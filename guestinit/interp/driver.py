@@ -32,6 +32,12 @@ import types
 import warnings
 
 DRIVER_FILE = os.path.abspath(__file__)
+# Notebook syntax (shell escapes, magics) is handled by this file next to
+# the driver, loaded for the first cell that needs it.
+NOTEBOOK_FILE = os.path.join(os.path.dirname(DRIVER_FILE), "cellvm_notebook.py")
+# A cell that is not valid Python and matches this may have notebook syntax:
+# `!` or `%` at the start of a line (after blanks), or after an `=`.
+_MAY_HAVE_NOTEBOOK_SYNTAX = re.compile(r"(^|=)[ \t]*[!%]", re.MULTILINE)
 MAIN_PID = os.getpid()
 
 # Bounds on what one result may carry; the supervisor enforces its own too.
@@ -91,6 +97,8 @@ class Driver:
         self.interrupt_pending = False
         self.shown_figures = set()
         self.loop = None
+        self.notebook = None  # the notebook module once loaded; False if it cannot be
+        self.shell = None
         self.ns = self._make_namespace()
 
     # ----- setup -----------------------------------------------------------
@@ -210,7 +218,17 @@ class Driver:
 
     def _execute(self, code, filename):
         flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-        tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+        try:
+            tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+            source = None
+        except SyntaxError:
+            source = self._notebook_source(code)
+            if source is None:
+                raise
+        if source is not None:
+            # A syntax error here is one of the transformed cell; its line
+            # numbers are the cell's (the transformation keeps them).
+            tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             last = ast.Expression(tree.body.pop().value)
@@ -227,6 +245,26 @@ class Driver:
             self.ns["_"] = value
             self.publish(value, main=True)
         return "ok"
+
+    def _notebook_source(self, code):
+        """The Python source for a cell with notebook syntax (`!cmd`,
+        `%magic`, `%%magic`), or None: plain Python, or no IPython."""
+        if not _MAY_HAVE_NOTEBOOK_SYNTAX.search(code):
+            return None
+        if self.notebook is None:
+            self.notebook = _load_notebook() or False
+            if self.notebook:
+                self.shell = self.notebook.Shell(self.ns, lambda data: self._send_bundle(data, main=False))
+        if not self.notebook:
+            return None
+        try:
+            source = self.notebook.transform_cell(code)
+        except Exception:
+            return None
+        if source is not None:
+            shell = self.shell
+            self.ns["get_ipython"] = lambda: shell
+        return source
 
     def _run_code(self, code):
         result = eval(code, self.ns)
@@ -405,7 +443,7 @@ def _trim_stack(te):
         if t is None or id(t) in seen:
             continue
         seen.add(id(t))
-        frames = [f for f in t.stack if f.filename != DRIVER_FILE]
+        frames = [f for f in t.stack if f.filename not in (DRIVER_FILE, NOTEBOOK_FILE)]
         for i, f in enumerate(frames):
             if _is_cell_file(f.filename):
                 frames = frames[i:]
@@ -422,6 +460,20 @@ def _format_traceback(exc):
         return [_plain(_clip_text(s.rstrip("\n"))) for s in te.format()]
     except Exception as e:  # never fail the report itself
         return ["%s: %s (traceback unavailable: %s)" % (type(exc).__name__, _safe_str(exc), e)]
+
+
+def _load_notebook():
+    """Loads cellvm_notebook.py (see there); None if it cannot be."""
+    try:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("_cellvm_notebook", NOTEBOOK_FILE)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        sys.modules[spec.name] = mod
+        return mod
+    except Exception as e:
+        _write_stderr("cellvm: notebook syntax is not available: %s: %s\n" % (type(e).__name__, e))
+        return None
 
 
 def _no_input(prompt=""):

@@ -74,6 +74,10 @@ func New(cfg Config) (*Interp, error) {
 		in.cleanupDirs()
 		return nil, fmt.Errorf("write driver: %w", err)
 	}
+	if err := os.WriteFile(filepath.Join(in.runDir, notebookFile), notebookSource, 0o644); err != nil {
+		in.cleanupDirs()
+		return nil, fmt.Errorf("write notebook support: %w", err)
+	}
 	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		in.cleanupDirs()

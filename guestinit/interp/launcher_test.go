@@ -36,6 +36,11 @@ func TestLauncherRunsCellsAndCommandsAsTheCellUser(t *testing.T) {
 	if got := mainText(t, res); got != "(1000, 1000, [])" {
 		t.Errorf("cell credentials %s, want (1000, 1000, [])", got)
 	}
+	// A shell escape runs as the cell user too, in the cell's process tree.
+	res = run(t, in, "!id -u; test -O mine.txt && echo owner")
+	if res.Status != cell.StatusOK || res.Stdout != "1000\nowner\n" {
+		t.Errorf("shell escape through the launcher: %+v", res)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	x, err := in.Exec(ctx, []string{"sh", "-c", "id -u; stat -c %u mine.txt; cat /proc/self/status | grep NoNewPrivs"}, nil, time.Minute)
