@@ -50,13 +50,13 @@ while read -r dir bin only; do
 		# seen to take a double fault at its syscall entry, which no VMM
 		# can cause; a few percent of L2 boots triple-fault or hang, QEMU's
 		# own included): failed tests run again, up to CELLVM_RIG_RERUN
-		# times (default 2; 0 turns reruns off), and a later pass is
+		# times (default 3; 0 turns reruns off), and a later pass is
 		# reported as FLAKY, never hidden. A test that fails every time
 		# fails the run. A test binary that timed out is not rerun.
 		# (No process substitution: it needs /dev/fd, which L1 once lacked;
 		# the script then skipped its own verdict.)
-		reruns=${CELLVM_RIG_RERUN:-2}
-		[[ $reruns =~ ^[0-9]+$ ]] || reruns=2
+		reruns=${CELLVM_RIG_RERUN:-3}
+		[[ $reruns =~ ^[0-9]+$ ]] || reruns=3
 		tests=($(sed -n 's/^--- FAIL: \(Test[^ ]*\) .*/\1/p' "$log" | sort -u))
 		first=("${tests[@]}")
 		ok=0

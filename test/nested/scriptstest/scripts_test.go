@@ -204,10 +204,10 @@ func TestKVMTestsRerunAFailedTestOnceAndSayFlaky(t *testing.T) {
 func TestKVMTestsFailATestThatFailsEveryRun(t *testing.T) {
 	dir := t.TempDir()
 	fail := step{"--- FAIL: TestB (1.00s)\nFAIL\n", 1}
-	bin := fake(t, dir, "pkg.test", fail, fail, fail, step{"--- PASS: TestB (1.00s)\nPASS\n", 0})
+	bin := fake(t, dir, "pkg.test", fail, fail, fail, fail, step{"--- PASS: TestB (1.00s)\nPASS\n", 0})
 	out, code := kvmTests(t, dir, bin)
-	if code != 1 || calls(t, dir, "pkg.test") != 3 || !strings.Contains(out, "FAILED, in 3 run(s): TestB") || !strings.Contains(out, "rig: FAILED: test/nested") {
-		t.Fatalf("exit %d after %d runs, want 1 after 3 with TestB named\n%s", code, calls(t, dir, "pkg.test"), out)
+	if code != 1 || calls(t, dir, "pkg.test") != 4 || !strings.Contains(out, "FAILED, in 4 run(s): TestB") || !strings.Contains(out, "rig: FAILED: test/nested") {
+		t.Fatalf("exit %d after %d runs, want 1 after 4 (a run and 3 reruns) with TestB named\n%s", code, calls(t, dir, "pkg.test"), out)
 	}
 
 	dir = t.TempDir()
