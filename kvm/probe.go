@@ -191,14 +191,20 @@ func runProbe(devicePath string, kicked chan<- *VCPU) (err error) {
 	kicked <- vcpu
 
 	sawOut := false
-	for range 16 {
+	for exits := 0; exits < 16; {
 		reason, err := vcpu.Run()
 		if err != nil {
 			if errors.Is(err, ErrInterrupted) {
+				if !vcpu.ImmediateExit() {
+					// A stray signal (the Go runtime's preemption, under
+					// load), not Probe's deadline: run on.
+					continue
+				}
 				return fmt.Errorf("interrupted before the guest halted (I/O exit seen: %v)", sawOut)
 			}
 			return err
 		}
+		exits++
 		switch reason {
 		case ExitIO:
 			io, err := vcpu.IO()

@@ -83,6 +83,12 @@ func (c *VCPU) SetImmediateExit(on bool) {
 	c.run[runImmediateExit] = v
 }
 
+// ImmediateExit reports whether immediate_exit is set (by SetImmediateExit
+// or Kick): a KVM_RUN that returned ErrInterrupted with it clear was
+// interrupted by some other signal (Go's runtime preempts goroutines with
+// SIGURG), and the vCPU may simply run again.
+func (c *VCPU) ImmediateExit() bool { return c.run[runImmediateExit] != 0 }
+
 // Kick sets immediate_exit and signals the vCPU's thread so a KVM_RUN in
 // progress returns. SIGURG is used because the Go runtime always handles it
 // (it is its preemption signal) and ignores it when unexpected.
