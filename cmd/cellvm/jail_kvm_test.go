@@ -93,7 +93,10 @@ func TestDaemonJailsVMM(t *testing.T) {
 		return nil
 	})
 	sort.Strings(names)
-	if got, want := strings.Join(names, " "), "/dev/kvm /initrd /kernel /rootfs.ext4 /run/vsock.sock"; got != want {
+	// Its VM's files: the device, the boot files, the disk, and in /run
+	// the sockets it serves (the VMM's control socket, for snapshots, and
+	// the vsock socket).
+	if got, want := strings.Join(names, " "), "/dev/kvm /initrd /kernel /rootfs.ext4 /run/control.sock /run/vsock.sock"; got != want {
 		t.Errorf("the VMM's root holds %q, want only its VM's files %q", got, want)
 	}
 	cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
