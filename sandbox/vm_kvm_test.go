@@ -180,16 +180,6 @@ func TestGuestNotebook(t *testing.T) {
 			t.Fatalf("next cell: %+v", r)
 		}
 	})
-	t.Run("memory bomb", func(t *testing.T) {
-		r := runCell(t, m, id, "b = []\nwhile True:\n    b.append(bytearray(50 << 20))", 5*time.Minute)
-		if r.KilledBy != cell.KilledByOOM || r.StateKept {
-			t.Errorf("memory bomb: status %s killed_by %q state_kept %v error %+v stderr %q", r.Status, r.KilledBy, r.StateKept, r.Error, lastBytes(r.Stderr, 2000))
-		}
-		r = runCell(t, m, id, "1 + 1", time.Minute)
-		if r.Status != cell.StatusOK {
-			t.Fatalf("sandbox did not recover: %+v", r)
-		}
-	})
 	t.Run("output flood clipped", func(t *testing.T) {
 		r := runCell(t, m, id, "import sys\nline = 'x' * 999 + '\\n'\nfor _ in range(200_000): sys.stdout.write(line)", 5*time.Minute)
 		if r.Truncated.StdoutBytes < 190_000_000 || len(r.Stdout) > 1<<20 {
@@ -216,6 +206,24 @@ func TestGuestNotebook(t *testing.T) {
 		}
 		if !bytes.Equal(out.Bytes(), rev) {
 			t.Fatal("downloaded file differs")
+		}
+	})
+	// The memory bomb comes last. Under the nested rig's emulated AMD-V, a
+	// guest that had just filled its memory and then streamed output lost
+	// its machine to the emulator, again and again: the guest triple-faulted
+	// in output_flood_clipped (3 of 3 runs, 2026-12-01, with the jail and
+	// XSAVE each ruled out), or L1's own kernel hit its stack guard page in
+	// exc_page_fault in the VMM's thread (CI-like run, 2026-12-01), which no
+	// VMM can cause. The bomb's own checks (an OOM kill, a cell after it that
+	// answers) are the contract, and they run all the same.
+	t.Run("memory bomb", func(t *testing.T) {
+		r := runCell(t, m, id, "b = []\nwhile True:\n    b.append(bytearray(50 << 20))", 5*time.Minute)
+		if r.KilledBy != cell.KilledByOOM || r.StateKept {
+			t.Errorf("memory bomb: status %s killed_by %q state_kept %v error %+v stderr %q", r.Status, r.KilledBy, r.StateKept, r.Error, lastBytes(r.Stderr, 2000))
+		}
+		r = runCell(t, m, id, "1 + 1", time.Minute)
+		if r.Status != cell.StatusOK {
+			t.Fatalf("sandbox did not recover: %+v", r)
 		}
 	})
 	if t.Failed() { // the sandbox's logs go with it
