@@ -70,7 +70,10 @@ type Options struct {
 	// so a router in front of many daemons can tell from an id alone
 	// which daemon holds it (see ValidNode).
 	Node string
-	Log  *slog.Logger
+	// Templates configures warm starts from templates (template.go);
+	// off unless Enabled.
+	Templates TemplateOptions
+	Log       *slog.Logger
 }
 
 // VMManager is the Manager that runs each sandbox in its own microVM.
@@ -84,6 +87,9 @@ type VMManager struct {
 	closed    bool
 	stopReap  chan struct{}
 	reapDone  chan struct{}
+	// templates owns the warm-start templates (template.go); nil when
+	// they are off.
+	templates *templates
 
 	events EventHub
 }
@@ -114,6 +120,10 @@ type vmSandbox struct {
 	cells     atomic.Int64
 	lastUsed  atomic.Int64 // unix nanoseconds
 	bootMS    atomic.Int64 // how long Create took to boot the VM
+	// startedFrom is Info.StartedFrom.
+	startedFrom string
+	// internal: a template build's VM, which no caller sees.
+	internal bool
 }
 
 func (s *vmSandbox) State() State { return s.state.Load().(State) }
@@ -164,6 +174,9 @@ func NewVMManager(opt Options) (*VMManager, error) {
 		return nil, err
 	}
 	m.recover()
+	if opt.Templates.Enabled {
+		m.templates = newTemplates(m, opt.Templates)
+	}
 	go m.reapLoop()
 	return m, nil
 }
@@ -181,15 +194,16 @@ func (m *VMManager) sandboxDir(id string) string {
 	return filepath.Join(m.opt.StateDir, "sandboxes", id)
 }
 
-// reserve checks the caps and claims an id and a CID.
-func (m *VMManager) reserve(cfg Config) (string, uint64, error) {
+// reserve checks the caps and claims an id and a CID. An internal
+// sandbox (a template build's) counts against the memory cap only.
+func (m *VMManager) reserve(cfg Config, internal bool) (*vmSandbox, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return "", 0, fmt.Errorf("%w: manager is shutting down", ErrBusy)
+		return nil, fmt.Errorf("%w: manager is shutting down", ErrBusy)
 	}
-	if m.opt.MaxSandboxes > 0 && len(m.sandboxes) >= m.opt.MaxSandboxes {
-		return "", 0, fmt.Errorf("%w: %d sandboxes running, the cap is %d", ErrFull, len(m.sandboxes), m.opt.MaxSandboxes)
+	if n := m.countSandboxes(); !internal && m.opt.MaxSandboxes > 0 && n >= m.opt.MaxSandboxes {
+		return nil, fmt.Errorf("%w: %d sandboxes running, the cap is %d", ErrFull, n, m.opt.MaxSandboxes)
 	}
 	if m.opt.MaxMemoryMiB > 0 {
 		used := 0
@@ -197,7 +211,7 @@ func (m *VMManager) reserve(cfg Config) (string, uint64, error) {
 			used += s.cfg.MemoryMiB
 		}
 		if used+cfg.MemoryMiB > m.opt.MaxMemoryMiB {
-			return "", 0, fmt.Errorf("%w: %d MiB of guest memory in use, %d more would pass the cap of %d MiB",
+			return nil, fmt.Errorf("%w: %d MiB of guest memory in use, %d more would pass the cap of %d MiB",
 				ErrFull, used, cfg.MemoryMiB, m.opt.MaxMemoryMiB)
 		}
 	}
@@ -212,10 +226,25 @@ func (m *VMManager) reserve(cfg Config) (string, uint64, error) {
 	m.nextCID++
 	id := newID(m.opt.Node)
 	// Hold the slot while the VM boots, so concurrent creates count it.
-	s := &vmSandbox{id: id, cfg: cfg, cid: cid, created: time.Now(), dir: m.sandboxDir(id)}
+	s := &vmSandbox{id: id, cfg: cfg, cid: cid, created: time.Now(), dir: m.sandboxDir(id), internal: internal}
+	if internal {
+		s.dir = m.templates.buildDir(id)
+	}
 	s.state.Store(StateStarting)
 	m.sandboxes[id] = s
-	return id, cid, nil
+	return s, nil
+}
+
+// countSandboxes counts the sandboxes callers see (not template builds).
+// Caller holds m.mu.
+func (m *VMManager) countSandboxes() int {
+	n := 0
+	for _, s := range m.sandboxes {
+		if !s.internal {
+			n++
+		}
+	}
+	return n
 }
 
 // guestCmdline is the kernel command line of a sandbox's guest.
@@ -225,11 +254,13 @@ func guestCmdline() string {
 
 // Create implements Manager.
 func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err error) {
-	var fork *snapshotMeta // a fork of a snapshot (snapshot.go)
+	var from *restoreSource // a fork of a snapshot (snapshot.go) or a template
 	if cfg.Snapshot != "" {
+		var fork *snapshotMeta
 		if cfg, fork, err = m.forkConfig(cfg); err != nil {
 			return Info{}, err
 		}
+		from = &restoreSource{dir: m.snapshotDir(fork.Info.ID), name: "snapshot " + fork.Info.ID, startedFrom: StartedFromSnapshot}
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -244,26 +275,65 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 			return Info{}, fmt.Errorf("%w: network: %v", ErrInvalid, err)
 		}
 	}
-	id, cid, err := m.reserve(cfg)
+	var tpl *templateUse
+	if from == nil {
+		tpl = m.templates.use(cfg, policy)
+		if tpl != nil {
+			from = &tpl.source
+		}
+	}
+	s, err := m.launch(ctx, cfg, policy, from, false)
+	if err != nil && tpl != nil && ctx.Err() == nil && !errors.Is(err, ErrFull) && !errors.Is(err, ErrBusy) {
+		// A create never fails for its template: it boots.
+		m.templates.broken(tpl, err)
+		s, err = m.launch(ctx, cfg, policy, nil, false)
+	}
 	if err != nil {
 		return Info{}, err
 	}
-	m.mu.Lock()
-	s := m.sandboxes[id]
-	m.mu.Unlock()
+	m.log.Info("sandbox created", "id", s.id, "vcpus", cfg.VCPUs, "memory_mib", cfg.MemoryMiB, "started_from", s.startedFrom, "boot_ms", s.bootMS.Load())
+	m.events.Publish(Event{Type: EventCreated, Sandbox: s.id})
+	return m.info(s), nil
+}
+
+// restoreSource is a snapshot directory (a user's snapshot or a template)
+// that a VM restores instead of booting.
+type restoreSource struct {
+	dir         string
+	name        string // for errors: "snapshot snap-...", "template ..."
+	startedFrom string
+}
+
+// launch starts a running sandbox of cfg: booted, or restored from from.
+// An internal sandbox (a template build's) lives under the templates'
+// directory, is neither listed nor watched, and does not count against
+// the cap on sandboxes. A failed launch leaves nothing behind.
+func (m *VMManager) launch(ctx context.Context, cfg Config, policy netpolicy.Policy, from *restoreSource, internal bool) (s *vmSandbox, err error) {
+	s, err = m.reserve(cfg, internal)
+	if err != nil {
+		return nil, err
+	}
+	id, cid := s.id, s.cid
 	defer func() {
 		if err != nil {
 			m.destroy(s)
 		}
 	}()
+	s.startedFrom = StartedFromBoot
+	if from != nil {
+		s.startedFrom = from.startedFrom
+	}
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
-		return Info{}, fmt.Errorf("sandbox directory: %w", err)
+		return nil, fmt.Errorf("sandbox directory: %w", err)
 	}
 	if err := writeConfig(s.dir, cfg); err != nil {
-		return Info{}, err
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, startedFromFile), []byte(s.startedFrom), 0o600); err != nil {
+		return nil, fmt.Errorf("sandbox directory: %w", err)
 	}
 	if err := os.Mkdir(runDir(s.dir), 0o755); err != nil {
-		return Info{}, fmt.Errorf("sandbox run directory: %w", err)
+		return nil, fmt.Errorf("sandbox run directory: %w", err)
 	}
 	uds := filepath.Join(runDir(s.dir), vsockFile)
 	spec := VMSpec{
@@ -280,7 +350,7 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 	}
 	if !policy.Empty() {
 		if s.net, err = m.opt.Net.Attach(ctx, id, policy); err != nil {
-			return Info{}, fmt.Errorf("network: %w", err)
+			return nil, fmt.Errorf("network: %w", err)
 		}
 		copy(spec.MAC[:], s.net.MAC)
 		spec.Cmdline += " " + s.net.KernelArgs()
@@ -291,29 +361,29 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 		// VMM needs neither /dev/net/tun nor CAP_NET_ADMIN.
 		tap, err := vnet.OpenTAP(s.net.TAP)
 		if err != nil {
-			return Info{}, fmt.Errorf("network: %w", err)
+			return nil, fmt.Errorf("network: %w", err)
 		}
 		defer tap.Close()
 		launch.files = append(launch.files, tap)
 		spec.TAPFD = 3
 	}
-	if fork != nil {
-		files, err := m.forkFiles(fork, &spec, &launch)
+	if from != nil {
+		files, err := restoreFiles(from, &spec, &launch)
 		if err != nil {
-			return Info{}, err
+			return nil, err
 		}
 		defer closeFiles(files)
 	}
 	if m.opt.Jail != nil {
 		if s.cgroup, err = m.opt.Jail.jailVM(id, s.dir, cid, &spec); err != nil {
-			return Info{}, fmt.Errorf("jail the VMM: %w", err)
+			return nil, fmt.Errorf("jail the VMM: %w", err)
 		}
 		launch.cgroup = s.cgroup
 	}
 	spec.TestHooks = m.opt.TestHooks
 	start := time.Now()
 	if s.proc, err = startVM(m.opt.Exe, s.dir, spec, launch); err != nil {
-		return Info{}, err
+		return nil, err
 	}
 	bootCtx, cancel := context.WithTimeout(ctx, m.opt.BootTimeout)
 	defer cancel()
@@ -341,26 +411,27 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 	}
 	if err == nil && len(cfg.Env) > 0 {
 		// The guest's processes get the sandbox's env from its agent,
-		// before the first cell starts the interpreter.
+		// before the first cell starts the interpreter. A restored guest
+		// whose interpreter runs starts a new one for it.
 		if err = s.agent.SetEnv(bootCtx, cfg.Env); err != nil {
 			err = fmt.Errorf("giving the guest its env: %w", err)
 		}
 	}
 	if err != nil {
-		return Info{}, err
+		return nil, err
 	}
-	if fork != nil {
+	if from != nil {
 		if err := m.newMachine(ctx, s); err != nil {
-			return Info{}, err
+			return nil, err
 		}
 	}
 	s.bootMS.Store(time.Since(start).Milliseconds())
 	s.state.Store(StateRunning)
 	s.lastUsed.Store(time.Now().UnixNano())
-	go m.watch(s)
-	m.log.Info("sandbox created", "id", id, "vcpus", cfg.VCPUs, "memory_mib", cfg.MemoryMiB, "boot_ms", s.bootMS.Load())
-	m.events.Publish(Event{Type: EventCreated, Sandbox: id})
-	return m.info(s), nil
+	if !internal {
+		go m.watch(s)
+	}
+	return s, nil
 }
 
 // watch marks a sandbox lost when its VMM process dies on its own.
@@ -454,7 +525,9 @@ func (m *VMManager) destroy(s *vmSandbox) {
 	if s.proc != nil {
 		select {
 		case <-s.proc.done: // died on its own before watch noticed: say so
-			m.markLost(s)
+			if !s.internal {
+				m.markLost(s)
+			}
 		default:
 		}
 	}
@@ -495,7 +568,7 @@ func (m *VMManager) get(id string) (*vmSandbox, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, ok := m.sandboxes[id]
-	if !ok || s.State() == StateStopping {
+	if !ok || s.internal || s.State() == StateStopping {
 		return nil, fmt.Errorf("%w: no sandbox %q", ErrNotFound, clip(id, 64))
 	}
 	return s, nil
@@ -542,7 +615,7 @@ func (m *VMManager) info(s *vmSandbox) Info {
 	in := Info{
 		ID: s.id, State: s.State(), Config: cfg, CreatedAt: s.created,
 		UptimeS: time.Since(s.created).Seconds(), Cells: int(s.cells.Load()), CellRunning: s.cellRunning.Load(),
-		BootMS: s.bootMS.Load(),
+		BootMS: s.bootMS.Load(), StartedFrom: s.startedFrom,
 	}
 	if s.proc != nil && s.proc.alive() {
 		in.Usage = procUsage(s.proc.pid)
@@ -568,7 +641,9 @@ func (m *VMManager) List(ctx context.Context) ([]Info, error) {
 	m.mu.Lock()
 	ss := make([]*vmSandbox, 0, len(m.sandboxes))
 	for _, s := range m.sandboxes {
-		ss = append(ss, s)
+		if !s.internal {
+			ss = append(ss, s)
+		}
 	}
 	m.mu.Unlock()
 	out := make([]Info, 0, len(ss))
@@ -891,7 +966,7 @@ func (m *VMManager) reapLoop() {
 		expired := map[*vmSandbox]string{}
 		now := time.Now()
 		for _, s := range m.sandboxes {
-			if s.State() == StateStarting || s.State() == StateStopping {
+			if s.internal || s.State() == StateStarting || s.State() == StateStopping {
 				continue
 			}
 			// A TTL holds whatever the sandbox is doing. A running cell
@@ -921,20 +996,26 @@ func (m *VMManager) Close() error {
 		return nil
 	}
 	m.closed = true
+	m.mu.Unlock()
+	close(m.stopReap)
+	<-m.reapDone
+	// The template builder ends its build, if any, and removes its VM.
+	m.templates.Close()
+	m.mu.Lock()
 	ss := make([]*vmSandbox, 0, len(m.sandboxes))
 	for _, s := range m.sandboxes {
 		ss = append(ss, s)
 	}
 	m.mu.Unlock()
-	close(m.stopReap)
-	<-m.reapDone
 	var wg sync.WaitGroup
 	for _, s := range ss {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			m.destroy(s)
-			m.events.Publish(Event{Type: EventDeleted, Sandbox: s.id, Reason: DeletedByShutdown})
+			if !s.internal {
+				m.events.Publish(Event{Type: EventDeleted, Sandbox: s.id, Reason: DeletedByShutdown})
+			}
 		}()
 	}
 	wg.Wait()

@@ -120,6 +120,38 @@ type Capacity struct {
 	MaxMemoryMiB  int `json:"max_memory_mib"`
 	MemoryMiBUsed int `json:"memory_mib_used"`
 	VCPUsUsed     int `json:"vcpus_used"`
+	// Templates are the warm-start templates the daemon keeps, one per
+	// machine shape asked for (none when templates are off). A template
+	// build's VM counts in MemoryMiBUsed and VCPUsUsed, not in Sandboxes.
+	Templates []TemplateInfo `json:"templates,omitempty"`
+}
+
+// TemplateState is where a template is in its life: pending (asked for,
+// not built yet, or its files changed), building, ready (plain creates of
+// its shape restore it), failed (its build or a restore from it failed;
+// it is built again later).
+type TemplateState string
+
+const (
+	TemplatePending  TemplateState = "pending"
+	TemplateBuilding TemplateState = "building"
+	TemplateReady    TemplateState = "ready"
+	TemplateFailed   TemplateState = "failed"
+)
+
+// TemplateInfo describes one template.
+type TemplateInfo struct {
+	VCPUs     int           `json:"vcpus"`
+	MemoryMiB int           `json:"memory_mib"`
+	Root      bool          `json:"root"`
+	State     TemplateState `json:"state"`
+	// Key names the guest files (kernel, initramfs, root image, VMM) and
+	// shape the template was built from, or is being built from.
+	Key       string     `json:"key,omitempty"`
+	BuiltAt   *time.Time `json:"built_at,omitempty"`
+	SizeBytes int64      `json:"size_bytes,omitempty"`
+	// Error says why the last build or restore failed.
+	Error string `json:"error,omitempty"`
 }
 
 // MaxNodeLen bounds a node name in sandbox ids.

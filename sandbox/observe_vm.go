@@ -50,11 +50,12 @@ func (m *VMManager) Logs(ctx context.Context, id string, req LogRequest, onLine 
 // Capacity implements Manager.
 func (m *VMManager) Capacity(ctx context.Context) (Capacity, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	c := Capacity{MaxSandboxes: m.opt.MaxSandboxes, MaxMemoryMiB: m.opt.MaxMemoryMiB, Sandboxes: len(m.sandboxes)}
+	c := Capacity{MaxSandboxes: m.opt.MaxSandboxes, MaxMemoryMiB: m.opt.MaxMemoryMiB, Sandboxes: m.countSandboxes()}
 	for _, s := range m.sandboxes {
 		c.MemoryMiBUsed += s.cfg.MemoryMiB
 		c.VCPUsUsed += s.cfg.VCPUs
 	}
+	m.mu.Unlock()
+	c.Templates = m.templates.list()
 	return c, nil
 }

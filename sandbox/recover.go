@@ -60,6 +60,12 @@ func (m *VMManager) recover() {
 			json.Unmarshal(b, &s.cfg)
 		}
 		s.cfg = s.cfg.WithDefaults()
+		if b, err := os.ReadFile(filepath.Join(dir, startedFromFile)); err == nil {
+			switch from := string(b); from {
+			case StartedFromBoot, StartedFromTemplate, StartedFromSnapshot:
+				s.startedFrom = from
+			}
+		}
 		s.state.Store(StateRunning)
 		s.lastUsed.Store(time.Now().UnixNano())
 		m.sandboxes[id] = s

@@ -262,19 +262,18 @@ func (m *VMManager) forkConfig(cfg Config) (Config, *snapshotMeta, error) {
 	return cfg, meta, nil
 }
 
-// forkFiles opens the snapshot's files for the fork's VMM (which inherits
-// them) and points its spec at them. The caller closes the files once the
-// VMM has started.
-func (m *VMManager) forkFiles(meta *snapshotMeta, spec *VMSpec, l *vmLaunch) ([]*os.File, error) {
-	dir := m.snapshotDir(meta.Info.ID)
-	state, err := os.Open(filepath.Join(dir, snapStateFile))
+// restoreFiles opens the snapshot's files in from for the VMM (which
+// inherits them) and points its spec at them. The caller closes the files
+// once the VMM has started.
+func restoreFiles(from *restoreSource, spec *VMSpec, l *vmLaunch) ([]*os.File, error) {
+	state, err := os.Open(filepath.Join(from.dir, snapStateFile))
 	if err != nil {
-		return nil, fmt.Errorf("snapshot %s: %w", meta.Info.ID, err)
+		return nil, fmt.Errorf("%s: %w", from.name, err)
 	}
-	mem, err := os.Open(filepath.Join(dir, snapMemFile))
+	mem, err := os.Open(filepath.Join(from.dir, snapMemFile))
 	if err != nil {
 		state.Close()
-		return nil, fmt.Errorf("snapshot %s: %w", meta.Info.ID, err)
+		return nil, fmt.Errorf("%s: %w", from.name, err)
 	}
 	// ExtraFiles[i] is descriptor 3+i in the VMM.
 	spec.Restore = &VMRestore{StateFD: 3 + len(l.files), MemoryFD: 4 + len(l.files)}

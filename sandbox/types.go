@@ -134,7 +134,26 @@ type Config struct {
 	// snapshot's (zero, or the same values), and so is Root (true only
 	// for a snapshot of a root sandbox).
 	Snapshot string
+	// Start says how a sandbox without Snapshot starts: StartDefault
+	// ("") or StartTemplate restore the daemon's template for the
+	// sandbox's machine when one is ready and the sandbox can use it
+	// (see template.go), and boot otherwise; StartCold always boots.
+	Start string
 }
+
+// Config.Start's values.
+const (
+	StartDefault  = ""
+	StartTemplate = "template"
+	StartCold     = "cold"
+)
+
+// Info.StartedFrom's values: how the sandbox's VM started.
+const (
+	StartedFromTemplate = "template"
+	StartedFromBoot     = "boot"
+	StartedFromSnapshot = "snapshot"
+)
 
 // configJSON is Config's wire form.
 type configJSON struct {
@@ -146,6 +165,7 @@ type configJSON struct {
 	Network      *NetworkPolicy    `json:"network,omitempty"`
 	Root         bool              `json:"root,omitempty"`
 	Snapshot     string            `json:"snapshot,omitempty"`
+	Start        string            `json:"start,omitempty"`
 }
 
 // MarshalJSON writes the wire form; durations are rounded down to seconds.
@@ -159,6 +179,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		Network:      c.Network,
 		Root:         c.Root,
 		Snapshot:     c.Snapshot,
+		Start:        c.Start,
 	})
 }
 
@@ -181,6 +202,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		Network:     w.Network,
 		Root:        w.Root,
 		Snapshot:    w.Snapshot,
+		Start:       w.Start,
 	}
 	return nil
 }
@@ -234,6 +256,14 @@ func (c Config) Validate() error {
 	}
 	if c.Snapshot != "" && !ValidSnapshotID(c.Snapshot) {
 		return fmt.Errorf("%w: snapshot %q is not a snapshot id (snap- and 12 hex digits)", ErrInvalid, clip(c.Snapshot, 64))
+	}
+	switch c.Start {
+	case StartDefault, StartTemplate, StartCold:
+	default:
+		return fmt.Errorf("%w: start %q: want %q or %q (or none)", ErrInvalid, clip(c.Start, 64), StartTemplate, StartCold)
+	}
+	if c.Start != StartDefault && c.Snapshot != "" {
+		return fmt.Errorf("%w: start %q with snapshot: a fork starts from its snapshot", ErrInvalid, c.Start)
 	}
 	return nil
 }
@@ -318,6 +348,9 @@ type Info struct {
 	// answer (0: not known, as for a sandbox taken back from an earlier
 	// daemon).
 	BootMS int64 `json:"boot_ms,omitempty"`
+	// StartedFrom is how the VM started: StartedFromTemplate,
+	// StartedFromBoot or StartedFromSnapshot ("" when not known).
+	StartedFrom string `json:"started_from,omitempty"`
 }
 
 // KilledByProtocol is LostInfo.KilledBy when the daemon stopped a VM

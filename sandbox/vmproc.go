@@ -86,6 +86,9 @@ const (
 	vmmLogFile  = "vmm.log"
 	vsockFile   = "vsock.sock"
 	controlFile = "control.sock"
+	// startedFromFile holds Info.StartedFrom, for a daemon that takes the
+	// sandbox back.
+	startedFromFile = "started_from"
 )
 
 // startVM writes spec into dir and starts exe (the cellvm binary) as the
