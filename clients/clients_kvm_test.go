@@ -29,7 +29,7 @@ func realDaemon(t *testing.T) string {
 		t.Fatal(err)
 	}
 	sock, state := filepath.Join(dir, "cellvm.sock"), filepath.Join(dir, "state")
-	cmd := exec.Command(kvmtest.BuildFile(t, "bin/cellvm"), "serve", "--socket", sock, "--state-dir", state, "--network=false", "--cell-timeout", "10m")
+	cmd := exec.Command(kvmtest.BuildFile(t, "bin/cellvm"), "serve", "--socket", sock, "--state-dir", state, "--network=false", "--templates=false", "--cell-timeout", "10m")
 	cmd.Env = append(os.Environ(),
 		"CELLVM_KERNEL="+kvmtest.BuildFile(t, "kernel/vmlinux"),
 		"CELLVM_INITRD="+kvmtest.BuildFile(t, "initramfs.cpio"),

@@ -17,6 +17,9 @@ type envInterp struct {
 	diesInterp
 	mu  sync.Mutex
 	env map[string]string
+	// restored: the fake VM started from a snapshot (the cell "started"
+	// says "restored" or "booted").
+	restored bool
 }
 
 func (e *envInterp) SetEnv(env map[string]string) error {
@@ -27,7 +30,16 @@ func (e *envInterp) SetEnv(env map[string]string) error {
 }
 
 func (e *envInterp) Run(ctx context.Context, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
-	if code != "env" {
+	switch code {
+	case "env":
+	case "started":
+		if e.restored {
+			return cell.Result{Status: cell.StatusOK, Stdout: "restored"}, nil
+		}
+		return cell.Result{Status: cell.StatusOK, Stdout: "booted"}, nil
+	case templateWarmCode:
+		return fakeWarm(ctx)
+	default:
 		return e.diesInterp.Run(ctx, code, timeout, onEvent)
 	}
 	e.mu.Lock()

@@ -23,12 +23,26 @@ import (
 // no KVM: it serves a real agent on the spec's vsock socket (Firecracker's
 // CONNECT handshake included) over diesInterp. It returns the exit code.
 func fakeAgentVMM(args []string) int {
-	_, ln, err := fakeVMMStart(args)
+	spec, ln, err := fakeVMMStart(args)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fake vmm:", err)
 		return 1
 	}
-	fmt.Println("fake guest: booted") // the console
+	if spec.Restore != nil {
+		if err := fakeRestore(spec.Restore); err != nil {
+			fmt.Fprintln(os.Stderr, "fake vmm: restore:", err)
+			return 1
+		}
+		fmt.Println("fake guest: restored") // the console
+	} else {
+		fmt.Println("fake guest: booted") // the console
+	}
+	if spec.Control != "" {
+		if err := fakeControl(spec.Control); err != nil {
+			fmt.Fprintln(os.Stderr, "fake vmm: control socket:", err)
+			return 1
+		}
+	}
 	var mu sync.Mutex
 	var conns []net.Conn
 	dying := func() { // the agent dies first; the kernel panics a second later
@@ -38,8 +52,9 @@ func fakeAgentVMM(args []string) int {
 		}
 		mu.Unlock()
 	}
-	srv := agent.NewServer(agent.Config{Interp: &envInterp{diesInterp: diesInterp{dying: dying}}, Software: "fake-agent",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := agent.NewServer(agent.Config{Interp: &envInterp{diesInterp: diesInterp{dying: dying}, restored: spec.Restore != nil},
+		Software: "fake-agent", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), NewMachine: fakeNewMachine,
+		OnShutdown: func() { os.Exit(0) }})
 	return fakeVMMServe(ln, func(nc net.Conn) {
 		mu.Lock()
 		conns = append(conns, nc)

@@ -176,6 +176,7 @@ func NewVMManager(opt Options) (*VMManager, error) {
 	m.recover()
 	if opt.Templates.Enabled {
 		m.templates = newTemplates(m, opt.Templates)
+		m.templates.start()
 	}
 	go m.reapLoop()
 	return m, nil
@@ -308,8 +309,8 @@ type restoreSource struct {
 // An internal sandbox (a template build's) lives under the templates'
 // directory, is neither listed nor watched, and does not count against
 // the cap on sandboxes. A failed launch leaves nothing behind.
-func (m *VMManager) launch(ctx context.Context, cfg Config, policy netpolicy.Policy, from *restoreSource, internal bool) (s *vmSandbox, err error) {
-	s, err = m.reserve(cfg, internal)
+func (m *VMManager) launch(ctx context.Context, cfg Config, policy netpolicy.Policy, from *restoreSource, internal bool) (_ *vmSandbox, err error) {
+	s, err := m.reserve(cfg, internal)
 	if err != nil {
 		return nil, err
 	}

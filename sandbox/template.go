@@ -135,8 +135,8 @@ type templates struct {
 
 // newTemplates takes over the state directory's templates/ (keeping the
 // templates still current, removing the rest and any build an earlier
-// daemon left), asks for the default shape's template, and starts the
-// builder.
+// daemon left) and asks for the default shape's template; start starts
+// the builder.
 func newTemplates(m *VMManager, opt TemplateOptions) *templates {
 	if opt.MaxTemplates <= 0 {
 		opt.MaxTemplates = 4
@@ -162,9 +162,11 @@ func newTemplates(m *VMManager, opt TemplateOptions) *templates {
 	ts.mu.Lock()
 	ts.wantLocked(shapeOf(Config{}.WithDefaults()), time.Now())
 	ts.mu.Unlock()
-	go ts.run()
 	return ts
 }
+
+// start starts the builder, once the manager holds ts.
+func (ts *templates) start() { go ts.run() }
 
 func (ts *templates) templateDir(key string) string { return filepath.Join(ts.dir, key) }
 
@@ -272,8 +274,8 @@ func (ts *templates) broken(u *templateUse, err error) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if t := ts.byShape[u.t.shape]; t == u.t && t.state == TemplateReady && t.key == u.key {
-		t.state, t.err, t.failedAt = TemplateFailed, clip("restore: "+err.Error(), 2048), now
 		ts.dropFilesLocked(t)
+		t.state, t.err, t.failedAt = TemplateFailed, clip("restore: "+err.Error(), 2048), now
 	}
 	if now.Sub(ts.lastLog) < templateLogEvery {
 		ts.unlogged++
@@ -287,6 +289,9 @@ func (ts *templates) broken(u *templateUse, err error) {
 // wantLocked records demand for shape's template, making room within the
 // cap by dropping the least recently used one that is not building.
 func (ts *templates) wantLocked(shape templateShape, now time.Time) {
+	if _, ok := ts.byShape[shape]; ok {
+		return
+	}
 	if len(ts.byShape) >= ts.opt.MaxTemplates {
 		var lru *template
 		for _, t := range ts.byShape {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,6 +42,11 @@ func startDaemon(t *testing.T, dir string, flags ...string) *daemon {
 	t.Helper()
 	if len(flags) == 0 {
 		flags = []string{"--network=false"}
+	}
+	// The daemon tests boot cold: a template build would take the rig's
+	// CPUs from them. TestDaemonTemplates turns templates on.
+	if !slices.ContainsFunc(flags, func(f string) bool { return strings.HasPrefix(f, "--templates") }) {
+		flags = append(flags, "--templates=false")
 	}
 	d := &daemon{socket: filepath.Join(dir, "cellvm.sock"), state: filepath.Join(dir, "state"), log: &bytes.Buffer{}}
 	d.cmd = exec.Command(os.Args[0], append([]string{"serve", "--socket", d.socket, "--state-dir", d.state}, flags...)...)

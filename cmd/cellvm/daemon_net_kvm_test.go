@@ -84,7 +84,7 @@ func TestDaemonPolicySurvivesKill9(t *testing.T) {
 	os.Remove(d.socket)
 
 	// Without network support, a daemon refuses this state directory.
-	nonet := exec.Command(os.Args[0], "serve", "--socket", d.socket, "--state-dir", d.state, "--network=false")
+	nonet := exec.Command(os.Args[0], "serve", "--socket", d.socket, "--state-dir", d.state, "--network=false", "--templates=false")
 	nonet.Env = guestEnv(t)
 	var nonetErr bytes.Buffer
 	nonet.Stderr = &nonetErr

@@ -37,6 +37,11 @@ type serveOptions struct {
 	uplink       string
 	consoleMiB   int64
 	publicRanges prefixList
+	// templates: warm starts from a template per machine shape, at
+	// most maxTemplates of them in templatesMiB of disk.
+	templates    bool
+	maxTemplates int
+	templatesMiB int64
 	node         string
 
 	listen      string
@@ -93,6 +98,9 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.BoolVar(&o.network, "network", os.Geteuid() == 0, "enforce network policies (TAP, iptables, DNS; needs root)")
 	fs.StringVar(&o.uplink, "uplink", "", "interface guest traffic leaves through (default: any)")
 	fs.Int64Var(&o.consoleMiB, "console-max-mib", consolelog.DefaultMax>>20, "cap on each sandbox's console log in MiB: the newest output is kept")
+	fs.BoolVar(&o.templates, "templates", true, "start plain creates from a template per VM shape (booted, numpy, pandas and matplotlib imported), built in the background")
+	fs.IntVar(&o.maxTemplates, "max-templates", 4, "cap on templates kept (one per VM shape asked for; the least recently used go)")
+	fs.Int64Var(&o.templatesMiB, "templates-max-mib", 8192, "cap on the templates' disk use in MiB")
 	fs.Var(&o.publicRanges, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses)")
 	fs.StringVar(&o.node, "node", "", "this daemon's node name, written into sandbox ids (sb-NODE-...) for a router in front of many daemons")
 	fs.StringVar(&o.listen, "listen", "", "also serve the API over TLS at tcp://HOST:PORT (needs --token-file)")
@@ -292,6 +300,7 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		MaxSandboxes: o.maxSandboxes, MaxMemoryMiB: o.maxMemory, Log: log,
 		BootTimeout: bootTimeoutFromEnv(), Net: netHost, Jail: jailOpt, ConsoleMaxBytes: o.consoleMiB << 20,
 		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node,
+		Templates: sandbox.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20},
 	})
 	if err != nil {
 		closeNet()
