@@ -1,0 +1,69 @@
+package sandbox
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestTemplateStarts, through the Manager in real microVMs: the default
+// shape's template is built in the background (one boot, the data stack
+// imported, a snapshot); two plain creates start from it with pandas
+// already imported (and no name of the imports in their namespace) and
+// draw different os.urandom bytes; a start "cold" create boots.
+func TestTemplateStarts(t *testing.T) {
+	start := time.Now()
+	m := newRigManagerWith(t, func(o *Options) { o.Templates = TemplateOptions{Enabled: true} })
+	ctx := context.Background()
+	var tpl TemplateInfo
+	for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(time.Second) {
+		c, err := m.Capacity(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Templates) == 1 && c.Templates[0].State == TemplateReady {
+			tpl = c.Templates[0]
+			break
+		}
+		if len(c.Templates) == 1 && c.Templates[0].State == TemplateFailed || time.Now().After(deadline) {
+			t.Fatalf("the default template did not become ready: %+v", c.Templates)
+		}
+	}
+	t.Logf("template %s ready %v after the manager started (a cold boot, the imports, a snapshot): %d bytes on disk",
+		tpl.Key, time.Since(start).Round(time.Millisecond), tpl.SizeBytes)
+
+	var urandom []string
+	for range 2 {
+		start := time.Now()
+		info, err := m.Create(ctx, Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.StartedFrom != StartedFromTemplate {
+			t.Errorf("plain create with a ready template: started_from %q, want %q", info.StartedFrom, StartedFromTemplate)
+		}
+		warm := mainText(t, m, info.ID, "import sys\n('pandas' in sys.modules, 'matplotlib.pyplot' in sys.modules, 'numpy' in globals())")
+		version := mainText(t, m, info.ID, "import pandas; pandas.__version__")
+		t.Logf("template start %s: create to pandas.__version__ (%s) in %v", info.ID, version, time.Since(start).Round(time.Millisecond))
+		if warm != "(True, True, False)" {
+			t.Errorf("template-started sandbox: (pandas imported, pyplot imported, numpy bound) = %s, want (True, True, False)", warm)
+		}
+		urandom = append(urandom, mainText(t, m, info.ID, "import os; os.urandom(16).hex()"))
+	}
+	if urandom[0] == urandom[1] {
+		t.Errorf("two template-started sandboxes drew the same os.urandom bytes: %s", urandom[0])
+	}
+
+	start = time.Now()
+	cold, err := m.Create(ctx, Config{Start: StartCold})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cold.StartedFrom != StartedFromBoot {
+		t.Errorf("start cold: started_from %q, want %q", cold.StartedFrom, StartedFromBoot)
+	}
+	if got := mainText(t, m, cold.ID, "import sys\n'pandas' in sys.modules"); got != "False" {
+		t.Errorf("a cold-booted sandbox has pandas imported before its first cell: %s", got)
+	}
+	t.Logf("cold start %s: create to a first result (no imports) in %v", cold.ID, time.Since(start).Round(time.Millisecond))
+}
