@@ -289,6 +289,10 @@ func TestCellExitCodes(t *testing.T) {
 		t.Fatalf("sandbox create: %+v", r)
 	}
 	id := strings.TrimSpace(r.stdout)
+	var cold sandbox.Info
+	if r := d.cellvm(t, "sandbox", "create", "--cold", "--json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &cold) != nil || cold.Config.Start != sandbox.StartCold {
+		t.Errorf("sandbox create --cold: %+v; want a sandbox whose config says start cold", r)
+	}
 	for _, c := range []struct {
 		code string
 		exit int

@@ -128,6 +128,8 @@ func (a *app) sandboxCreateCommand() *cobra.Command {
 	var ttl, idle time.Duration
 	cmd.Flags().DurationVar(&ttl, "ttl", defaultSandboxTTL, "destroy the sandbox this long after its creation (whole seconds; 0: never)")
 	cmd.Flags().DurationVar(&idle, "idle-timeout", defaultSandboxIdle, "destroy the sandbox after this long unused (whole seconds; 0: never)")
+	var cold bool
+	cmd.Flags().BoolVar(&cold, "cold", false, "boot the sandbox's VM even when the daemon has a template ready for its shape")
 	return a.daemonCommandChecked(cmd, func([]string) error {
 		for _, d := range []struct {
 			name string
@@ -147,6 +149,9 @@ func (a *app) sandboxCreateCommand() *cobra.Command {
 	}, func(ctx context.Context, c *api.Client, _ []string) error {
 		cfg, _ := conf.config()
 		cfg.TTL, cfg.IdleTimeout = ttl, idle
+		if cold {
+			cfg.Start = sandbox.StartCold
+		}
 		info, err := c.Create(ctx, cfg)
 		if err != nil {
 			return err
