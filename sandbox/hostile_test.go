@@ -42,7 +42,14 @@ func fakeHostileVMM(args []string) int {
 // newHostileManager is a manager whose VMs have a hostile agent.
 func newHostileManager(t *testing.T, opt func(*Options)) (*VMManager, string, *lockedBuffer) {
 	t.Helper()
-	t.Setenv("CELLVM_TEST_FAKE_VMM", "hostile")
+	return newRoleManager(t, "hostile", opt)
+}
+
+// newRoleManager is a manager whose VMMs are this test binary in role
+// (CELLVM_TEST_FAKE_VMM: see TestMain), logging into the buffer returned.
+func newRoleManager(t *testing.T, role string, opt func(*Options)) (*VMManager, string, *lockedBuffer) {
+	t.Helper()
+	t.Setenv("CELLVM_TEST_FAKE_VMM", role)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

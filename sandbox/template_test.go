@@ -83,21 +83,12 @@ func fakeWarm(ctx context.Context) (cell.Result, error) {
 // adjusts its options.
 func newTemplateManager(t *testing.T, opt func(*Options)) (*VMManager, string, *lockedBuffer) {
 	t.Helper()
-	t.Setenv("CELLVM_TEST_FAKE_VMM", "agent")
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &lockedBuffer{}
-	m, state := newTestManager(t, exe, func(o *Options) {
-		o.BootTimeout = 30 * time.Second
-		o.Log = slog.New(slog.NewTextHandler(logs, nil))
+	return newRoleManager(t, "agent", func(o *Options) {
 		o.Templates = TemplateOptions{Enabled: true, Retry: time.Hour}
 		if opt != nil {
 			opt(o)
 		}
 	})
-	return m, state, logs
 }
 
 // waitTemplate waits until the template of vcpus and memory reaches
