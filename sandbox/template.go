@@ -429,6 +429,7 @@ func (ts *templates) buildFiles(ctx context.Context, shape templateShape, key, d
 		return templateMeta{}, fmt.Errorf("boot the template's VM: %w", err)
 	}
 	defer ts.m.destroy(s)
+	ts.log.Info("template VM booted; importing the data stack", "shape", shape, "boot_ms", s.bootMS.Load())
 	imports := time.Now()
 	r, err := s.agent.RunCell(ctx, templateWarmCode, ts.opt.BuildTimeout, nil)
 	if err == nil && r.Status != cell.StatusOK {
@@ -437,8 +438,7 @@ func (ts *templates) buildFiles(ctx context.Context, shape templateShape, key, d
 	if err != nil {
 		return templateMeta{}, fmt.Errorf("import numpy, pandas and matplotlib in the template's VM: %w", err)
 	}
-	ts.log.Info("template VM booted and imported the data stack", "shape", shape, "boot_ms", s.bootMS.Load(),
-		"import_ms", time.Since(imports).Milliseconds())
+	ts.log.Info("template VM imported the data stack; taking its snapshot", "shape", shape, "import_ms", time.Since(imports).Milliseconds())
 	if err := ts.m.takeSnapshot(ctx, s, dir); err != nil {
 		return templateMeta{}, fmt.Errorf("snapshot the template's VM: %w", err)
 	}

@@ -16,7 +16,10 @@ func TestTemplateStarts(t *testing.T) {
 	m := newRigManagerWith(t, func(o *Options) { o.Templates = TemplateOptions{Enabled: true} })
 	ctx := context.Background()
 	var tpl TemplateInfo
-	for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(time.Second) {
+	// Under the rig's 10 min without output, with the state said now and
+	// then.
+	lastSaid := time.Now()
+	for deadline := time.Now().Add(8 * time.Minute); ; time.Sleep(time.Second) {
 		c, err := m.Capacity(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -27,6 +30,10 @@ func TestTemplateStarts(t *testing.T) {
 		}
 		if len(c.Templates) == 1 && c.Templates[0].State == TemplateFailed || time.Now().After(deadline) {
 			t.Fatalf("the default template did not become ready: %+v", c.Templates)
+		}
+		if time.Since(lastSaid) > time.Minute {
+			t.Logf("templates after %v: %+v", time.Since(start).Round(time.Second), c.Templates)
+			lastSaid = time.Now()
 		}
 	}
 	t.Logf("template %s ready %v after the manager started (a cold boot, the imports, a snapshot): %d bytes on disk",

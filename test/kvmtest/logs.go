@@ -14,7 +14,8 @@ import (
 func LogSandboxTails(t testing.TB, stateDir string) {
 	t.Helper()
 	dirs, _ := filepath.Glob(filepath.Join(stateDir, "sandboxes", "*"))
-	for _, d := range dirs {
+	builds, _ := filepath.Glob(filepath.Join(stateDir, "templates", "build-*")) // template builds' VMs
+	for _, d := range append(dirs, builds...) {
 		t.Logf("sandbox %s vmm.log (end):\n%s\nconsole.log (end):\n%s",
 			filepath.Base(d), tailLines(filepath.Join(d, "vmm.log"), 15), tailLines(filepath.Join(d, "console.log"), 40))
 	}
