@@ -62,9 +62,10 @@ func newMachine(cfg vmm.Config, from *SnapshotFiles) (*vmm.Machine, error) {
 
 // serveControl opens the VMM's control socket at path ("" for none) and
 // takes snapshots of m on the requests that come to it: pause, save, then
-// resume or stop the VM; a snapshot that fails leaves the VM running. It
-// must be called before the jail's seccomp filter is installed, which
-// forbids creating sockets. stop closes the socket.
+// resume or (once the reply is sent) stop the VM; a snapshot that fails
+// leaves the VM running. It must be called before the jail's seccomp
+// filter is installed, which forbids creating sockets. stop closes the
+// socket.
 func serveControl(m *vmm.Machine, path string, log *slog.Logger) (stop func(), err error) {
 	if path == "" {
 		return func() {}, nil
@@ -84,10 +85,9 @@ func serveControl(m *vmm.Machine, path string, log *slog.Logger) (stop func(), e
 			return err
 		}
 		if then == control.ThenStop {
-			m.Stop()
-			return nil
+			return nil // paused until Serve has replied and stops it
 		}
 		return m.Resume()
-	}, log)
+	}, m.Stop, log)
 	return func() { ln.Close() }, nil
 }

@@ -48,7 +48,10 @@ type Reply struct {
 }
 
 // Handler takes a snapshot of the VM into state and memory (which it must
-// not close; the server does) and then does what then says.
+// not close; the server does) and then does what then says, except that
+// for ThenStop it leaves the VM paused: Serve ends it (stop) only once the
+// reply is sent, so that a VMM process ending at once cannot lose the
+// answer its requester waits for.
 type Handler func(state, memory *os.File, then Then) error
 
 // maxRequest bounds a request line.
@@ -58,8 +61,10 @@ const maxRequest = 4096
 const requestTimeout = 10 * time.Second
 
 // Serve answers requests on ln until it is closed. Requests are served one
-// at a time, each on the goroutine that accepted it.
-func Serve(ln *net.UnixListener, h Handler, log *slog.Logger) {
+// at a time, each on the goroutine that accepted it. stop ends the VM; it
+// is called after the reply to a ThenStop request whose snapshot was
+// written.
+func Serve(ln *net.UnixListener, h Handler, stop func(), log *slog.Logger) {
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
@@ -70,11 +75,15 @@ func Serve(ln *net.UnixListener, h Handler, log *slog.Logger) {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		serveOne(c, h, log)
+		if serveOne(c, h, log) {
+			stop()
+		}
 	}
 }
 
-func serveOne(c *net.UnixConn, h Handler, log *slog.Logger) {
+// serveOne answers one request and reports whether it asked for the VM to
+// stop after a snapshot that was written.
+func serveOne(c *net.UnixConn, h Handler, log *slog.Logger) (stop bool) {
 	defer c.Close()
 	reply := func(err error) {
 		r := Reply{OK: err == nil}
@@ -94,12 +103,13 @@ func serveOne(c *net.UnixConn, h Handler, log *slog.Logger) {
 	if err != nil {
 		log.Warn("control socket: bad request", "err", err)
 		reply(err)
-		return
+		return false
 	}
 	start := time.Now()
 	err = h(files[0], files[1], req.Then)
 	log.Info("control socket: snapshot", "then", req.Then, "took_ms", time.Since(start).Milliseconds(), "error", err)
 	reply(err)
+	return err == nil && req.Then == ThenStop
 }
 
 // readRequest reads one request and the two descriptors sent with it.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func serve(t *testing.T, h Handler) string {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { Serve(ln, h, slog.New(slog.DiscardHandler)); close(done) }()
+	go func() { Serve(ln, h, func() {}, slog.New(slog.DiscardHandler)); close(done) }()
 	t.Cleanup(func() {
 		ln.Close()
 		<-done // Serve returns once its listener is closed
@@ -137,5 +138,47 @@ func TestNoVMM(t *testing.T) {
 	err := Snapshot(ctx(t), filepath.Join(t.TempDir(), "nobody.sock"), state, memory, ThenResume)
 	if err == nil || !strings.Contains(err.Error(), "control socket") {
 		t.Fatalf("Snapshot to no VMM = %v", err)
+	}
+}
+
+// TestStopComesAfterTheReply: a ThenStop snapshot that was written ends
+// the VM only once its requester has the answer; a ThenResume one, or one
+// that failed, does not end it.
+func TestStopComesAfterTheReply(t *testing.T) {
+	stops := make(chan struct{}, 4)
+	var fail atomic.Bool
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go Serve(ln, func(*os.File, *os.File, Then) error {
+		if fail.Load() {
+			return errors.New("disk full")
+		}
+		return nil
+	}, func() { stops <- struct{}{} }, slog.New(slog.DiscardHandler))
+	state, memory := files(t)
+	if err := Snapshot(ctx(t), sock, state, memory, ThenResume); err != nil {
+		t.Fatal(err)
+	}
+	if err := Snapshot(ctx(t), sock, state, memory, ThenStop); err != nil {
+		t.Fatalf("ThenStop: %v (the reply must come before the stop)", err)
+	}
+	select {
+	case <-stops:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a written ThenStop snapshot did not stop the VM")
+	}
+	fail.Store(true)
+	if err := Snapshot(ctx(t), sock, state, memory, ThenStop); err == nil {
+		t.Fatal("the failing handler's snapshot succeeded")
+	}
+	if err := Snapshot(ctx(t), sock, state, memory, ThenResume); err == nil {
+		t.Fatal("the failing handler's snapshot succeeded")
+	}
+	if len(stops) != 0 {
+		t.Errorf("%d more stops: a ThenResume or a failed snapshot stopped the VM", len(stops))
 	}
 }
