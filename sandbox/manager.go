@@ -73,7 +73,10 @@ type Options struct {
 	// Templates configures warm starts from templates (template.go);
 	// off unless Enabled.
 	Templates TemplateOptions
-	Log       *slog.Logger
+	// MaxImageBytes caps the disk that machine images take (snapshots,
+	// paused sandboxes; diskcap.go); 0 means no cap.
+	MaxImageBytes int64
+	Log           *slog.Logger
 }
 
 // VMManager is the Manager that runs each sandbox in its own microVM.
@@ -92,6 +95,7 @@ type VMManager struct {
 	templates *templates
 
 	events EventHub
+	disk   diskCap // reservations under Options.MaxImageBytes
 }
 
 type vmSandbox struct {
@@ -106,14 +110,17 @@ type vmSandbox struct {
 	cgroup  *jail.Cgroup          // the jailed VMM's cgroup; nil: none
 	lost    atomic.Pointer[LostInfo]
 
-	netMu       sync.Mutex   // guards cfg.Network, which SetNetwork replaces
+	// netMu guards cfg.Network, which SetNetwork replaces, and proc once
+	// the sandbox runs, which a resume replaces (pause.go).
+	netMu sync.Mutex
+	// life serialises pause, resume and destroy (pause.go).
+	life        sync.Mutex
 	state       atomic.Value // State
 	cellRunning atomic.Bool
 	// cellDeadline is when the running cell's host deadline passes (unix
 	// nanoseconds): a cell still "running" after it is stuck on the host
 	// side and no longer holds off idle reaping.
 	cellDeadline atomic.Int64
-	exitSeen     sync.Once // markLost's: the VMM's own exit is handled once
 	// violation is set (once) when the guest broke the agent protocol and
 	// its VM was stopped for it.
 	violation atomic.Pointer[error]
@@ -209,7 +216,7 @@ func (m *VMManager) reserve(cfg Config, internal bool) (*vmSandbox, error) {
 	if m.opt.MaxMemoryMiB > 0 {
 		used := 0
 		for _, s := range m.sandboxes {
-			used += s.cfg.MemoryMiB
+			used += s.heldMemoryMiB()
 		}
 		if used+cfg.MemoryMiB > m.opt.MaxMemoryMiB {
 			return nil, fmt.Errorf("%w: %d MiB of guest memory in use, %d more would pass the cap of %d MiB",
@@ -435,23 +442,34 @@ func (m *VMManager) launch(ctx context.Context, cfg Config, policy netpolicy.Pol
 	return s, nil
 }
 
-// watch marks a sandbox lost when its VMM process dies on its own.
+// watch marks a sandbox lost when its VMM process dies on its own (not
+// when a pause ended it).
 func (m *VMManager) watch(s *vmSandbox) {
-	<-s.proc.done
-	m.markLost(s)
+	p := s.proc
+	<-p.done
+	if !p.ended.Load() {
+		m.markLost(s)
+	}
 }
 
 // markLost moves a running or paused sandbox whose VMM has exited to
 // StateLost and logs why with the ends of its VMM log and console: they are
 // the only account of what happened, and deleting the sandbox removes them.
-// Call it only after the VMM exited. It acts once; a concurrent caller
-// returns only when the first is done, so that whoever saw the VM go (a
-// cell, a delete) never races the log against the sandbox's removal.
+// Call it only after the VMM exited. It acts once per VMM process, and not
+// for one a pause ended; a concurrent caller returns only when the first
+// is done, so that whoever saw the VM go (a cell, a delete) never races
+// the log against the sandbox's removal.
 func (m *VMManager) markLost(s *vmSandbox) {
-	s.exitSeen.Do(func() {
+	s.netMu.Lock()
+	p := s.proc
+	s.netMu.Unlock()
+	if p == nil || p.ended.Load() {
+		return
+	}
+	p.exitSeen.Do(func() {
 		for _, st := range []State{StateRunning, StatePaused} {
 			if s.state.CompareAndSwap(st, StateLost) {
-				why := lostInfo(s.proc.err, readTail(filepath.Join(s.dir, vmmLogFile), 4096))
+				why := lostInfo(p.err, readTail(filepath.Join(s.dir, vmmLogFile), 4096))
 				why.Console = lostConsole(s.dir)
 				msg := "sandbox lost: its VM exited"
 				if v := s.violation.Load(); v != nil {
@@ -461,7 +479,7 @@ func (m *VMManager) markLost(s *vmSandbox) {
 				}
 				s.lost.Store(&why)
 				m.events.Publish(Event{Type: EventLost, Sandbox: s.id, Lost: &why})
-				m.log.Warn(msg, "id", s.id, "error", s.proc.err, "reason", why.Reason, "killed_by", why.KilledBy,
+				m.log.Warn(msg, "id", s.id, "error", p.err, "reason", why.Reason, "killed_by", why.KilledBy,
 					"vmm_log", lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 4096), 10),
 					"console", lastLines(consoleTail(s.dir, 8192), 30))
 				return
@@ -523,6 +541,8 @@ func streamEnded(err error) bool {
 
 // destroy stops the VM and removes everything the sandbox had.
 func (m *VMManager) destroy(s *vmSandbox) {
+	s.life.Lock() // a pause or resume in progress ends first
+	defer s.life.Unlock()
 	if s.proc != nil {
 		select {
 		case <-s.proc.done: // died on its own before watch noticed: say so
@@ -534,7 +554,6 @@ func (m *VMManager) destroy(s *vmSandbox) {
 	}
 	s.state.Store(StateStopping)
 	if s.proc != nil {
-		syscall.Kill(s.proc.pid, syscall.SIGCONT) // a paused VM must run to stop
 		if s.agent != nil && s.proc.alive() {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			s.agent.Shutdown(ctx)
@@ -587,8 +606,12 @@ func (m *VMManager) ready(id string) (*vmSandbox, error) {
 		return s, nil
 	case StateLost:
 		return nil, fmt.Errorf("%w: sandbox %s's VM exited; delete it", ErrLost, id)
-	case StatePaused:
-		return nil, fmt.Errorf("%w: sandbox %s is paused; resume it first", ErrBusy, id)
+	case StatePaused: // a call that needs the guest resumes it
+		if err := m.autoResume(s); err != nil {
+			return nil, err
+		}
+		s.lastUsed.Store(time.Now().UnixNano())
+		return s, nil
 	default:
 		return nil, fmt.Errorf("%w: sandbox %s is %s", ErrBusy, id, s.State())
 	}
@@ -611,15 +634,15 @@ func (m *VMManager) Delete(ctx context.Context, id string) error {
 
 func (m *VMManager) info(s *vmSandbox) Info {
 	s.netMu.Lock()
-	cfg := s.cfg
+	cfg, proc := s.cfg, s.proc
 	s.netMu.Unlock()
 	in := Info{
 		ID: s.id, State: s.State(), Config: cfg, CreatedAt: s.created,
 		UptimeS: time.Since(s.created).Seconds(), Cells: int(s.cells.Load()), CellRunning: s.cellRunning.Load(),
 		BootMS: s.bootMS.Load(), StartedFrom: s.startedFrom,
 	}
-	if s.proc != nil && s.proc.alive() {
-		in.Usage = procUsage(s.proc.pid)
+	if proc != nil && proc.alive() {
+		in.Usage = procUsage(proc.pid)
 	}
 	if s.net != nil {
 		in.Network.AllowedPackets, in.Network.DroppedPackets = s.net.Counters()
@@ -917,41 +940,6 @@ func (m *VMManager) SetNetwork(ctx context.Context, id string, p NetworkPolicy) 
 	return nil
 }
 
-// Pause implements Manager by stopping the VMM process: its vCPU threads
-// stop with it, and the guest resumes where it was on SIGCONT.
-func (m *VMManager) Pause(ctx context.Context, id string) error {
-	s, err := m.ready(id)
-	if err != nil {
-		return err
-	}
-	if s.cellRunning.Load() {
-		return fmt.Errorf("%w: a cell is running; interrupt it or wait", ErrBusy)
-	}
-	if err := syscall.Kill(s.proc.pid, syscall.SIGSTOP); err != nil {
-		return fmt.Errorf("pause: %w", err)
-	}
-	s.state.Store(StatePaused)
-	m.events.Publish(Event{Type: EventPaused, Sandbox: id})
-	return nil
-}
-
-// Resume implements Manager.
-func (m *VMManager) Resume(ctx context.Context, id string) error {
-	s, err := m.get(id)
-	if err != nil {
-		return err
-	}
-	if s.State() != StatePaused {
-		return fmt.Errorf("%w: sandbox %s is %s, not paused", ErrBusy, id, s.State())
-	}
-	if err := syscall.Kill(s.proc.pid, syscall.SIGCONT); err != nil {
-		return fmt.Errorf("resume: %w", err)
-	}
-	s.state.Store(StateRunning)
-	m.events.Publish(Event{Type: EventResumed, Sandbox: id})
-	return nil
-}
-
 // reapLoop deletes sandboxes past their TTL or idle timeout.
 func (m *VMManager) reapLoop() {
 	defer close(m.reapDone)
@@ -981,6 +969,7 @@ func (m *VMManager) reapLoop() {
 			}
 		}
 		m.mu.Unlock()
+		m.pauseIdle(now)
 		for s, why := range expired {
 			m.log.Info("sandbox expired", "id", s.id, "reason", why)
 			m.destroy(s)

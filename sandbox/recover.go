@@ -21,6 +21,7 @@ import (
 // leaks across daemon restarts.
 func (m *VMManager) recover() {
 	defer m.recoverNetwork()
+	m.sweepPartialSnapshots()
 	dirs, _ := filepath.Glob(filepath.Join(m.opt.StateDir, "sandboxes", "sb-*"))
 	for _, dir := range dirs {
 		id := filepath.Base(dir)
@@ -42,6 +43,12 @@ func (m *VMManager) recover() {
 		}
 		if spec.Jail != nil && spec.Jail.Cgroup != "" {
 			s.cgroup = jail.CgroupAt(spec.Jail.Cgroup)
+		}
+		pausedBack := s.proc == nil && m.takeBackPaused(s, spec)
+		if pausedBack {
+			err = nil
+		} else if err == nil {
+			keepBacking(dir)
 		}
 		if err != nil || spec.Vsock == nil {
 			m.log.Warn("cleaning up a sandbox left by an earlier daemon", "id", id, "reason", err)
@@ -66,12 +73,16 @@ func (m *VMManager) recover() {
 				s.startedFrom = from
 			}
 		}
-		s.state.Store(StateRunning)
 		s.lastUsed.Store(time.Now().UnixNano())
 		m.sandboxes[id] = s
 		if s.cid >= m.nextCID {
 			m.nextCID = s.cid + 1
 		}
+		if pausedBack {
+			m.log.Info("took back a paused sandbox", "id", id)
+			continue
+		}
+		s.state.Store(StateRunning)
 		go m.watch(s)
 		m.log.Info("took back a running sandbox", "id", id, "pid", s.proc.pid)
 	}

@@ -87,6 +87,11 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (SnapshotInfo, erro
 	if _, err := os.Stat(hostControlPath(s.dir)); err != nil {
 		return SnapshotInfo{}, fmt.Errorf("%w: sandbox %s's VMM has no control socket (it was started by an older cellvm)", ErrNotSupported, id)
 	}
+	release, err := m.disk.reserve(m, "snapshot", id, imageBound(s.cfg.MemoryMiB))
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	defer release()
 	snapID := newSnapshotID()
 	dir := m.snapshotDir(snapID)
 	tmp := dir + partialSuffix
@@ -100,7 +105,7 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (SnapshotInfo, erro
 		}
 	}()
 	start := time.Now()
-	if err := m.takeSnapshot(ctx, s, tmp); err != nil {
+	if err := m.takeSnapshot(ctx, s, tmp, control.ThenResume); err != nil {
 		if !s.proc.alive() {
 			m.markLost(s)
 			return SnapshotInfo{}, fmt.Errorf("%w: sandbox %s's VM exited during the snapshot", ErrLost, id)
@@ -138,9 +143,9 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (SnapshotInfo, erro
 	return meta.Info, nil
 }
 
-// takeSnapshot has the sandbox's VMM write its snapshot into dir and carry
-// on.
-func (m *VMManager) takeSnapshot(ctx context.Context, s *vmSandbox, dir string) error {
+// takeSnapshot has the sandbox's VMM write its snapshot into dir and then
+// carry on or end (then).
+func (m *VMManager) takeSnapshot(ctx context.Context, s *vmSandbox, dir string, then control.Then) error {
 	state, err := os.OpenFile(filepath.Join(dir, snapStateFile), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
 		return err
@@ -153,7 +158,7 @@ func (m *VMManager) takeSnapshot(ctx context.Context, s *vmSandbox, dir string) 
 	defer mem.Close()
 	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
 	defer cancel()
-	return control.Snapshot(ctx, hostControlPath(s.dir), state, mem, control.ThenResume)
+	return control.Snapshot(ctx, hostControlPath(s.dir), state, mem, then)
 }
 
 // diskUsage is the bytes a file takes on disk (a memory file has holes).

@@ -19,6 +19,7 @@ import (
 	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/netpolicy"
+	"github.com/cellvm/cellvm/vmm/control"
 )
 
 // Templates are warm starts. Most of a cold sandbox's wait for its first
@@ -439,7 +440,7 @@ func (ts *templates) buildFiles(ctx context.Context, shape templateShape, key, d
 		return templateMeta{}, fmt.Errorf("import numpy, pandas and matplotlib in the template's VM: %w", err)
 	}
 	ts.log.Info("template VM imported the data stack; taking its snapshot", "shape", shape, "import_ms", time.Since(imports).Milliseconds())
-	if err := ts.m.takeSnapshot(ctx, s, dir); err != nil {
+	if err := ts.m.takeSnapshot(ctx, s, dir, control.ThenResume); err != nil {
 		return templateMeta{}, fmt.Errorf("snapshot the template's VM: %w", err)
 	}
 	meta := templateMeta{Key: key, Shape: shape, BuiltAt: time.Now().UTC(),

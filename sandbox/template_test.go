@@ -43,7 +43,7 @@ func fakeRestore(r *VMRestore) error {
 }
 
 // fakeControl serves the VMM's control socket: a snapshot writes the fake
-// state and some memory, and the VM carries on.
+// state and some memory, and the VM carries on (or, asked to stop, ends).
 func fakeControl(path string) error {
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
@@ -55,7 +55,7 @@ func fakeControl(path string) error {
 		}
 		_, err := memory.WriteString("fake guest memory")
 		return err
-	}, slog.New(slog.DiscardHandler))
+	}, func() { os.Exit(0) }, slog.New(slog.DiscardHandler))
 	return nil
 }
 

@@ -66,7 +66,7 @@ const (
 	MaxEnvValueBytes = 32 << 10
 	MaxEnvTotalBytes = 256 << 10
 
-	// MaxTTL bounds ttl_s and idle_timeout_s (30 days).
+	// MaxTTL bounds ttl_s, idle_timeout_s and idle_pause_s (30 days).
 	MaxTTL = 30 * 24 * time.Hour
 
 	MaxAllowEntries    = 256
@@ -110,8 +110,8 @@ func (p NetworkPolicy) Validate() error {
 // MemoryMiB mean the defaults (see WithDefaults); a zero TTL or IdleTimeout
 // means none.
 //
-// Its JSON form is {vcpus, memory_mib, env, ttl_s, idle_timeout_s, root,
-// network: {allow}} with whole seconds, and decoding it is strict: an
+// Its JSON form is {vcpus, memory_mib, env, ttl_s, idle_timeout_s,
+// idle_pause_s, root, network: {allow}} with whole seconds, and decoding it is strict: an
 // unknown field is an error, because a misspelt limit ("memory_mb") that
 // was silently ignored would create a sandbox the caller did not ask for.
 type Config struct {
@@ -120,6 +120,10 @@ type Config struct {
 	Env         map[string]string
 	TTL         time.Duration
 	IdleTimeout time.Duration
+	// IdlePause, when set, pauses the sandbox to disk once it has been
+	// idle that long (its memory goes back to the host; the next call
+	// resumes it). TTL and IdleTimeout still apply to a paused sandbox.
+	IdlePause time.Duration
 	// Network nil means no network device.
 	Network *NetworkPolicy
 	// Root runs cells and commands as root in the guest, for users who
@@ -162,6 +166,7 @@ type configJSON struct {
 	Env          map[string]string `json:"env,omitempty"`
 	TTLS         int64             `json:"ttl_s"`
 	IdleTimeoutS int64             `json:"idle_timeout_s"`
+	IdlePauseS   int64             `json:"idle_pause_s,omitempty"`
 	Network      *NetworkPolicy    `json:"network,omitempty"`
 	Root         bool              `json:"root,omitempty"`
 	Snapshot     string            `json:"snapshot,omitempty"`
@@ -176,6 +181,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		Env:          c.Env,
 		TTLS:         int64(c.TTL / time.Second),
 		IdleTimeoutS: int64(c.IdleTimeout / time.Second),
+		IdlePauseS:   int64(c.IdlePause / time.Second),
 		Network:      c.Network,
 		Root:         c.Root,
 		Snapshot:     c.Snapshot,
@@ -199,6 +205,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		Env:         w.Env,
 		TTL:         secondsToDuration(w.TTLS),
 		IdleTimeout: secondsToDuration(w.IdleTimeoutS),
+		IdlePause:   secondsToDuration(w.IdlePauseS),
 		Network:     w.Network,
 		Root:        w.Root,
 		Snapshot:    w.Snapshot,
@@ -248,6 +255,9 @@ func (c Config) Validate() error {
 	}
 	if c.IdleTimeout < 0 || c.IdleTimeout > MaxTTL {
 		return fmt.Errorf("%w: idle_timeout_s %d out of range 0..%d (0 means none)", ErrInvalid, int64(c.IdleTimeout/time.Second), int64(MaxTTL/time.Second))
+	}
+	if c.IdlePause < 0 || c.IdlePause > MaxTTL {
+		return fmt.Errorf("%w: idle_pause_s %d out of range 0..%d (0 means never)", ErrInvalid, int64(c.IdlePause/time.Second), int64(MaxTTL/time.Second))
 	}
 	if c.Network != nil {
 		if err := c.Network.Validate(); err != nil {
@@ -477,6 +487,10 @@ type Manager interface {
 	// SetNetwork replaces the egress allowlist.
 	SetNetwork(ctx context.Context, id string, p NetworkPolicy) error
 
+	// Pause writes the sandbox's machine to disk and ends its VM, whose
+	// memory goes back to the host; a paused sandbox is ErrBusy to pause
+	// again. Resume restores it (same id, variables and files); a cell,
+	// a command or a file call on a paused sandbox resumes it by itself.
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
 	// Snapshot saves the sandbox's machine (memory, vCPUs, devices) while

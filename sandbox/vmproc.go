@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -65,6 +68,9 @@ type VMVsock struct {
 type vmLaunch struct {
 	files  []*os.File
 	cgroup *jail.Cgroup
+	// keepLogs appends to the console and VMM logs (a resumed VM's)
+	// instead of starting them afresh.
+	keepLogs bool
 }
 
 // vmProc is a running `cellvm vmm` process. It runs in its own session so
@@ -76,6 +82,11 @@ type vmProc struct {
 	cmd  *exec.Cmd // nil when adopted from an earlier daemon
 	done chan struct{}
 	err  error // valid after done
+	// ended says the daemon ended the process on purpose, keeping the VM
+	// (a pause to disk): its exit does not make the sandbox lost.
+	ended atomic.Bool
+	// exitSeen is markLost's: the process's own exit is handled once.
+	exitSeen sync.Once
 }
 
 const (
@@ -104,12 +115,19 @@ func startVM(exe, dir string, spec VMSpec, l vmLaunch) (*vmProc, error) {
 	}
 	// Read-write, not append: the VMM compacts its capped console log in
 	// place through this descriptor (vmm/consolelog).
-	console, err := os.OpenFile(filepath.Join(dir, consoleFile), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
+	fresh := os.O_TRUNC
+	if l.keepLogs {
+		fresh = 0
+	}
+	console, err := os.OpenFile(filepath.Join(dir, consoleFile), os.O_CREATE|os.O_RDWR|fresh, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	defer console.Close()
-	logf, err := os.OpenFile(filepath.Join(dir, vmmLogFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if _, err := console.Seek(0, io.SeekEnd); err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, vmmLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND|fresh, 0o600)
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,7 @@ type serveOptions struct {
 	network      bool
 	uplink       string
 	consoleMiB   int64
+	snapshotMiB  int64
 	publicRanges prefixList
 	// templates: warm starts from a template per machine shape, at
 	// most maxTemplates of them in templatesMiB of disk.
@@ -101,6 +102,7 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.BoolVar(&o.templates, "templates", true, "start plain creates from a template per VM shape (booted, numpy, pandas and matplotlib imported), built in the background")
 	fs.IntVar(&o.maxTemplates, "max-templates", 4, "cap on templates kept (one per VM shape asked for; the least recently used go)")
 	fs.Int64Var(&o.templatesMiB, "templates-max-mib", 8192, "cap on the templates' disk use in MiB")
+	fs.Int64Var(&o.snapshotMiB, "snapshot-max-mib", 0, "cap in MiB on the disk machine images take: snapshots and paused sandboxes (0: none); a snapshot or pause past it is refused")
 	fs.Var(&o.publicRanges, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses)")
 	fs.StringVar(&o.node, "node", "", "this daemon's node name, written into sandbox ids (sb-NODE-...) for a router in front of many daemons")
 	fs.StringVar(&o.listen, "listen", "", "also serve the API over TLS at tcp://HOST:PORT (needs --token-file)")
@@ -166,6 +168,9 @@ func (o *serveOptions) check() error {
 	}
 	if o.mcpSession <= 0 {
 		return usagef("--mcp-idle-timeout must be positive")
+	}
+	if o.snapshotMiB < 0 || o.snapshotMiB > 1<<40 {
+		return usagef("--snapshot-max-mib %d: want 0 (no cap) or a size in MiB", o.snapshotMiB)
 	}
 	return nil
 }
@@ -299,7 +304,7 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		Exe: exe, Kernel: k, Initrd: i, RootFS: r, StateDir: o.stateDir,
 		MaxSandboxes: o.maxSandboxes, MaxMemoryMiB: o.maxMemory, Log: log,
 		BootTimeout: bootTimeoutFromEnv(), Net: netHost, Jail: jailOpt, ConsoleMaxBytes: o.consoleMiB << 20,
-		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node,
+		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node, MaxImageBytes: o.snapshotMiB << 20,
 		Templates: sandbox.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20},
 	})
 	if err != nil {
