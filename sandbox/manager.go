@@ -445,7 +445,9 @@ func (m *VMManager) launch(ctx context.Context, cfg Config, policy netpolicy.Pol
 // watch marks a sandbox lost when its VMM process dies on its own (not
 // when a pause ended it).
 func (m *VMManager) watch(s *vmSandbox) {
+	s.netMu.Lock()
 	p := s.proc
+	s.netMu.Unlock()
 	<-p.done
 	if !p.ended.Load() {
 		m.markLost(s)

@@ -126,6 +126,8 @@ func TestMain(m *testing.M) {
 		os.Exit(fakeAgentVMM(os.Args[1:]))
 	case "hostile":
 		os.Exit(fakeHostileVMM(os.Args[1:]))
+	case "pausable":
+		os.Exit(fakePausableVMM(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }
