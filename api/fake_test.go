@@ -96,7 +96,7 @@ func (f *fakeManager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.I
 	if f.full {
 		return sandbox.Info{}, fmt.Errorf("%w: 8 sandboxes running", sandbox.ErrFull)
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.WithDefaults().Validate(); err != nil {
 		return sandbox.Info{}, err
 	}
 	f.lastCreate = cfg

@@ -20,10 +20,15 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
+	withDefaults := cfg.WithDefaults()
+	if err := withDefaults.Validate(); err != nil {
 		s.writeError(w, err)
 		return
+	}
+	// A fork's vCPUs and memory, when not given, are its snapshot's,
+	// which only the manager knows.
+	if cfg.Snapshot == "" {
+		cfg = withDefaults
 	}
 	info, err := s.m.Create(r.Context(), cfg)
 	if err != nil {

@@ -13,7 +13,8 @@ import (
 
 // TestSnapshotsThroughClient: POST snapshot answers 201 with the snapshot,
 // GET /v1/snapshots lists it, GET and DELETE /v1/snapshots/{id} find and
-// remove it, and a create with {"snapshot": id} reaches the manager.
+// remove it, and a create with {"snapshot": id} reaches the manager with
+// the machine left to the snapshot.
 func TestSnapshotsThroughClient(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := context.Background()
@@ -37,10 +38,16 @@ func TestSnapshotsThroughClient(t *testing.T) {
 		t.Fatalf("fork: %v", err)
 	}
 	e.fake.mu.Lock()
-	forked := e.fake.lastCreate.Snapshot
+	forked := e.fake.lastCreate
 	e.fake.mu.Unlock()
-	if forked != snap.ID {
-		t.Errorf("the manager got a create from snapshot %q, want %q", forked, snap.ID)
+	if forked.Snapshot != snap.ID {
+		t.Errorf("the manager got a create from snapshot %q, want %q", forked.Snapshot, snap.ID)
+	}
+	// A fork that does not give its machine gets the snapshot's from the
+	// manager, not the API's defaults (which a snapshot of another shape
+	// would refuse).
+	if forked.VCPUs != 0 || forked.MemoryMiB != 0 {
+		t.Errorf("a fork without vcpus and memory reached the manager with %d vCPUs and %d MiB, want 0 and 0", forked.VCPUs, forked.MemoryMiB)
 	}
 	if err := e.client.DeleteSnapshot(ctx, snap.ID); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,9 @@
 // for a Python interpreter that understands "name = integer", "name" and
 // "print(name)", so tests can show that state persists within a sandbox
 // and not across sandboxes. Cells matching a Handler get scripted results
-// (an error with a coloured traceback, a figure, long output).
+// (an error with a coloured traceback, a figure, long output). Snapshots
+// copy a sandbox's variables, forks start with them, and a paused sandbox
+// resumes on the next call, as with the VM manager.
 package fakesandbox
 
 import (
@@ -43,6 +45,7 @@ type Manager struct {
 	changed *sync.Cond // broadcast when a log grows or a sandbox goes
 	next    int
 	boxes   map[string]*box
+	snaps   map[string]*snap
 	deleted []string
 	cells   []string
 }
@@ -57,7 +60,7 @@ type box struct {
 
 // New returns an empty fake manager.
 func New(h Handler) *Manager {
-	m := &Manager{Handler: h, boxes: map[string]*box{}}
+	m := &Manager{Handler: h, boxes: map[string]*box{}, snaps: map[string]*snap{}}
 	m.changed = sync.NewCond(&m.mu)
 	return m
 }
@@ -92,12 +95,19 @@ func (m *Manager) get(id string) (*box, error) {
 }
 
 func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var from *snap
+	if cfg.Snapshot != "" {
+		var err error
+		if cfg, from, err = m.forkConfig(cfg); err != nil {
+			return sandbox.Info{}, err
+		}
+	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return sandbox.Info{}, err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.MaxSandboxes > 0 && len(m.boxes) >= m.MaxSandboxes {
 		return sandbox.Info{}, fmt.Errorf("%w: %d sandboxes, the cap is %d", sandbox.ErrFull, len(m.boxes), m.MaxSandboxes)
 	}
@@ -105,6 +115,11 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 	id := fmt.Sprintf("sb-fake%d", m.next)
 	b := &box{info: sandbox.Info{ID: id, State: sandbox.StateRunning, Config: cfg, CreatedAt: time.Now(), BootMS: 42},
 		vars: map[string]int{}, files: map[string][]byte{}, logs: map[sandbox.LogSource][]string{}}
+	if from != nil {
+		for k, v := range from.vars {
+			b.vars[k] = v
+		}
+	}
 	m.boxes[id] = b
 	m.events.Publish(sandbox.Event{Type: sandbox.EventCreated, Sandbox: id})
 	return b.info, nil
@@ -153,7 +168,7 @@ func (m *Manager) RunCell(ctx context.Context, id, code string, timeout time.Dur
 		m.mu.Unlock()
 		return cell.Result{}, err
 	}
-	if err := usable(b); err != nil {
+	if err := m.usable(b); err != nil {
 		m.mu.Unlock()
 		return cell.Result{}, err
 	}
@@ -201,13 +216,15 @@ func (m *Manager) RunCell(ctx context.Context, id, code string, timeout time.Dur
 	return res, nil
 }
 
-// usable refuses calls on a lost or paused sandbox as the VM manager does.
-func usable(b *box) error {
+// usable refuses calls on a lost sandbox and resumes a paused one, as the
+// VM manager does. The caller holds m.mu.
+func (m *Manager) usable(b *box) error {
 	switch b.info.State {
 	case sandbox.StateLost:
 		return fmt.Errorf("%w: sandbox %s's VM exited; delete it", sandbox.ErrLost, b.info.ID)
 	case sandbox.StatePaused:
-		return fmt.Errorf("%w: sandbox %s is paused; resume it first", sandbox.ErrBusy, b.info.ID)
+		b.info.State = sandbox.StateRunning
+		m.events.Publish(sandbox.Event{Type: sandbox.EventResumed, Sandbox: b.info.ID})
 	}
 	return nil
 }
@@ -277,7 +294,11 @@ func (m *Manager) Exec(ctx context.Context, id string, req sandbox.ExecRequest) 
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, err := m.get(id); err != nil {
+	b, err := m.get(id)
+	if err == nil {
+		err = m.usable(b)
+	}
+	if err != nil {
 		return cell.ExecResult{}, err
 	}
 	if req.Argv[0] == "echo" {
@@ -294,6 +315,9 @@ func (m *Manager) Upload(ctx context.Context, id, guestPath string, r io.Reader)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, err := m.get(id)
+	if err == nil {
+		err = m.usable(b)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -304,6 +328,9 @@ func (m *Manager) Upload(ctx context.Context, id, guestPath string, r io.Reader)
 func (m *Manager) Download(ctx context.Context, id, guestPath string, w io.Writer) (int64, error) {
 	m.mu.Lock()
 	b, err := m.get(id)
+	if err == nil {
+		err = m.usable(b)
+	}
 	var data []byte
 	if err == nil {
 		var ok bool
@@ -436,18 +463,6 @@ func (m *Manager) Capacity(ctx context.Context) (sandbox.Capacity, error) {
 		c.VCPUsUsed += b.info.Config.VCPUs
 	}
 	return c, nil
-}
-func (m *Manager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
-	return sandbox.SnapshotInfo{}, sandbox.ErrNotSupported
-}
-func (m *Manager) ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error) {
-	return nil, sandbox.ErrNotSupported
-}
-func (m *Manager) GetSnapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
-	return sandbox.SnapshotInfo{}, sandbox.ErrNotSupported
-}
-func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
-	return sandbox.ErrNotSupported
 }
 
 var _ sandbox.Manager = (*Manager)(nil)

@@ -204,6 +204,28 @@ func TestBadArgumentsExitTwoWithoutTheDaemon(t *testing.T) {
 		{"sandbox", "resume"},
 		{"sandbox", "restart"},
 		{"sandbox", "interrupt"},
+		{"sandbox", "pause", "a", "b"},
+		{"sandbox", "snapshot"},
+		{"sandbox", "snapshot", "a", "b"},
+		{"sandbox", "fork"},
+		{"sandbox", "fork", "snap-1"},
+		{"sandbox", "fork", "../../etc"},
+		{"sandbox", "fork", "snap-000000000001", "extra"},
+		{"sandbox", "fork", "snap-000000000001", "--memory", "10"},
+		{"sandbox", "fork", "snap-000000000001", "--vcpus", "-1"},
+		{"sandbox", "fork", "snap-000000000001", "--env", "NOVALUE"},
+		{"sandbox", "fork", "snap-000000000001", "--ttl", "1.5s"},
+		{"sandbox", "fork", "snap-000000000001", "--idle-pause", "-1s"},
+		{"sandbox", "fork", "snap-000000000001", "--allow", "not a host!"},
+		{"sandbox", "create", "--idle-pause", "10ms"},
+		{"sandbox", "create", "--idle-pause", "999999h"},
+		{"snapshot"},
+		{"snapshot", "frob"},
+		{"snapshot", "ls", "extra"},
+		{"snapshot", "inspect"},
+		{"snapshot", "inspect", "sb-1"},
+		{"snapshot", "rm"},
+		{"snapshot", "rm", "snap-000000000001", "nope"},
 		{"sandbox", "create", "extra"},
 		{"sandbox", "create", "--ttl", "10ms"},
 		{"sandbox", "create", "--ttl", "1.5s"},
@@ -405,10 +427,13 @@ func TestSandboxCommands(t *testing.T) {
 		want string
 	}{
 		{[]string{"sandbox", "pause", id}, 0, ""},
-		{[]string{"cell", id, "-c", "1"}, exitError, "paused"},
+		{[]string{"sandbox", "inspect", id}, 0, `"state": "paused"`},
 		{[]string{"sandbox", "pause", id, "--json"}, exitError, `"code":"busy"`},
+		{[]string{"cell", id, "-c", "y = 3"}, 0, ""}, // resumes it
+		{[]string{"sandbox", "inspect", id}, 0, `"state": "running"`},
+		{[]string{"sandbox", "resume", id}, exitError, "not paused"},
+		{[]string{"sandbox", "pause", id}, 0, ""},
 		{[]string{"sandbox", "resume", id}, 0, ""},
-		{[]string{"cell", id, "-c", "y = 3"}, 0, ""},
 		{[]string{"sandbox", "restart", id}, 0, ""},
 		{[]string{"cell", id, "-c", "y"}, exitError, "NameError"},
 		{[]string{"sandbox", "interrupt", id}, 0, ""},
@@ -445,6 +470,67 @@ func TestSandboxCommands(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(dst); string(b) != "payload" {
 		t.Errorf("copied out %q", b)
+	}
+}
+
+// TestSnapshotCommands: `sandbox snapshot` prints a snapshot id that
+// `snapshot ls` and `inspect` show, `sandbox fork` starts a sandbox with
+// the snapshot's variables and machine, a fork of an unknown snapshot or
+// with other memory fails with the daemon's error, `snapshot rm` removes
+// it, and `sandbox create --idle-pause` reaches the config.
+func TestSnapshotCommands(t *testing.T) {
+	d := startFakeDaemon(t)
+	id := strings.TrimSpace(d.cellvm(t, "sandbox", "create", "--memory", "256", "--idle-pause", "90s").stdout)
+	if r := d.cellvm(t, "sandbox", "inspect", id); !strings.Contains(r.stdout, `"idle_pause_s": 90`) {
+		t.Errorf("create --idle-pause 90s: %s", r.stdout)
+	}
+	if r := d.cellvm(t, "cell", id, "-c", "x = 41"); r.code != 0 {
+		t.Fatalf("cell: %+v", r)
+	}
+	r := d.cellvm(t, "sandbox", "snapshot", id)
+	snap := strings.TrimSpace(r.stdout)
+	if r.code != 0 || !sandbox.ValidSnapshotID(snap) {
+		t.Fatalf("sandbox snapshot: %+v", r)
+	}
+	var infos []sandbox.SnapshotInfo
+	if r := d.cellvm(t, "snapshot", "ls", "--json"); json.Unmarshal([]byte(r.stdout), &infos) != nil || len(infos) != 1 ||
+		infos[0].ID != snap || infos[0].SandboxID != id || infos[0].MemoryMiB != 256 {
+		t.Errorf("snapshot ls --json: %+v (%+v)", r, infos)
+	}
+	if r := d.cellvm(t, "snapshot", "ls"); r.code != 0 || !strings.Contains(r.stdout, snap) || !strings.Contains(r.stdout, "256 MiB") {
+		t.Errorf("snapshot ls: %+v", r)
+	}
+	if r := d.cellvm(t, "snapshot", "inspect", snap); r.code != 0 || !strings.Contains(r.stdout, `"sandbox_id": "`+id+`"`) {
+		t.Errorf("snapshot inspect: %+v", r)
+	}
+	r = d.cellvm(t, "sandbox", "fork", snap, "--json")
+	var fork sandbox.Info
+	if err := json.Unmarshal([]byte(r.stdout), &fork); err != nil || r.code != 0 || fork.ID == id || fork.Config.MemoryMiB != 256 {
+		t.Fatalf("sandbox fork --json: %+v (%v)", r, err)
+	}
+	if r := d.cellvm(t, "cell", fork.ID, "-c", "x"); r.code != 0 || !strings.Contains(r.stdout, "41") {
+		t.Errorf("x in the fork: %+v", r)
+	}
+	for _, step := range []struct {
+		args []string
+		exit int
+		want string
+	}{
+		{[]string{"sandbox", "fork", snap, "--memory", "512"}, exitError, "invalid"},
+		{[]string{"sandbox", "fork", "snap-0000000000ff"}, exitError, "not_found"},
+		{[]string{"sandbox", "fork", "snap-0000000000ff", "--json"}, exitError, `"code":"not_found"`},
+		{[]string{"snapshot", "inspect", "snap-0000000000ff"}, exitError, "not_found"},
+		{[]string{"snapshot", "rm", snap}, 0, ""},
+		{[]string{"snapshot", "rm", snap}, exitError, "not_found"},
+		{[]string{"snapshot", "ls"}, 0, "ID"},
+	} {
+		r := d.cellvm(t, step.args...)
+		if r.code != step.exit || !strings.Contains(r.stdout+r.stderr, step.want) {
+			t.Errorf("cellvm %v: exit %d, stdout %q, stderr %q; want exit %d and %q", step.args, r.code, r.stdout, r.stderr, step.exit, step.want)
+		}
+	}
+	if r := d.cellvm(t, "snapshot", "ls", "--json"); strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("snapshot ls after rm: %q", r.stdout)
 	}
 }
 

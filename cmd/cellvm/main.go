@@ -64,6 +64,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.runCommand(),
 		a.serveCommand(),
 		a.sandboxCommand(),
+		a.snapshotCommand(),
 		a.cellCommand(),
 		a.execCommand(),
 		a.cpCommand(),

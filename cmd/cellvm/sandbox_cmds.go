@@ -53,8 +53,10 @@ func (a *app) daemonCommand(cmd *cobra.Command, f func(ctx context.Context, c *a
 }
 
 func (a *app) sandboxCommand() *cobra.Command {
-	return groupCommand("sandbox", "create, list, inspect, remove, pause, resume, restart or interrupt sandboxes in the daemon",
+	return groupCommand("sandbox", "create, list, inspect, remove, pause, resume, snapshot, fork, restart or interrupt sandboxes in the daemon",
 		a.sandboxCreateCommand(),
+		a.sandboxSnapshotCommand(),
+		a.sandboxForkCommand(),
 		a.daemonCommand(&cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "list the daemon's sandboxes", Args: noArgs},
 			func(ctx context.Context, c *api.Client, _ []string) error {
 				list, err := c.List(ctx)
@@ -98,8 +100,8 @@ func (a *app) sandboxCommand() *cobra.Command {
 				}
 				return nil
 			}),
-		a.lifecycleCommand("pause", "pause a sandbox's VM (a cell must not be running)", (*api.Client).Pause),
-		a.lifecycleCommand("resume", "resume a paused sandbox", (*api.Client).Resume),
+		a.lifecycleCommand("pause", "pause a sandbox to disk: its VM ends and its memory goes back to the host (a cell must not be running; the next cell, exec or cp resumes it)", (*api.Client).Pause),
+		a.lifecycleCommand("resume", "resume a paused sandbox from disk, with its variables", (*api.Client).Resume),
 		a.lifecycleCommand("restart", "give a sandbox a fresh interpreter (its variables are lost)", (*api.Client).Restart),
 		a.lifecycleCommand("interrupt", "interrupt the cell running in a sandbox", (*api.Client).Interrupt),
 	)
@@ -125,30 +127,18 @@ func (a *app) sandboxCreateCommand() *cobra.Command {
 		Args:  noArgs,
 	}
 	conf := addConfigFlags(cmd.Flags())
-	var ttl, idle time.Duration
-	cmd.Flags().DurationVar(&ttl, "ttl", defaultSandboxTTL, "destroy the sandbox this long after its creation (whole seconds; 0: never)")
-	cmd.Flags().DurationVar(&idle, "idle-timeout", defaultSandboxIdle, "destroy the sandbox after this long unused (whole seconds; 0: never)")
+	life := addLifetimeFlags(cmd.Flags())
 	var cold bool
 	cmd.Flags().BoolVar(&cold, "cold", false, "boot the sandbox's VM even when the daemon has a template ready for its shape")
 	return a.daemonCommandChecked(cmd, func([]string) error {
-		for _, d := range []struct {
-			name string
-			v    time.Duration
-		}{{"--ttl", ttl}, {"--idle-timeout", idle}} {
-			switch {
-			case d.v < 0:
-				return usagef("%s %v is negative", d.name, d.v)
-			case d.v > 0 && d.v < time.Second:
-				return usagef("%s %v is under 1s (0 means never)", d.name, d.v)
-			case d.v%time.Second != 0:
-				return usagef("%s %v: give whole seconds", d.name, d.v)
-			}
+		if err := life.check(); err != nil {
+			return err
 		}
 		_, err := conf.config()
 		return err
 	}, func(ctx context.Context, c *api.Client, _ []string) error {
 		cfg, _ := conf.config()
-		cfg.TTL, cfg.IdleTimeout = ttl, idle
+		life.apply(&cfg)
 		if cold {
 			cfg.Start = sandbox.StartCold
 		}
