@@ -52,7 +52,7 @@ func (m *VMManager) Capacity(ctx context.Context) (Capacity, error) {
 	m.mu.Lock()
 	c := Capacity{MaxSandboxes: m.opt.MaxSandboxes, MaxMemoryMiB: m.opt.MaxMemoryMiB, Sandboxes: m.countSandboxes()}
 	for _, s := range m.sandboxes {
-		c.MemoryMiBUsed += s.cfg.MemoryMiB
+		c.MemoryMiBUsed += s.heldMemoryMiB() // a paused one holds none
 		c.VCPUsUsed += s.cfg.VCPUs
 	}
 	m.mu.Unlock()

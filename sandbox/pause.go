@@ -243,9 +243,11 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	return nil
 }
 
-// openImage opens an image's two files for the restoring VMM (which
-// inherits them after the descriptors already in l) and points spec at
-// them. The caller closes the files once the VMM has started.
+// openImage opens the two files of an image (a snapshot's, a paused
+// sandbox's) for the restoring VMM, which inherits them after the
+// descriptors already in l (ExtraFiles[i] is its descriptor 3+i), and
+// points spec at them. The caller closes the files once the VMM has
+// started.
 func openImage(dir string, spec *VMSpec, l *vmLaunch) ([]*os.File, error) {
 	state, err := os.Open(filepath.Join(dir, snapStateFile))
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,6 +71,9 @@ func fakePausableVMM(args []string) int {
 			defer in.mu.Unlock()
 			if _, fail := in.img.Vars["failsave"]; fail {
 				return errors.New("fake VMM: save failed on request")
+			}
+			if _, full := in.img.Vars["nospace"]; full {
+				return fmt.Errorf("write memory file: %w", syscall.ENOSPC)
 			}
 			if err := json.NewEncoder(state).Encode(in.img); err != nil {
 				return err
@@ -524,9 +528,9 @@ func TestImageDiskCap(t *testing.T) {
 	}
 }
 
-// TestPauseBadInput: a pause of an unknown or lost sandbox, and a pause
-// whose save fails, are clear errors that leave nothing behind (the
-// failed one's sandbox keeps running); a snapshot of a lost sandbox is
+// TestPauseBadInput: a pause of an unknown or lost sandbox, a pause whose
+// save fails, and one on a full disk are clear errors that leave nothing
+// behind (the failed one's sandbox keeps running); a snapshot of a lost sandbox is
 // ErrLost; a fork with another machine than its snapshot's, or of an
 // unknown snapshot, is refused and leaves no sandbox.
 func TestPauseBadInput(t *testing.T) {
@@ -552,9 +556,30 @@ func TestPauseBadInput(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(m.sandboxDir(info.ID), pausedDir+partialSuffix)); err == nil {
 		t.Error("a failed pause left its partial image")
 	}
-	cellText(t, m, info.ID, "x = 1")
 	if _, err := m.Snapshot(ctx, info.ID); err == nil {
 		t.Fatal("a snapshot whose save fails succeeded")
+	}
+
+	// A full disk: both refused with ErrFull, nothing written, the
+	// sandbox runs on.
+	full, err := m.Create(ctx, Config{MemoryMiB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cellText(t, m, full.ID, "nospace = 1")
+	if err := m.Pause(ctx, full.ID); !errors.Is(err, ErrFull) || !strings.Contains(err.Error(), "disk is full") {
+		t.Errorf("pause on a full disk: %v, want ErrFull saying the disk is full", err)
+	}
+	if _, err := m.Snapshot(ctx, full.ID); !errors.Is(err, ErrFull) {
+		t.Errorf("snapshot on a full disk: %v, want ErrFull", err)
+	}
+	if got := cellText(t, m, full.ID, "nospace"); got != "1" || stateOf(t, m, full.ID) != StateRunning {
+		t.Errorf("after a pause on a full disk the sandbox answers %q and is %s", got, stateOf(t, m, full.ID))
+	}
+	partial, _ := filepath.Glob(filepath.Join(m.opt.StateDir, "*", "*"+partialSuffix))
+	paused, _ := filepath.Glob(filepath.Join(m.opt.StateDir, "sandboxes", "*", pausedDir+"*"))
+	if l, _ := m.ListSnapshots(ctx); len(partial)+len(paused)+len(l) != 0 {
+		t.Errorf("refused snapshots and pauses left %v %v %+v", partial, paused, l)
 	}
 
 	lost, err := m.Create(ctx, Config{MemoryMiB: 64})

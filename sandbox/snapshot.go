@@ -268,22 +268,14 @@ func (m *VMManager) forkConfig(cfg Config) (Config, *snapshotMeta, error) {
 }
 
 // restoreFiles opens the snapshot's files in from for the VMM (which
-// inherits them) and points its spec at them. The caller closes the files
-// once the VMM has started.
+// inherits them) and points its spec at them (openImage). The caller
+// closes the files once the VMM has started.
 func restoreFiles(from *restoreSource, spec *VMSpec, l *vmLaunch) ([]*os.File, error) {
-	state, err := os.Open(filepath.Join(from.dir, snapStateFile))
+	files, err := openImage(from.dir, spec, l)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", from.name, err)
 	}
-	mem, err := os.Open(filepath.Join(from.dir, snapMemFile))
-	if err != nil {
-		state.Close()
-		return nil, fmt.Errorf("%s: %w", from.name, err)
-	}
-	// ExtraFiles[i] is descriptor 3+i in the VMM.
-	spec.Restore = &VMRestore{StateFD: 3 + len(l.files), MemoryFD: 4 + len(l.files)}
-	l.files = append(l.files, state, mem)
-	return []*os.File{state, mem}, nil
+	return files, nil
 }
 
 func closeFiles(fs []*os.File) {
