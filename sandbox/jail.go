@@ -97,9 +97,7 @@ func (o *JailOptions) jailVM(id, dir string, cid uint64, spec *VMSpec) (*jail.Cg
 	var cg *jail.Cgroup
 	if o.CgroupParent != "" {
 		var err error
-		cg, err = jail.NewCgroup(o.CgroupParent, id, jail.CgroupLimits{
-			VCPUs: spec.VCPUs, MemoryBytes: int64(spec.MemoryMiB+jailMemOverheadMiB) << 20, Pids: jailPids,
-		})
+		cg, err = jail.NewCgroup(o.CgroupParent, id, vmCgroupLimits(spec))
 		if err != nil {
 			return nil, err
 		}
@@ -111,4 +109,9 @@ func (o *JailOptions) jailVM(id, dir string, cid uint64, spec *VMSpec) (*jail.Cg
 	}
 	spec.Jail = &j
 	return cg, nil
+}
+
+// vmCgroupLimits are the limits of the cgroup of a VMM for spec.
+func vmCgroupLimits(spec *VMSpec) jail.CgroupLimits {
+	return jail.CgroupLimits{VCPUs: spec.VCPUs, MemoryBytes: int64(spec.MemoryMiB+jailMemOverheadMiB) << 20, Pids: jailPids}
 }

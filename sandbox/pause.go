@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/agentclient"
+	"github.com/cellvm/cellvm/jail"
 	vnet "github.com/cellvm/cellvm/virtio/net"
 	"github.com/cellvm/cellvm/vmm/control"
 )
@@ -125,6 +126,11 @@ func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 		syscall.Kill(p.pid, syscall.SIGKILL)
 		<-p.done
 	}
+	// The VMM's cgroup goes with it; a resume makes it again.
+	if err := s.cgroup.Close(); err != nil {
+		m.log.Warn("remove a paused sandbox's VMM cgroup", "id", s.id, "error", err)
+	}
+	s.cgroup = nil
 	if err := os.RemoveAll(filepath.Join(s.dir, backingDir)); err != nil {
 		m.log.Warn("remove the image a resumed VMM restored from", "id", s.id, "error", err)
 	}
@@ -194,7 +200,19 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	for _, f := range []string{vsockFile, controlFile} {
 		os.Remove(filepath.Join(runDir(s.dir), f))
 	}
-	launch := vmLaunch{cgroup: s.cgroup, keepLogs: true}
+	launch := vmLaunch{keepLogs: true}
+	if spec.Jail != nil && spec.Jail.Cgroup != "" {
+		// The cgroup the jail names, made again (a pause removed it).
+		cg := spec.Jail.Cgroup
+		if launch.cgroup, err = jail.NewCgroup(filepath.Dir(cg), filepath.Base(cg), vmCgroupLimits(&spec)); err != nil {
+			return fmt.Errorf("resume sandbox %s: the VMM's cgroup: %w", s.id, err)
+		}
+		defer func() {
+			if err != nil {
+				launch.cgroup.Close()
+			}
+		}()
+	}
 	spec.TAPFD = 0
 	if s.net != nil {
 		tap, err := vnet.OpenTAP(s.net.TAP)
@@ -235,6 +253,7 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	s.netMu.Lock()
 	s.proc = p
 	s.netMu.Unlock()
+	s.cgroup = launch.cgroup
 	s.lastUsed.Store(time.Now().UnixNano())
 	s.state.Store(StateRunning)
 	go m.watch(s)
