@@ -68,20 +68,30 @@ func (c *configFlags) config() (sandbox.Config, error) {
 	if len(c.allow) > 0 {
 		cfg.Network = &sandbox.NetworkPolicy{Allow: c.allow}
 	}
-	for _, kv := range c.env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return cfg, usagef("--env %q: want KEY=VALUE", clipArg(kv))
-		}
-		if cfg.Env == nil {
-			cfg.Env = map[string]string{}
-		}
-		cfg.Env[k] = v
+	var err error
+	if cfg.Env, err = parseEnv(c.env); err != nil {
+		return cfg, err
 	}
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return cfg, usageError{err}
 	}
 	return cfg, nil
+}
+
+// parseEnv reads --env KEY=VALUE flags (nil for none).
+func parseEnv(kvs []string) (map[string]string, error) {
+	var env map[string]string
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, usagef("--env %q: want KEY=VALUE", clipArg(kv))
+		}
+		if env == nil {
+			env = map[string]string{}
+		}
+		env[k] = v
+	}
+	return env, nil
 }
 
 func clipArg(s string) string {

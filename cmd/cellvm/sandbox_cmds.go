@@ -88,23 +88,29 @@ func (a *app) sandboxCommand() *cobra.Command {
 			}),
 		a.daemonCommand(&cobra.Command{Use: "rm SANDBOX...", Aliases: []string{"remove"}, Short: "destroy sandboxes (VM, network, files: nothing is left)", Args: minArgs(1, "at least one SANDBOX")},
 			func(ctx context.Context, c *api.Client, args []string) error {
-				failed := false
-				for _, id := range args {
-					if err := c.Delete(ctx, id); err != nil {
-						fmt.Fprintf(a.stderr, "cellvm sandbox rm %s: %v\n", id, err)
-						failed = true
-					}
-				}
-				if failed {
-					return exitStatus(exitError)
-				}
-				return nil
+				return a.removeEach(ctx, "cellvm sandbox rm", args, c.Delete)
 			}),
 		a.lifecycleCommand("pause", "pause a sandbox to disk: its VM ends and its memory goes back to the host (a cell must not be running; the next cell, exec or cp resumes it)", (*api.Client).Pause),
 		a.lifecycleCommand("resume", "resume a paused sandbox from disk, with its variables", (*api.Client).Resume),
 		a.lifecycleCommand("restart", "give a sandbox a fresh interpreter (its variables are lost)", (*api.Client).Restart),
 		a.lifecycleCommand("interrupt", "interrupt the cell running in a sandbox", (*api.Client).Interrupt),
 	)
+}
+
+// removeEach removes every id with del, saying on stderr which failed
+// (then exit 1): one that fails does not stop the others.
+func (a *app) removeEach(ctx context.Context, cmd string, ids []string, del func(context.Context, string) error) error {
+	failed := false
+	for _, id := range ids {
+		if err := del(ctx, id); err != nil {
+			fmt.Fprintf(a.stderr, "%s %s: %v\n", cmd, id, err)
+			failed = true
+		}
+	}
+	if failed {
+		return exitStatus(exitError)
+	}
+	return nil
 }
 
 func (a *app) lifecycleCommand(name, short string, op func(*api.Client, context.Context, string) error) *cobra.Command {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -105,15 +104,9 @@ func (a *app) sandboxForkCommand() *cobra.Command {
 		if len(allow) > 0 {
 			cfg.Network = &sandbox.NetworkPolicy{Allow: allow}
 		}
-		for _, kv := range env {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				return cfg, usagef("--env %q: want KEY=VALUE", clipArg(kv))
-			}
-			if cfg.Env == nil {
-				cfg.Env = map[string]string{}
-			}
-			cfg.Env[k] = v
+		var err error
+		if cfg.Env, err = parseEnv(env); err != nil {
+			return cfg, err
 		}
 		life.apply(&cfg)
 		// Zero vCPUs and memory are the snapshot's; check the rest.
@@ -191,17 +184,7 @@ func (a *app) snapshotCommand() *cobra.Command {
 				return nil
 			},
 			func(ctx context.Context, c *api.Client, args []string) error {
-				failed := false
-				for _, id := range args {
-					if err := c.DeleteSnapshot(ctx, id); err != nil {
-						fmt.Fprintf(a.stderr, "cellvm snapshot rm %s: %v\n", id, err)
-						failed = true
-					}
-				}
-				if failed {
-					return exitStatus(exitError)
-				}
-				return nil
+				return a.removeEach(ctx, "cellvm snapshot rm", args, c.DeleteSnapshot)
 			}),
 	)
 }
