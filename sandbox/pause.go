@@ -108,7 +108,11 @@ func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 	if err := m.takeSnapshot(ctx, s, tmp, control.ThenStop); err != nil {
 		p.ended.Store(false)
 		s.state.Store(StateRunning)
-		if vmGone(s, lostGrace) {
+		wait := time.Duration(0) // a VMM that went down ends the exchange first
+		if streamEnded(err) {
+			wait = lostGrace
+		}
+		if vmGone(s, wait) {
 			m.markLost(s)
 			return fmt.Errorf("%w: sandbox %s's VM exited during the pause", ErrLost, s.id)
 		}
