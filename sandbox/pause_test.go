@@ -624,3 +624,69 @@ func TestPauseBadInput(t *testing.T) {
 		t.Errorf("refused forks left directories: %d for %d sandboxes", len(d), len(before))
 	}
 }
+
+// vmmCount counts the live VMM processes of sandbox id.
+func vmmCount(m *VMManager, id string) int {
+	n := 0
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		if pid, err := strconv.Atoi(filepath.Base(p)); err == nil && isVMMFor(pid, filepath.Join(m.sandboxDir(id), specFile)) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPauseResumeCellsConcurrently: pauses, resumes, cells and reads of
+// one sandbox from several goroutines at once get either their result or
+// ErrBusy (a pause of a paused sandbox, a resume of a running one, a
+// second cell), every cell finds the variable, and the sandbox ends with
+// at most one VMM process, none while paused.
+func TestPauseResumeCellsConcurrently(t *testing.T) {
+	m, state := newPausableManager(t, nil)
+	ctx := context.Background()
+	info, err := m.Create(ctx, Config{MemoryMiB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cellText(t, m, info.ID, "x = 41")
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 8 {
+				var err error
+				switch (g + i) % 4 {
+				case 0:
+					err = m.Pause(ctx, info.ID)
+				case 1:
+					err = m.Resume(ctx, info.ID)
+				case 2:
+					var r cell.Result
+					if r, err = m.RunCell(ctx, info.ID, "x", time.Minute, nil); err == nil && (r.MainResult() == nil || r.MainResult().Data["text/plain"] != "41") {
+						t.Errorf("a cell among pauses and resumes: %+v", r)
+					}
+				case 3:
+					_, err = m.Get(ctx, info.ID)
+				}
+				if err != nil && !errors.Is(err, ErrBusy) {
+					t.Errorf("goroutine %d op %d: %v", g, i, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	n := vmmCount(m, info.ID)
+	switch st := stateOf(t, m, info.ID); {
+	case st == StatePaused && n != 0, st == StateRunning && n != 1, st != StatePaused && st != StateRunning:
+		t.Errorf("sandbox %s with %d VMM processes", st, n)
+	}
+	if got := cellText(t, m, info.ID, "x"); got != "41" {
+		t.Errorf("x at the end: %q", got)
+	}
+	if err := m.Delete(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertNothingLeft(t, m, state)
+}
