@@ -105,7 +105,9 @@ func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 	// and calls wait for the pause and then resume (ready).
 	p.ended.Store(true)
 	s.state.Store(StatePaused)
-	if err := m.takeSnapshot(ctx, s, tmp, control.ThenStop); err != nil {
+	// A pause once asked for is carried through: the VMM ends after its
+	// save whether or not the caller still waits.
+	if err := m.takeSnapshot(context.WithoutCancel(ctx), s, tmp, control.ThenStop); err != nil {
 		p.ended.Store(false)
 		s.state.Store(StateRunning)
 		wait := time.Duration(0) // a VMM that went down ends the exchange first
