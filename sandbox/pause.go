@@ -343,7 +343,7 @@ func (m *VMManager) pauseIdle(now time.Time) {
 		return
 	}
 	for _, s := range m.sandboxes {
-		if s.cfg.IdlePause <= 0 || s.State() != StateRunning || s.cellRunning.Load() ||
+		if s.internal || s.cfg.IdlePause <= 0 || s.State() != StateRunning || s.cellRunning.Load() ||
 			now.Sub(time.Unix(0, s.lastUsed.Load())) <= s.cfg.IdlePause {
 			continue
 		}
