@@ -181,9 +181,14 @@ func TestGuestNotebook(t *testing.T) {
 		}
 	})
 	t.Run("output flood clipped", func(t *testing.T) {
-		r := runCell(t, m, id, "import sys\nline = 'x' * 999 + '\\n'\nfor _ in range(200_000): sys.stdout.write(line)", 5*time.Minute)
-		if r.Truncated.StdoutBytes < 190_000_000 || len(r.Stdout) > 1<<20 {
-			t.Fatalf("200 MB print: stdout %d bytes kept, %d cut", len(r.Stdout), r.Truncated.StdoutBytes)
+		// 20 MB, twenty times the 1 MiB a result keeps. It was 200 MB, but
+		// under the rig's emulated AMD-V a guest busy with that many write
+		// system calls was lost again and again (a hang, a triple fault, L1's
+		// own kernel crashing), and the host tests of the interpreter
+		// (guestinit/interp) flood it with far more.
+		r := runCell(t, m, id, "import sys\nline = 'x' * 999 + '\\n'\nfor _ in range(20_000): sys.stdout.write(line)", 5*time.Minute)
+		if r.Truncated.StdoutBytes < 20_000_000-(1<<20) || len(r.Stdout) > 1<<20 || !strings.Contains(r.Stdout, cell.CutMarker(r.Truncated.StdoutBytes)) {
+			t.Fatalf("20 MB print: stdout %d bytes kept, %d cut; want at most 1 MiB kept, with the cut marker, and the rest counted as cut", len(r.Stdout), r.Truncated.StdoutBytes)
 		}
 	})
 	t.Run("files", func(t *testing.T) {
