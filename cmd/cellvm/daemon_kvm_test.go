@@ -127,7 +127,14 @@ func TestDaemonSandboxes(t *testing.T) {
 	c := api.NewClient(d.socket)
 	ctx := context.Background()
 
-	const n = 4
+	// Two sandboxes: enough for independent state side by side and for one
+	// VMM's kill -9 leaving the other working. It was four: in the rig,
+	// four guests booting at once on L1's two vCPUs lost a guest or L1
+	// itself to the emulated AMD-V in most runs (triple faults; an L1 panic
+	// in its page-fault handler; L1 wedged twice, in one CI run). Many
+	// guests at once is the load test's job (TestDaemonLoadExplainsEveryLoss,
+	// extended tier).
+	const n = 2
 	ids := make([]string, n)
 	var wg sync.WaitGroup
 	for i := range ids {
@@ -211,7 +218,9 @@ func TestDaemonSandboxes(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if got := text(mustCell(t, c, ids[2], "v", time.Minute)); got != "9" {
+	// ids[0]'s state outlived its own timed-out cell (interrupted, kept)
+	// and its neighbour's loss.
+	if got := text(mustCell(t, c, ids[0], "(me, v)", time.Minute)); got != "(0, 9)" {
 		t.Errorf("a healthy sandbox after another was lost: %q", got)
 	}
 	for _, id := range ids {

@@ -70,20 +70,39 @@ done </etc/rig-modules
 # (16-byte writes) is slower still; the port takes page-sized writes. run.sh
 # muxes it and ttyS0 onto its stdout; kernel messages stay on ttyS0. The end
 # marker follows CMD's output on the same stream, so it cannot overtake it.
-out_port=""
-for _ in 1 2 3 4 5 6 7 8 9 10; do
-	for f in /sys/class/virtio-ports/*/name; do
-		[ -r "$f" ] && [ "$(cat "$f")" = cellvm.out ] || continue
-		p=${f%/name}
-		p=/dev/${p##*/}
-		[ -c "$p" ] && out_port=$p
+# virtio_port NAME: the device node of the virtio-serial port named NAME
+# (printed), or nothing when L1 has no such port. The ports appear shortly
+# after the driver loads.
+virtio_port() {
+	for _ in 1 2 3 4 5 6 7 8 9 10; do
+		for f in /sys/class/virtio-ports/*/name; do
+			[ -r "$f" ] && [ "$(cat "$f")" = "$1" ] || continue
+			p=${f%/name}
+			p=/dev/${p##*/}
+			[ -c "$p" ] && { echo "$p"; return 0; }
+		done
+		sleep 0.1
 	done
-	[ -n "$out_port" ] && break
-	sleep 0.1
-done
+	return 1
+}
+out_port=$(virtio_port cellvm.out)
 if [ -n "$out_port" ]; then
 	exec >"$out_port" 2>&1
 	step "output on $out_port"
+fi
+
+# The heartbeat: a line every 5 s on its own port (cellvm.hb), from a process
+# outside the chroot that nothing in the tests touches. run.sh kills L1 when
+# it stops (RIG_HEARTBEAT): the emulator has wedged L1 as a whole (both vCPUs
+# gone, no soft-lockup report either), and waiting out RIG_STALL's silence
+# cost 600 s an attempt. A test that hangs while L1 lives keeps the heartbeat
+# going and is left to the test's own timeouts and RIG_STALL.
+hb_port=$(virtio_port cellvm.hb)
+if [ -n "$hb_port" ]; then
+	printf '#!/bin/sh\nwhile :; do echo "hb $(cut -d" " -f1 /proc/uptime) $(cut -d" " -f1-3 /proc/loadavg)"; sleep 5; done\n' >/bin/rig-heartbeat
+	chmod 755 /bin/rig-heartbeat
+	/bin/rig-heartbeat >"$hb_port" 2>/dev/null </dev/null &
+	step "heartbeat on $hb_port"
 fi
 
 step "mount host root"

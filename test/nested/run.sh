@@ -16,9 +16,10 @@
 # messages to its stdout; its own report goes to stderr.
 #
 # Exit codes: CMD's own; 124 when --timeout expired (QEMU is killed);
-# 123 when L1 printed nothing for RIG_STALL seconds (default 600; 0 off), or
-# its kernel reported a soft lockup of RIG_LOCKUP seconds (default 150; 0
-# off), and was killed; 125 when L1 ended without reporting (crash, panic, setup
+# 123 when L1 printed nothing for RIG_STALL seconds (default 600; 0 off), its
+# heartbeat stopped for RIG_HEARTBEAT seconds (default 90; 0 off), or its
+# kernel reported a soft lockup of RIG_LOCKUP seconds (default 150; 0 off),
+# and was killed; 125 when L1 ended without reporting (crash, panic, setup
 # failure);
 # 2 for bad usage or missing tools.
 set -euo pipefail
@@ -173,9 +174,11 @@ fi
 # side is open, and the guest's writes then block forever.
 console=$work/console.log
 output=$work/output.log
+heartbeat=$work/heartbeat.log
 qemu_log=$work/qemu.log
 : >"$console"
 : >"$output"
+: >"$heartbeat"
 : >"$qemu_log"
 t0=$(date +%s.%N)
 qemu-system-x86_64 \
@@ -185,6 +188,8 @@ qemu-system-x86_64 \
 	-device virtio-serial-pci \
 	-chardev file,id=out,path="$output",append=on \
 	-device virtserialport,chardev=out,name=cellvm.out \
+	-chardev file,id=hb,path="$heartbeat",append=on \
+	-device virtserialport,chardev=hb,name=cellvm.hb \
 	-net none -no-reboot \
 	-kernel "$boot_kernel" -initrd "$work/initrd" \
 	-append "$cmdline" \
@@ -199,6 +204,12 @@ timed_out=0
 stalled=0
 stall_s=${RIG_STALL:-600}
 lockup_s=${RIG_LOCKUP:-150}
+hb_s=${RIG_HEARTBEAT:-90}
+for v in stall_s lockup_s hb_s; do
+	[[ ${!v} =~ ^[0-9]+$ ]] || { echo "run.sh: RIG_STALL, RIG_LOCKUP and RIG_HEARTBEAT must be whole seconds" >&2; exit 2; }
+done
+hb_size=0
+hb_last=""
 loops=0
 last_size=-1
 last_progress=$t0
@@ -227,6 +238,19 @@ while kill -0 "$qpid" 2>/dev/null; do
 		last_progress=$now
 	elif ((stall_s > 0)) && awk -v a="$now" -v b="$last_progress" -v t="$stall_s" 'BEGIN { exit !(a - b >= t) }'; then
 		stalled=1
+		kill -9 "$qpid" 2>/dev/null || true
+		break
+	fi
+	# Heartbeat watchdog: init.sh's heartbeat (a line every 5 s, from
+	# outside the tests) counts only once it has begun, so L1's boot is not
+	# judged by it. When it stops, L1 as a whole is gone: no soft-lockup
+	# report comes either, and RIG_STALL would wait 600 s for nothing.
+	size=$(stat -c %s "$heartbeat")
+	if ((size != hb_size)); then
+		hb_size=$size
+		hb_last=$now
+	elif ((hb_s > 0)) && [[ -n $hb_last ]] && awk -v a="$now" -v b="$hb_last" -v t="$hb_s" 'BEGIN { exit !(a - b >= t) }'; then
+		stalled=3
 		kill -9 "$qpid" 2>/dev/null || true
 		break
 	fi
@@ -259,6 +283,11 @@ if ((timed_out)); then
 	echo "run.sh: TIMEOUT: L1 killed after ${timeout_s}s (--timeout); the command did not finish" >&2
 	echo "cellvm-rig: wall ${wall}s, timed out" >&2
 	exit 124
+fi
+if ((stalled == 3)); then
+	echo "run.sh: STALLED: L1's heartbeat stopped ${hb_s}s ago (RIG_HEARTBEAT; last: $(tail -n1 "$heartbeat" | tr -d '\r')); L1 killed" >&2
+	echo "cellvm-rig: wall ${wall}s, stalled" >&2
+	exit 123
 fi
 if ((stalled == 2)); then
 	echo "run.sh: STALLED: L1's kernel reported a soft lockup of ${stuck}s (RIG_LOCKUP=${lockup_s}); L1 killed" >&2

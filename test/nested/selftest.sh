@@ -7,7 +7,9 @@
 # overlay, both in the repo's build/ and in a directory that is read-only on
 # the host; and, when a C compiler is available, that a KVM guest really runs
 # in L1 (kvmprobe.c: out to port 0x3f8, then hlt). Back on the host it checks
-# that the overlay writes did not leak out. Prints "rig ok" on success.
+# that the overlay writes did not leak out. A second boot freezes L1's
+# heartbeat and checks that run.sh kills L1 for it (exit 123) within
+# RIG_HEARTBEAT. Prints "rig ok" on success.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -62,4 +64,21 @@ if ((rc != 0)); then
 	echo "selftest: FAIL: rig exited $rc" >&2
 	exit "$rc"
 fi
+
+# The heartbeat watchdog: a command that freezes L1's heartbeat (as a wedged
+# L1 would) and then waits must be killed within RIG_HEARTBEAT, exit 123 and
+# say why, long before its own sleep ends.
+hb_err=$out/.selftest-heartbeat.$$
+t0=$(date +%s)
+hb_rc=0
+RIG_HEARTBEAT=15 "$here/run.sh" "$@" -- sh -c 'pkill -STOP -f /bin/rig-heartbeat || exit 3; sleep 600' 2>"$hb_err" >/dev/null || hb_rc=$?
+hb_took=$(($(date +%s) - t0))
+if ((hb_rc != 123)) || ! grep -q "heartbeat stopped" "$hb_err" || ((hb_took >= 300)); then
+	echo "selftest: FAIL: a frozen heartbeat: run.sh exit $hb_rc after ${hb_took}s, want 123 (heartbeat stopped) well before 300s:" >&2
+	cat "$hb_err" >&2
+	rm -f "$hb_err"
+	exit 1
+fi
+rm -f "$hb_err"
+echo "selftest: a frozen heartbeat ended L1 in ${hb_took}s (run.sh exit 123)"
 echo "selftest: rig ok"

@@ -15,7 +15,7 @@
 # with a verdict (exit 0 or 1) is final.
 #
 # Knobs: RIG_BUDGET (seconds for all attempts, default 2700), RIG_ATTEMPTS
-# (default 3), RIG_MEM (MiB for L1, default 4096), RIG_TIMEOUT (seconds for
+# (default 5), RIG_MEM (MiB for L1, default 4096), RIG_TIMEOUT (seconds for
 # one attempt, default 1800; an attempt never gets more than what is left of
 # the budget), RIG_MIN_ATTEMPT (do not start an attempt with less than this
 # left, default 420), RIG_RUN (the rig script, default test/nested/run.sh;
@@ -25,7 +25,7 @@ set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
 budget=${RIG_BUDGET:-2700}
-attempts=${RIG_ATTEMPTS:-3}
+attempts=${RIG_ATTEMPTS:-5}
 mem=${RIG_MEM:-4096}
 per_attempt=${RIG_TIMEOUT:-1800}
 min_attempt=${RIG_MIN_ATTEMPT:-420}

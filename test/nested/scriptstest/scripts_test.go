@@ -106,7 +106,7 @@ func TestRigAttemptAfterAWedgedL1RunsOnlyWhatDidNotPass(t *testing.T) {
 	if got, want := readFile(t, filepath.Join(dir, "passed-2")), "cmd/cellvm TestA\nsandbox TestC\n"; got != want {
 		t.Errorf("second attempt skipped %q, want %q (top-level passes only, by package)", got, want)
 	}
-	for _, want := range []string{"L1 went silent (wedged)", "attempt 2 of 3 in a fresh L1", "in 2 attempt(s) (exit 0)",
+	for _, want := range []string{"L1 went silent (wedged)", "attempt 2 of 5 in a fresh L1", "in 2 attempt(s) (exit 0)",
 		"fresh L1s: 1, test reruns: 0, packages passed only on a rerun (FLAKY): 0"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -125,10 +125,10 @@ func TestRigVerdictIsFinal(t *testing.T) {
 
 func TestRigStopsAtItsBudgetAndAttempts(t *testing.T) {
 	dir := t.TempDir()
-	rig := fake(t, dir, "rig", step{"", 125}, step{"", 124}, step{"", 123}, step{"", 0})
+	rig := fake(t, dir, "rig", step{"", 125}, step{"", 124}, step{"", 123}, step{"", 125}, step{"", 123}, step{"", 0})
 	out, code := runScript(t, []string{"RIG_RUN=" + rig, "RIG_STATE=" + dir, "RIG_BUDGET=1000", "RIG_MIN_ATTEMPT=1"}, "test-rig.sh")
-	if code != 123 || calls(t, dir, "rig") != 3 {
-		t.Fatalf("exit %d after %d attempts, want 123 after 3 (RIG_ATTEMPTS)\n%s", code, calls(t, dir, "rig"), out)
+	if code != 123 || calls(t, dir, "rig") != 5 {
+		t.Fatalf("exit %d after %d attempts, want 123 after 5 (RIG_ATTEMPTS' default)\n%s", code, calls(t, dir, "rig"), out)
 	}
 	if args := readFile(t, filepath.Join(dir, "args-1")); !strings.Contains(args, "--timeout\n1000\n") {
 		t.Errorf("first attempt's arguments %q: its timeout should be capped by the budget (1000 s)", args)
