@@ -1,9 +1,11 @@
 package clients
 
 import (
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +40,8 @@ func fakeDaemons(t *testing.T) (*fakeManager, []string) {
 
 // checkFakeAfterClients checks, on the daemon's side, what the clients'
 // tests can only infer: a timed-out call closed its connection (the cell's
-// context ended) and every sandbox the tests created was deleted.
+// context ended) and every sandbox and snapshot the tests created was
+// deleted.
 func checkFakeAfterClients(t *testing.T, m *fakeManager, out string) {
 	t.Helper()
 	if strings.Contains(out, "skipped 'needs the fake daemon") {
@@ -51,11 +54,10 @@ func checkFakeAfterClients(t *testing.T, m *fakeManager, out string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if len(m.boxes) != 0 {
-		var left []string
-		for id := range m.boxes {
-			left = append(left, id)
-		}
-		t.Errorf("the tests left sandboxes behind: %v", left)
+		t.Errorf("the tests left sandboxes behind: %v", slices.Sorted(maps.Keys(m.boxes)))
+	}
+	if len(m.snaps) != 0 {
+		t.Errorf("the tests left snapshots behind: %v", slices.Sorted(maps.Keys(m.snaps)))
 	}
 }
 

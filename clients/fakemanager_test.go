@@ -44,7 +44,8 @@ import (
 // exits 127 with its argv as JSON on stdout.
 // Create with memory_mib above 8192 is refused as full; a network policy
 // naming "not-supported.test" is refused as not supported. Downloading
-// /workspace/fail-midway sends 100 KiB and then fails.
+// /workspace/fail-midway sends 100 KiB and then fails. Pause, resume,
+// snapshots and forks keep variables and files (fakesnapshots_test.go).
 type fakeManager struct {
 	mu      sync.Mutex
 	next    int
@@ -53,6 +54,7 @@ type fakeManager struct {
 	chart   []byte
 	deleted []string
 	hub     sandbox.EventHub
+	snaps   map[string]*fakeSnap
 }
 
 type fakeBox struct {
@@ -66,7 +68,7 @@ type fakeBox struct {
 }
 
 func newFakeManager() *fakeManager {
-	return &fakeManager{boxes: map[string]*fakeBox{}, chart: fakesandbox.ChartPNG()}
+	return &fakeManager{boxes: map[string]*fakeBox{}, snaps: map[string]*fakeSnap{}, chart: fakesandbox.ChartPNG()}
 }
 
 func (f *fakeManager) note(format string, args ...any) {
@@ -82,7 +84,9 @@ func (f *fakeManager) Happened() []string {
 	return append([]string(nil), f.events...)
 }
 
-// box returns a usable sandbox; the caller holds f.mu.
+// box returns a usable sandbox, resumed if it was paused (as the VM
+// manager resumes one for a call that needs its guest); the caller holds
+// f.mu.
 func (f *fakeManager) box(id string) (*fakeBox, error) {
 	b, ok := f.boxes[id]
 	if !ok {
@@ -90,6 +94,10 @@ func (f *fakeManager) box(id string) (*fakeBox, error) {
 	}
 	if b.lost {
 		return nil, fmt.Errorf("%w: sandbox %s's VM exited; delete it", sandbox.ErrLost, id)
+	}
+	if b.info.State == sandbox.StatePaused {
+		b.info.State = sandbox.StateRunning
+		f.events = append(f.events, "resume "+id+" (by a call)")
 	}
 	return b, nil
 }
@@ -106,6 +114,15 @@ func (f *fakeManager) withBox(id string, fn func(*fakeBox) error) error {
 }
 
 func (f *fakeManager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var from *fakeSnap
+	if cfg.Snapshot != "" {
+		var err error
+		if cfg, from, err = f.forkConfig(cfg); err != nil {
+			return sandbox.Info{}, err
+		}
+	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return sandbox.Info{}, err
@@ -116,15 +133,17 @@ func (f *fakeManager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.I
 	if cfg.Network != nil && containsEntry(cfg.Network.Allow, "not-supported.test") {
 		return sandbox.Info{}, fmt.Errorf("%w: this manager has no network policy support", sandbox.ErrNotSupported)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.next++
 	id := fmt.Sprintf("sb-fake%d", f.next)
 	b := &fakeBox{
-		info:    sandbox.Info{ID: id, State: sandbox.StateRunning, Config: cfg, CreatedAt: time.Unix(1700000000, 0).UTC()},
+		info: sandbox.Info{ID: id, State: sandbox.StateRunning, Config: cfg, CreatedAt: time.Unix(1700000000, 0).UTC(),
+			StartedFrom: startedFrom(cfg)},
 		vars:    map[string]int{},
 		files:   map[string][]byte{},
 		release: make(chan struct{}, 1),
+	}
+	if from != nil {
+		b.vars, b.files = from.copyState()
 	}
 	f.boxes[id] = b
 	f.events = append(f.events, "create "+id)
@@ -396,21 +415,6 @@ func (f *fakeManager) SetNetwork(ctx context.Context, id string, p sandbox.Netwo
 		b.info.Config.Network = &sandbox.NetworkPolicy{Allow: append([]string{}, p.Allow...)}
 		return nil
 	})
-}
-
-func (f *fakeManager) Pause(ctx context.Context, id string) error  { return sandbox.ErrNotSupported }
-func (f *fakeManager) Resume(ctx context.Context, id string) error { return sandbox.ErrNotSupported }
-func (f *fakeManager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
-	return sandbox.SnapshotInfo{}, sandbox.ErrNotSupported
-}
-func (f *fakeManager) ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error) {
-	return nil, sandbox.ErrNotSupported
-}
-func (f *fakeManager) GetSnapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
-	return sandbox.SnapshotInfo{}, sandbox.ErrNotSupported
-}
-func (f *fakeManager) DeleteSnapshot(ctx context.Context, id string) error {
-	return sandbox.ErrNotSupported
 }
 
 // The observation routes: no logs, no events, no caps; the clients do not

@@ -26,14 +26,14 @@ from .errors import (
     Busy, CellvmError, ConnectError, ConnectionLost, Forbidden, Full, Internal, Invalid, Lost, NotFound, Unauthorized,
     NotSupported, ProtocolError, Timeout, TooLarge,
 )
-from .models import CommandResult, Execution, ExecutionError, Logs, Result, SandboxInfo, Truncated
+from .models import CommandResult, Execution, ExecutionError, Logs, Result, SandboxInfo, SnapshotInfo, Truncated
 from .sandbox import Sandbox
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Sandbox", "AsyncSandbox", "Connection", "DEFAULT_SOCKET",
-    "Execution", "Result", "Logs", "ExecutionError", "Truncated", "CommandResult", "SandboxInfo",
+    "Execution", "Result", "Logs", "ExecutionError", "Truncated", "CommandResult", "SandboxInfo", "SnapshotInfo",
     "CellvmError", "Invalid", "Unauthorized", "Forbidden", "NotFound", "Busy", "Lost", "TooLarge", "Internal", "NotSupported",
     "Full", "ConnectError", "ConnectionLost", "Timeout", "ProtocolError",
 ]

@@ -82,6 +82,15 @@ def sandbox_path(sandbox_id: str, *rest: str) -> str:
     return "/".join([sandboxes_path(), quote(sandbox_id, safe="")] + [quote(r, safe="") for r in rest])
 
 
+def snapshots_path() -> str:
+    return "/v1/snapshots"
+
+
+def snapshot_path(snapshot_id: str) -> str:
+    """The path of a snapshot (the id is checked by the caller)."""
+    return snapshots_path() + "/" + quote(snapshot_id, safe="")
+
+
 def files_path(sandbox_id: str, guest_path: str) -> str:
     """The files route of a guest path. A relative path is taken as
     relative to /workspace, where cells and commands run."""

@@ -11,13 +11,14 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 import stat
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _exchange as ex
 from ._transport import Connection
 from .errors import NotFound
-from .models import CommandResult, Execution, ExecutionError, Result, SandboxInfo
+from .models import CommandResult, Execution, ExecutionError, Result, SandboxInfo, SnapshotInfo
 
 #: A cell's time limit when run_code is given none (seconds); the same as
 #: the daemon's default.
@@ -29,6 +30,12 @@ DEFAULT_CELL_TIMEOUT_S = 60.0
 START_ALLOWANCE_S = 180.0
 #: How long a create may take to boot the sandbox (seconds).
 DEFAULT_CREATE_TIMEOUT_S = 180.0
+#: How long a pause or a snapshot may take (seconds): the daemon's own
+#: bound on writing a sandbox's memory to disk.
+DEFAULT_SNAPSHOT_TIMEOUT_S = 300.0
+#: How a sandbox without a snapshot starts: "template" restores the
+#: daemon's prepared template (booting when there is none), "cold" boots.
+START_VALUES = ("template", "cold")
 #: How long a file transfer may take (seconds).
 DEFAULT_FILE_TIMEOUT_S = 300.0
 #: The most files.read keeps in memory.
@@ -84,8 +91,34 @@ def _env(env: Any) -> Optional[Dict[str, str]]:
     return dict(env)
 
 
+_SNAPSHOT_ID = re.compile(r"snap-[0-9a-f]{12}")
+
+
+def snapshot_id(value: Any) -> str:
+    """A snapshot id as given, checked before it is sent: "snap-" and 12
+    lowercase hex digits (Sandbox.list_snapshots() lists them)."""
+    if not isinstance(value, str):
+        raise TypeError(f"a snapshot id is a str, not {type(value).__name__}")
+    if not _SNAPSHOT_ID.fullmatch(value):
+        shown = value if len(value) <= 64 else value[:64] + "..."
+        raise ValueError(f"{shown!r} is not a snapshot id (snap- and 12 hex digits; Sandbox.list_snapshots() lists them)")
+    return value
+
+
+def _start(start: Any) -> Optional[str]:
+    if start is None:
+        return None
+    if not isinstance(start, str):
+        raise TypeError(f"start is a str ('template' or 'cold'), not {type(start).__name__}")
+    if start not in START_VALUES:
+        shown = start if len(start) <= 64 else start[:64] + "..."
+        raise ValueError(f"start is 'template' or 'cold' (or None: the daemon's choice), not {shown!r}")
+    return start
+
+
 def create_plan(conn: Connection, *, vcpus: Optional[int], memory_mib: Optional[int], network: Any,
-                env: Any, ttl_s: Optional[int], idle_timeout_s: Optional[int], timeout: float) -> Plan:
+                env: Any, ttl_s: Optional[int], idle_timeout_s: Optional[int], timeout: float,
+                start: Optional[str] = None, snapshot: Optional[str] = None) -> Plan:
     cfg: Dict[str, Any] = {}
     for name, v in (("vcpus", vcpus), ("memory_mib", memory_mib), ("ttl_s", ttl_s), ("idle_timeout_s", idle_timeout_s)):
         if v is not None:
@@ -98,6 +131,11 @@ def create_plan(conn: Connection, *, vcpus: Optional[int], memory_mib: Optional[
     e = _env(env)
     if e:
         cfg["env"] = e
+    st = _start(start)
+    if st is not None:
+        cfg["start"] = st
+    if snapshot is not None:
+        cfg["snapshot"] = snapshot_id(snapshot)
     return Plan(ex.json_call("POST", ex.sandboxes_path(), cfg, want=(201,)), timeout + conn.timeout, SandboxInfo.from_raw)
 
 
@@ -110,9 +148,27 @@ def list_plan(conn: Connection) -> Plan:
                 lambda v: [SandboxInfo.from_raw(s) for s in (v or {}).get("sandboxes") or []])
 
 
+def list_snapshots_plan(conn: Connection) -> Plan:
+    return Plan(ex.json_call("GET", ex.snapshots_path()), conn.timeout,
+                lambda v: [SnapshotInfo.from_raw(s) for s in v or [] if isinstance(s, dict)])
+
+
+def get_snapshot_plan(conn: Connection, snap_id: str) -> Plan:
+    return Plan(ex.json_call("GET", ex.snapshot_path(snapshot_id(snap_id))), conn.timeout, SnapshotInfo.from_raw)
+
+
+def delete_snapshot_plan(conn: Connection, snap_id: str) -> Plan:
+    return Plan(_delete(ex.snapshot_path(snapshot_id(snap_id))), conn.timeout)
+
+
 def _kill(sandbox_id: str) -> ex.Exchange:
+    return _delete(ex.sandbox_path(sandbox_id))
+
+
+def _delete(path: str) -> ex.Exchange:
+    """DELETE, answering False when there was nothing to delete."""
     try:
-        yield from ex.json_call("DELETE", ex.sandbox_path(sandbox_id), want=(204,))
+        yield from ex.json_call("DELETE", path, want=(204,))
     except NotFound:
         return False
     return True
@@ -287,6 +343,27 @@ class SandboxCalls:
         start): variables are lost."""
         return self._do(Plan(ex.json_call("POST", ex.sandbox_path(self.sandbox_id, "restart"), want=(204,)),
                              START_ALLOWANCE_S + self._conn.timeout, lambda v: None))
+
+    def pause(self, *, timeout: float = DEFAULT_SNAPSHOT_TIMEOUT_S):
+        """Writes the sandbox to disk and ends its VM, whose memory goes back
+        to the host; its state reads "paused". :meth:`resume`, or any cell,
+        command or file call, brings it back with its variables and files.
+        Busy when it is already paused or a cell is running."""
+        return self._do(Plan(ex.json_call("POST", ex.sandbox_path(self.sandbox_id, "pause"), want=(204,)),
+                             timeout + self._conn.timeout, lambda v: None))
+
+    def resume(self, *, timeout: float = DEFAULT_CREATE_TIMEOUT_S):
+        """Restores a paused sandbox (Busy when it is not paused)."""
+        return self._do(Plan(ex.json_call("POST", ex.sandbox_path(self.sandbox_id, "resume"), want=(204,)),
+                             timeout + self._conn.timeout, lambda v: None))
+
+    def snapshot(self, *, timeout: float = DEFAULT_SNAPSHOT_TIMEOUT_S):
+        """Saves the sandbox's machine (memory, variables, files) while it
+        keeps running, and returns the :class:`SnapshotInfo`;
+        ``create(snapshot=info.snapshot_id)`` forks it. Busy while a cell
+        runs; Full when the daemon's snapshot disk cap is reached."""
+        return self._do(Plan(ex.json_call("POST", ex.sandbox_path(self.sandbox_id, "snapshot"), want=(201,)),
+                             timeout + self._conn.timeout, SnapshotInfo.from_raw))
 
     def info(self):
         """The sandbox's state, config and usage (:class:`SandboxInfo`)."""

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Dict, List, Optional
 
-from ._sandbox import DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, info_plan, list_plan
+from ._sandbox import (
+    DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, delete_snapshot_plan, get_snapshot_plan, info_plan,
+    list_plan, list_snapshots_plan,
+)
 from ._transport import Connection
-from .models import SandboxInfo
+from .models import SandboxInfo, SnapshotInfo
 
 
 class AsyncSandbox(SandboxCalls):
@@ -23,12 +26,13 @@ class AsyncSandbox(SandboxCalls):
     @classmethod
     def create(cls, *, vcpus: Optional[int] = None, memory_mib: Optional[int] = None, network: Any = None,
                env: Optional[Dict[str, str]] = None, ttl_s: Optional[int] = None, idle_timeout_s: Optional[int] = None,
+               start: Optional[str] = None, snapshot: Optional[str] = None,
                timeout: float = DEFAULT_CREATE_TIMEOUT_S, connection: Optional[Connection] = None,
                socket_path: Optional[str] = None) -> "_Creating":
         """Creates a sandbox; await the result (or use it in ``async with``)."""
         conn = connection or Connection(socket_path)
         plan = create_plan(conn, vcpus=vcpus, memory_mib=memory_mib, network=network, env=env,
-                           ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, timeout=timeout)
+                           ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, timeout=timeout, start=start, snapshot=snapshot)
         return _Creating(cls, conn, plan)
 
     @classmethod
@@ -43,6 +47,27 @@ class AsyncSandbox(SandboxCalls):
         """Every sandbox of the daemon."""
         conn = connection or Connection(socket_path)
         return await list_plan(conn).arun(conn)
+
+    @classmethod
+    async def list_snapshots(cls, *, connection: Optional[Connection] = None,
+                             socket_path: Optional[str] = None) -> List[SnapshotInfo]:
+        """Every snapshot of the daemon, oldest first."""
+        conn = connection or Connection(socket_path)
+        return await list_snapshots_plan(conn).arun(conn)
+
+    @classmethod
+    async def get_snapshot(cls, snapshot_id: str, *, connection: Optional[Connection] = None,
+                           socket_path: Optional[str] = None) -> SnapshotInfo:
+        """Describes one snapshot (NotFound if there is none)."""
+        conn = connection or Connection(socket_path)
+        return await get_snapshot_plan(conn, snapshot_id).arun(conn)
+
+    @classmethod
+    async def delete_snapshot(cls, snapshot_id: str, *, connection: Optional[Connection] = None,
+                              socket_path: Optional[str] = None) -> bool:
+        """Deletes a snapshot; False when it was already gone."""
+        conn = connection or Connection(socket_path)
+        return await delete_snapshot_plan(conn, snapshot_id).arun(conn)
 
     def _do(self, plan: Plan) -> Awaitable[Any]:
         return plan.arun(self._conn)

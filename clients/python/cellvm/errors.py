@@ -62,13 +62,14 @@ class Unauthorized(CellvmError, PermissionError):
 
 
 class NotFound(CellvmError, LookupError):
-    """404: no such sandbox, or no such file in it."""
+    """404: no such sandbox or snapshot, or no such file in the sandbox."""
 
     code = "not_found"
 
 
 class Busy(CellvmError):
-    """409: a cell is already running in the sandbox (cells are not queued), or it is paused."""
+    """409: a cell is already running in the sandbox (cells are not queued), or the sandbox is not in the
+    state the call needs (a pause of a paused sandbox, a resume of a running one)."""
 
     code = "busy"
 
@@ -98,7 +99,8 @@ class NotSupported(CellvmError):
 
 
 class Full(CellvmError):
-    """503: the host's cap on sandboxes or memory is reached; retry after ``retry_after`` seconds."""
+    """503: the host's cap on sandboxes, memory or snapshot disk is reached (or its disk is full); retry
+    after ``retry_after`` seconds."""
 
     code = "full"
 

@@ -219,12 +219,42 @@ class SandboxInfo:
     cell_running: bool
     usage: Dict[str, Any]
     network: Dict[str, Any]
+    #: How its VM started: "template", "boot" or "snapshot" (a fork); None
+    #: when the daemon does not know (a sandbox taken over from an earlier
+    #: daemon).
+    started_from: Optional[str] = None
     raw: Dict[str, Any] = field(repr=False, default_factory=dict)
 
     @classmethod
     def from_raw(cls, raw: Dict[str, Any]) -> "SandboxInfo":
+        started = raw.get("started_from")
         return cls(sandbox_id=str(raw.get("id", "")), state=str(raw.get("state", "")),
                    config=dict(raw.get("config") or {}), created_at=str(raw.get("created_at", "")),
                    uptime_s=float(raw.get("uptime_s") or 0), cells=int(raw.get("cells") or 0),
                    cell_running=bool(raw.get("cell_running")), usage=dict(raw.get("usage") or {}),
-                   network=dict(raw.get("network") or {}), raw=raw)
+                   network=dict(raw.get("network") or {}),
+                   started_from=started if isinstance(started, str) and started else None, raw=raw)
+
+
+@dataclass
+class SnapshotInfo:
+    """A snapshot of a sandbox's machine (memory, variables, files), as the
+    daemon describes it. Its forks have its ``vcpus`` and ``memory_mib``."""
+
+    snapshot_id: str
+    sandbox_id: str
+    created_at: str
+    size_bytes: int
+    vcpus: int
+    memory_mib: int
+    raw: Dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return self.snapshot_id
+
+    @classmethod
+    def from_raw(cls, raw: Dict[str, Any]) -> "SnapshotInfo":
+        return cls(snapshot_id=str(raw.get("id", "")), sandbox_id=str(raw.get("sandbox_id", "")),
+                   created_at=str(raw.get("created_at", "")), size_bytes=int(raw.get("size_bytes") or 0),
+                   vcpus=int(raw.get("vcpus") or 0), memory_mib=int(raw.get("memory_mib") or 0), raw=raw)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from ._sandbox import DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, info_plan, list_plan
+from ._sandbox import (
+    DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, delete_snapshot_plan, get_snapshot_plan, info_plan,
+    list_plan, list_snapshots_plan,
+)
 from ._transport import Connection
-from .models import SandboxInfo
+from .models import SandboxInfo, SnapshotInfo
 
 
 class Sandbox(SandboxCalls):
@@ -23,20 +26,27 @@ class Sandbox(SandboxCalls):
     passes, and another process can take it up with :meth:`connect` (one
     sandbox per conversation). Calls: ``run_code``, ``commands.run``,
     ``files.read``/``write``, ``network.set``, ``interrupt``, ``restart``,
-    ``info``, ``kill``.
+    ``pause``, ``resume``, ``snapshot``, ``info``, ``kill``; snapshots are
+    listed, described and deleted with :meth:`list_snapshots`,
+    :meth:`get_snapshot` and :meth:`delete_snapshot`.
     """
 
     @classmethod
     def create(cls, *, vcpus: Optional[int] = None, memory_mib: Optional[int] = None, network: Any = None,
                env: Optional[Dict[str, str]] = None, ttl_s: Optional[int] = None, idle_timeout_s: Optional[int] = None,
+               start: Optional[str] = None, snapshot: Optional[str] = None,
                timeout: float = DEFAULT_CREATE_TIMEOUT_S, connection: Optional[Connection] = None,
                socket_path: Optional[str] = None) -> "Sandbox":
         """Creates a sandbox and returns once it runs. ``network`` is None
         (no network device at all) or an allowlist; ``env`` reaches the
-        interpreter and commands; ``timeout`` bounds the boot."""
+        interpreter and commands; ``timeout`` bounds the boot. ``start`` is
+        "template" (restore the daemon's prepared template, the default
+        where there is one) or "cold" (boot); ``snapshot`` (an id from
+        :meth:`snapshot`) forks that snapshot instead: a new sandbox with
+        its variables and files, and its vCPUs and memory."""
         conn = connection or Connection(socket_path)
         plan = create_plan(conn, vcpus=vcpus, memory_mib=memory_mib, network=network, env=env,
-                           ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, timeout=timeout)
+                           ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, timeout=timeout, start=start, snapshot=snapshot)
         return cls(conn, plan.run(conn))
 
     @classmethod
@@ -51,6 +61,28 @@ class Sandbox(SandboxCalls):
         """Every sandbox of the daemon."""
         conn = connection or Connection(socket_path)
         return list_plan(conn).run(conn)
+
+    @classmethod
+    def list_snapshots(cls, *, connection: Optional[Connection] = None,
+                       socket_path: Optional[str] = None) -> List[SnapshotInfo]:
+        """Every snapshot of the daemon, oldest first."""
+        conn = connection or Connection(socket_path)
+        return list_snapshots_plan(conn).run(conn)
+
+    @classmethod
+    def get_snapshot(cls, snapshot_id: str, *, connection: Optional[Connection] = None,
+                     socket_path: Optional[str] = None) -> SnapshotInfo:
+        """Describes one snapshot (NotFound if there is none)."""
+        conn = connection or Connection(socket_path)
+        return get_snapshot_plan(conn, snapshot_id).run(conn)
+
+    @classmethod
+    def delete_snapshot(cls, snapshot_id: str, *, connection: Optional[Connection] = None,
+                        socket_path: Optional[str] = None) -> bool:
+        """Deletes a snapshot (forks of it keep running). Returns False when
+        it was already gone."""
+        conn = connection or Connection(socket_path)
+        return delete_snapshot_plan(conn, snapshot_id).run(conn)
 
     def _do(self, plan: Plan) -> Any:
         return plan.run(self._conn)
