@@ -26,9 +26,9 @@ export const Invalid = define('Invalid', 'invalid');
 export const Unauthorized = define('Unauthorized', 'unauthorized');
 /** 403: the daemon refuses this user. */
 export const Forbidden = define('Forbidden', 'forbidden');
-/** 404: no such sandbox, or no such file in it. */
+/** 404: no such sandbox or snapshot, or no such file in the sandbox. */
 export const NotFound = define('NotFound', 'not_found');
-/** 409: a cell is already running (cells are not queued), or the sandbox is paused. */
+/** 409: a cell is already running (cells are not queued), or the sandbox is not in the state the call needs (a pause of a paused sandbox, a resume of a running one). */
 export const Busy = define('Busy', 'busy');
 /** 410: the sandbox's VM died; it can only be killed. */
 export const Lost = define('Lost', 'lost');
@@ -38,7 +38,7 @@ export const TooLarge = define('TooLarge', 'too_large');
 export const Internal = define('Internal', 'internal');
 /** 501: this daemon or host does not offer the operation. */
 export const NotSupported = define('NotSupported', 'not_supported');
-/** 503: the host's cap is reached; retry after err.retryAfter seconds. */
+/** 503: the host's cap on sandboxes, memory or snapshot disk is reached (or its disk is full); retry after err.retryAfter seconds. */
 export const Full = define('Full', 'full');
 /** No daemon could be reached. */
 export const ConnectError = define('ConnectError', 'connect');

@@ -68,5 +68,18 @@ export interface SandboxInfo {
   cellRunning: boolean;
   usage: Record<string, unknown>;
   network: Record<string, unknown>;
+  /** How its VM started (null when the daemon does not know, as for a sandbox taken over from an earlier daemon). */
+  startedFrom: 'template' | 'boot' | 'snapshot' | null;
+  raw: Record<string, unknown>;
+}
+
+/** A snapshot of a sandbox's machine (memory, variables, files); its forks have its vcpus and memoryMiB. */
+export interface SnapshotInfo {
+  snapshotId: string;
+  sandboxId: string;
+  createdAt: string;
+  sizeBytes: number;
+  vcpus: number;
+  memoryMiB: number;
   raw: Record<string, unknown>;
 }

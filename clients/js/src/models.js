@@ -76,6 +76,14 @@ export function sandboxInfo(raw) {
   return {
     sandboxId: String(raw.id ?? ''), state: String(raw.state ?? ''), config: raw.config ?? {}, createdAt: raw.created_at,
     uptimeS: Number(raw.uptime_s ?? 0), cells: Number(raw.cells ?? 0), cellRunning: Boolean(raw.cell_running),
-    usage: raw.usage ?? {}, network: raw.network ?? {}, raw,
+    usage: raw.usage ?? {}, network: raw.network ?? {},
+    startedFrom: typeof raw.started_from === 'string' && raw.started_from ? raw.started_from : null, raw,
+  };
+}
+
+export function snapshotInfo(raw) {
+  return {
+    snapshotId: String(raw.id ?? ''), sandboxId: String(raw.sandbox_id ?? ''), createdAt: raw.created_at,
+    sizeBytes: Number(raw.size_bytes ?? 0), vcpus: Number(raw.vcpus ?? 0), memoryMiB: Number(raw.memory_mib ?? 0), raw,
   };
 }

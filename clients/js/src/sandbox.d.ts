@@ -1,5 +1,5 @@
 import { Connection } from './transport.js';
-import { CommandResult, Execution, ExecutionError, Result, SandboxInfo } from './models.js';
+import { CommandResult, Execution, ExecutionError, Result, SandboxInfo, SnapshotInfo } from './models.js';
 
 export const DEFAULT_CELL_TIMEOUT_MS: number;
 /** Allowed on top of a cell's limit for the guest to start its interpreter. */
@@ -20,6 +20,10 @@ export interface CreateOptions extends ConnectOptions {
   env?: Record<string, string>;
   ttlS?: number;
   idleTimeoutS?: number;
+  /** 'template' restores the daemon's prepared template (the default where there is one), 'cold' boots. */
+  start?: 'template' | 'cold';
+  /** Forks this snapshot (an id from sandbox.snapshot()): its variables and files, its vCPUs and memory. */
+  snapshot?: string;
   /** How long the boot may take. */
   timeoutMs?: number;
 }
@@ -39,6 +43,12 @@ export class Sandbox {
   static create(opts?: CreateOptions): Promise<Sandbox>;
   static connect(id: string, opts?: ConnectOptions): Promise<Sandbox>;
   static list(opts?: ConnectOptions): Promise<SandboxInfo[]>;
+  /** Every snapshot of the daemon, oldest first. */
+  static listSnapshots(opts?: ConnectOptions): Promise<SnapshotInfo[]>;
+  /** Describes one snapshot (NotFound if there is none). */
+  static getSnapshot(id: string, opts?: ConnectOptions): Promise<SnapshotInfo>;
+  /** Deletes a snapshot; false when it was already gone. */
+  static deleteSnapshot(id: string, opts?: ConnectOptions): Promise<boolean>;
   readonly sandboxId: string;
   readonly id: string;
   readonly created: SandboxInfo;
@@ -53,6 +63,11 @@ export class Sandbox {
   runCode(code: string, opts?: RunCodeOptions): Promise<Execution>;
   interrupt(): Promise<void>;
   restart(): Promise<void>;
+  /** Writes the sandbox to disk and ends its VM; a resume, or any cell, command or file call, brings it back. */
+  pause(opts?: { timeoutMs?: number }): Promise<void>;
+  resume(opts?: { timeoutMs?: number }): Promise<void>;
+  /** Saves the sandbox's machine while it keeps running; Sandbox.create({ snapshot }) forks it. */
+  snapshot(opts?: { timeoutMs?: number }): Promise<SnapshotInfo>;
   info(): Promise<SandboxInfo>;
   kill(opts?: { timeoutMs?: number }): Promise<boolean>;
   [Symbol.asyncDispose](): Promise<void>;

@@ -3,8 +3,8 @@
 
 import { Readable } from 'node:stream';
 import { ConnectionLost, NotFound, ProtocolError, TooLarge } from './errors.js';
-import { Execution, Result, commandResult, executionError, sandboxInfo } from './models.js';
-import { Connection, MAX_EVENT_LINE_BYTES, answer, filesPath, jsonCall, readBody, sandboxPath } from './transport.js';
+import { Execution, Result, commandResult, executionError, sandboxInfo, snapshotInfo } from './models.js';
+import { Connection, MAX_EVENT_LINE_BYTES, answer, filesPath, jsonCall, readBody, sandboxPath, snapshotPath } from './transport.js';
 
 /** A cell's time limit when runCode is given none; the daemon's default. */
 export const DEFAULT_CELL_TIMEOUT_MS = 60_000;
@@ -16,6 +16,10 @@ export const DEFAULT_CELL_TIMEOUT_MS = 60_000;
  */
 export const START_ALLOWANCE_MS = 180_000;
 const DEFAULT_CREATE_TIMEOUT_MS = 180_000;
+/** How long a pause or a snapshot may take: the daemon's own bound on writing a sandbox's memory to disk. */
+const DEFAULT_SNAPSHOT_TIMEOUT_MS = 300_000;
+/** How a sandbox without a snapshot starts: 'template' restores the daemon's template (booting when there is none), 'cold' boots. */
+const START_VALUES = ['template', 'cold'];
 const DEFAULT_FILE_TIMEOUT_MS = 300_000;
 const DEFAULT_MAX_READ_BYTES = 1 << 30;
 
@@ -39,6 +43,35 @@ function networkField(network) {
     throw new TypeError('network is a list of allowlist entries (strings) or {allow: [...]}');
   }
   return { allow: [...allow] };
+}
+
+const clip = (s) => (s.length > 64 ? `${s.slice(0, 64)}...` : s);
+
+/** A snapshot id, checked before it is sent: "snap-" and 12 lowercase hex digits. */
+function snapshotId(id) {
+  if (typeof id !== 'string') throw new TypeError(`a snapshot id is a string, not ${id === null ? 'null' : typeof id}`);
+  if (!/^snap-[0-9a-f]{12}$/.test(id)) {
+    throw new RangeError(`${JSON.stringify(clip(id))} is not a snapshot id (snap- and 12 hex digits; Sandbox.listSnapshots() lists them)`);
+  }
+  return id;
+}
+
+function startField(start) {
+  if (start === undefined || start === null) return undefined;
+  if (typeof start !== 'string') throw new TypeError(`start is a string ('template' or 'cold'), not ${typeof start}`);
+  if (!START_VALUES.includes(start)) throw new RangeError(`start is 'template' or 'cold' (or unset: the daemon's choice), not ${JSON.stringify(clip(start))}`);
+  return start;
+}
+
+/** DELETE, resolving to false when there was nothing to delete. */
+async function deleteCall(c, path, timeoutMs) {
+  try {
+    await jsonCall(c, 'DELETE', path, undefined, { want: [204], timeoutMs });
+    return true;
+  } catch (e) {
+    if (e instanceof NotFound) return false;
+    throw e;
+  }
 }
 
 function envField(env) {
@@ -206,6 +239,9 @@ export class Sandbox {
     if (net) cfg.network = net;
     const env = envField(opts.env);
     if (env && Object.keys(env).length) cfg.env = env;
+    const start = startField(opts.start);
+    if (start) cfg.start = start;
+    if (opts.snapshot !== undefined && opts.snapshot !== null) cfg.snapshot = snapshotId(opts.snapshot);
     const raw = await jsonCall(c, 'POST', '/v1/sandboxes', cfg, { want: [201], timeoutMs: (opts.timeoutMs ?? DEFAULT_CREATE_TIMEOUT_MS) + c.timeoutMs });
     return new this(c, sandboxInfo(raw));
   }
@@ -221,6 +257,25 @@ export class Sandbox {
     const c = conn(opts);
     const v = await jsonCall(c, 'GET', '/v1/sandboxes');
     return (v?.sandboxes ?? []).map(sandboxInfo);
+  }
+
+  /** Every snapshot of the daemon, oldest first. */
+  static async listSnapshots(opts = {}) {
+    const c = conn(opts);
+    const v = await jsonCall(c, 'GET', '/v1/snapshots');
+    return (Array.isArray(v) ? v : []).filter((s) => s && typeof s === 'object').map(snapshotInfo);
+  }
+
+  /** Describes one snapshot (NotFound if there is none). */
+  static async getSnapshot(id, opts = {}) {
+    const path = snapshotPath(snapshotId(id));
+    return snapshotInfo(await jsonCall(conn(opts), 'GET', path));
+  }
+
+  /** Deletes a snapshot (forks of it keep running); resolves to false when it was already gone. */
+  static async deleteSnapshot(id, opts = {}) {
+    const path = snapshotPath(snapshotId(id));
+    return deleteCall(conn(opts), path);
   }
 
   /**
@@ -255,6 +310,29 @@ export class Sandbox {
     return jsonCall(this._conn, 'POST', sandboxPath(this.sandboxId, 'restart'), undefined, { want: [204], timeoutMs: START_ALLOWANCE_MS + this._conn.timeoutMs }).then(() => undefined);
   }
 
+  /**
+   * Writes the sandbox to disk and ends its VM, whose memory goes back to the host; its state reads
+   * 'paused'. resume(), or any cell, command or file call, brings it back with its variables and files.
+   * Busy when it is already paused or a cell is running.
+   */
+  pause({ timeoutMs = DEFAULT_SNAPSHOT_TIMEOUT_MS } = {}) {
+    return jsonCall(this._conn, 'POST', sandboxPath(this.sandboxId, 'pause'), undefined, { want: [204], timeoutMs: timeoutMs + this._conn.timeoutMs }).then(() => undefined);
+  }
+
+  /** Restores a paused sandbox (Busy when it is not paused). */
+  resume({ timeoutMs = DEFAULT_CREATE_TIMEOUT_MS } = {}) {
+    return jsonCall(this._conn, 'POST', sandboxPath(this.sandboxId, 'resume'), undefined, { want: [204], timeoutMs: timeoutMs + this._conn.timeoutMs }).then(() => undefined);
+  }
+
+  /**
+   * Saves the sandbox's machine (memory, variables, files) while it keeps running and resolves to its
+   * SnapshotInfo; Sandbox.create({ snapshot: info.snapshotId }) forks it. Busy while a cell runs; Full
+   * when the daemon's snapshot disk cap is reached.
+   */
+  snapshot({ timeoutMs = DEFAULT_SNAPSHOT_TIMEOUT_MS } = {}) {
+    return jsonCall(this._conn, 'POST', sandboxPath(this.sandboxId, 'snapshot'), undefined, { want: [201], timeoutMs: timeoutMs + this._conn.timeoutMs }).then(snapshotInfo);
+  }
+
   /** The sandbox's state, config and usage. */
   info() {
     return jsonCall(this._conn, 'GET', sandboxPath(this.sandboxId)).then(sandboxInfo);
@@ -262,13 +340,7 @@ export class Sandbox {
 
   /** Destroys the sandbox; resolves to false when it was already gone. */
   async kill({ timeoutMs = 60_000 } = {}) {
-    try {
-      await jsonCall(this._conn, 'DELETE', sandboxPath(this.sandboxId), undefined, { want: [204], timeoutMs });
-      return true;
-    } catch (e) {
-      if (e instanceof NotFound) return false;
-      throw e;
-    }
+    return deleteCall(this._conn, sandboxPath(this.sandboxId), timeoutMs);
   }
 
   /** `await using sbx = await Sandbox.create()` deletes it at the end of the block. */

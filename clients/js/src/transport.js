@@ -265,6 +265,11 @@ export function sandboxPath(id, ...rest) {
   return ['/v1/sandboxes', encodeURIComponent(id), ...rest.map(encodeURIComponent)].join('/');
 }
 
+/** The route of a snapshot (the id is checked by the caller). */
+export function snapshotPath(id) {
+  return `/v1/snapshots/${encodeURIComponent(id)}`;
+}
+
 /** The files route of a guest path; a relative path is under /workspace. */
 export function filesPath(id, guestPath) {
   if (typeof guestPath !== 'string' || !guestPath) throw new TypeError('a file path is a non-empty string');
