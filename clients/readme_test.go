@@ -12,17 +12,24 @@ import (
 // first (after the ```lang line).
 func readmeBlock(t *testing.T, lang, first string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	return markdownBlock(t, "README.md", lang, first)
+}
+
+// markdownBlock returns the fenced code block of the repository's file
+// (a path from the root) that starts with first.
+func markdownBlock(t *testing.T, file, lang, first string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(b), "```"+lang+"\n"+first)
 	if !ok {
-		t.Fatalf("README.md has no %s block starting with %q", lang, first)
+		t.Fatalf("%s has no %s block starting with %q", file, lang, first)
 	}
 	code, _, ok := strings.Cut(rest, "```\n")
 	if !ok {
-		t.Fatalf("README.md's %s block is not closed", lang)
+		t.Fatalf("%s's %s block is not closed", file, lang)
 	}
 	return first + code
 }
@@ -67,4 +74,33 @@ func TestReadmeExamplesOnTheFake(t *testing.T) {
 // microVMs.
 func TestRigReadmeExamples(t *testing.T) {
 	runReadmeExamples(t, realDaemon(t), 15*time.Minute)
+}
+
+// TestPythonReadmeSnapshotExample runs the Python client's README example
+// of snapshots, forks and pause against the fake, which forks and pauses
+// with variables kept: it prints what its comments say, and leaves no
+// sandbox or snapshot behind.
+func TestPythonReadmeSnapshotExample(t *testing.T) {
+	m := newFakeManager()
+	sock := serveAPI(t, m)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "snapshots.py")
+	code := markdownBlock(t, "clients/python/README.md", "python", "# Snapshots, forks and pause.\n")
+	if err := os.WriteFile(script, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := runIn(t, dir, []string{"CELLVM_SOCKET=" + sock, "PYTHONPATH=" + filepath.Join(clientsDir(t), "python")},
+		time.Minute, python(t), script)
+	if out != "snapshot 41\n41\n" {
+		t.Errorf("the example printed %q, want \"snapshot 41\\n41\\n\"", out)
+	}
+	events := strings.Join(m.Happened(), "\n")
+	for _, want := range []string{"pause sb-fake1", "resume sb-fake1 (by a call)", "delete snapshot snap-"} {
+		if !strings.Contains(events, want) {
+			t.Errorf("the fake did not see %q:\n%s", want, events)
+		}
+	}
+	if len(m.boxes) != 0 || len(m.snaps) != 0 {
+		t.Errorf("the example left %d sandboxes and %d snapshots", len(m.boxes), len(m.snaps))
+	}
 }
