@@ -295,7 +295,7 @@ func (t *Toolbox) uploadFile(ctx context.Context, args json.RawMessage) ToolResu
 func sandboxError(err error) ToolResult {
 	switch {
 	case errors.Is(err, sandbox.ErrBusy):
-		return ToolError("the sandbox is busy (another call is still running, or it is paused); wait for it and try again: %v", err)
+		return ToolError("the sandbox is busy (another call is still running, or it is being paused or resumed); wait for it and try again: %v", err)
 	case errors.Is(err, sandbox.ErrLost):
 		return ToolError("the sandbox's VM is gone; no more code can run in it and all state is lost: %v", err)
 	case errors.Is(err, sandbox.ErrNotFound):

@@ -181,7 +181,7 @@ export function formatExecution(execution) {
 export const toolError = (message) => ({ text: 'Tool error: ' + message, images: [], isError: true });
 
 function sandboxError(e) {
-  if (e instanceof Busy) return toolError(`the sandbox is busy (another call is still running, or it is paused); wait for it and try again: ${e.message}`);
+  if (e instanceof Busy) return toolError(`the sandbox is busy (another call is still running, or it is being paused or resumed); wait for it and try again: ${e.message}`);
   if (e instanceof Lost) return toolError(`the sandbox's VM is gone; no more code can run in it and all state is lost: ${e.message}`);
   if (e instanceof NotFound) return toolError(`not found: ${e.message}`);
   if (e instanceof Timeout) return toolError(`the call was cancelled: ${e.message}`);

@@ -244,7 +244,7 @@ def tool_error(message: str) -> ToolOutput:
 
 def _sandbox_error(e: CellvmError) -> ToolOutput:
     if isinstance(e, Busy):
-        return tool_error(f"the sandbox is busy (another call is still running, or it is paused); wait for it and try again: {e}")
+        return tool_error(f"the sandbox is busy (another call is still running, or it is being paused or resumed); wait for it and try again: {e}")
     if isinstance(e, Lost):
         return tool_error(f"the sandbox's VM is gone; no more code can run in it and all state is lost: {e}")
     if isinstance(e, NotFound):
