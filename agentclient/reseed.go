@@ -14,18 +14,23 @@ const reseedBytes = 64
 
 // Reseed tells a guest restored from a snapshot that it is a new machine:
 // it gets reseedBytes of the host's entropy for its kernel's pool, the
-// host's clock, and its interpreter reseeds its random generators.
-func (c *Client) Reseed(ctx context.Context, now time.Time) (proto.Reseeded, error) {
+// host's clock, and its interpreter reseeds its random generators. A
+// non-nil net gives its eth0 a new address, route and name servers (a
+// fork of a sandbox with a network has a TAP of its own).
+func (c *Client) Reseed(ctx context.Context, now time.Time, net *proto.NetConfig) (proto.Reseeded, error) {
 	e := make([]byte, reseedBytes)
 	if _, err := rand.Read(e); err != nil {
 		return proto.Reseeded{}, fmt.Errorf("agent reseed: host entropy: %w", err)
 	}
-	resp, err := c.do(ctx, proto.Request{Op: proto.OpReseed, Entropy: e, TimeUnixNS: now.UnixNano()}, nil, nil)
+	resp, err := c.do(ctx, proto.Request{Op: proto.OpReseed, Entropy: e, TimeUnixNS: now.UnixNano(), Net: net}, nil, nil)
 	if err != nil {
 		return proto.Reseeded{}, err
 	}
 	if resp.Reseeded == nil {
 		return proto.Reseeded{}, fmt.Errorf("agent reseed: %w: no answer", proto.ErrBadFrame)
+	}
+	if net != nil && !resp.Reseeded.Network {
+		return *resp.Reseeded, fmt.Errorf("agent reseed: the guest did not take its new network (%s via %s)", net.Addr, net.Gateway)
 	}
 	return *resp.Reseeded, nil
 }

@@ -3,6 +3,8 @@ package agentclient
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ type fakeMachine struct {
 	mu      sync.Mutex
 	entropy [][]byte
 	clock   []time.Time
+	nets    []string
 	fail    error
 }
 
@@ -32,6 +35,12 @@ func (f *fakeMachine) ops() *agent.NewMachine {
 			f.clock = append(f.clock, t)
 			return nil
 		},
+		SetNetwork: func(addr netip.Prefix, gw netip.Addr, dns []netip.Addr) error {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.nets = append(f.nets, fmt.Sprint(addr, " ", gw, " ", dns))
+			return nil
+		},
 	}
 }
 
@@ -40,7 +49,7 @@ func TestReseed(t *testing.T) {
 	c := serve(t, agent.Config{Interp: newFake(), NewMachine: fm.ops()})
 	now := time.Unix(1_800_000_000, 123)
 	for range 2 {
-		r, err := c.Reseed(ctxT(t), now)
+		r, err := c.Reseed(ctxT(t), now, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,12 +66,51 @@ func TestReseed(t *testing.T) {
 
 	fm.fail = errors.New("RNDADDENTROPY: operation not permitted")
 	var pe *proto.Error
-	if _, err := c.Reseed(ctxT(t), now); !errors.As(err, &pe) || pe.Code != proto.CodeInternal {
+	if _, err := c.Reseed(ctxT(t), now, nil); !errors.As(err, &pe) || pe.Code != proto.CodeInternal {
 		t.Fatalf("failed kernel reseed: %v", err)
 	}
 	plain := serve(t, agent.Config{Interp: newFake()})
-	if _, err := plain.Reseed(ctxT(t), now); !errors.As(err, &pe) || pe.Code != proto.CodeUnsupported {
+	if _, err := plain.Reseed(ctxT(t), now, nil); !errors.As(err, &pe) || pe.Code != proto.CodeUnsupported {
 		t.Fatalf("reseed on an agent without NewMachine: %v", err)
+	}
+}
+
+// TestReseedNetwork: a reseed with a network hands the guest's machine its
+// new address, gateway and name servers; a bad one is refused before it is
+// sent, and an agent that cannot reconfigure says so.
+func TestReseedNetwork(t *testing.T) {
+	fm := &fakeMachine{}
+	c := serve(t, agent.Config{Interp: newFake(), NewMachine: fm.ops()})
+	now := time.Unix(1_800_000_000, 0)
+	r, err := c.Reseed(ctxT(t), now, &proto.NetConfig{Addr: "10.77.0.6/30", Gateway: "10.77.0.5", DNS: []string{"10.77.0.5"}})
+	if err != nil || !r.Network {
+		t.Fatalf("reseed with a network: %+v %v", r, err)
+	}
+	if len(fm.nets) != 1 || fm.nets[0] != "10.77.0.6/30 10.77.0.5 [10.77.0.5]" {
+		t.Fatalf("network handed to the machine: %q", fm.nets)
+	}
+	for _, bad := range []proto.NetConfig{
+		{Addr: "10.77.0.6", Gateway: "10.77.0.5"},    // no prefix
+		{Addr: "10.77.0.6/30", Gateway: "10.78.0.5"}, // gateway off the link
+		{Addr: "10.77.0.6/30", Gateway: "10.77.0.6"}, // gateway is the guest
+		{Addr: "fd00::6/64", Gateway: "fd00::5"},     // IPv6
+		{Addr: "10.77.0.6/31", Gateway: "10.77.0.7"}, // no room
+		{Addr: "10.77.0.6/30", Gateway: "10.77.0.5", DNS: []string{"x"}},
+		{Addr: "10.77.0.6/30", Gateway: "10.77.0.5", DNS: []string{"1.1.1.1", "1.1.1.2", "1.1.1.3", "1.1.1.4"}},
+	} {
+		if _, err := c.Reseed(ctxT(t), now, &bad); err == nil {
+			t.Errorf("reseed with network %+v: no error", bad)
+		}
+	}
+	if len(fm.nets) != 1 {
+		t.Fatalf("a bad network reached the machine: %q", fm.nets)
+	}
+	nm := fm.ops()
+	nm.SetNetwork = nil
+	old := serve(t, agent.Config{Interp: newFake(), NewMachine: nm})
+	var pe *proto.Error
+	if _, err := old.Reseed(ctxT(t), now, &proto.NetConfig{Addr: "10.77.0.6/30", Gateway: "10.77.0.5"}); !errors.As(err, &pe) || pe.Code != proto.CodeUnsupported {
+		t.Fatalf("reseed with a network on an agent that cannot set one: %v", err)
 	}
 }
 
@@ -78,7 +126,7 @@ func TestReseedRealInterpreter(t *testing.T) {
 	if r, err := c.RunCell(ctx, seed, time.Minute, nil); err != nil || r.Status != "ok" {
 		t.Fatalf("seed cell: %+v, %v", r, err)
 	}
-	r, err := c.Reseed(ctx, time.Now())
+	r, err := c.Reseed(ctx, time.Now(), nil)
 	if err != nil || !r.Interpreter || !r.NumPy {
 		t.Fatalf("reseed: %+v, %v", r, err)
 	}

@@ -269,6 +269,9 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 			return Info{}, err
 		}
 		from = &restoreSource{dir: m.snapshotDir(fork.Info.ID), name: "snapshot " + fork.Info.ID, startedFrom: StartedFromSnapshot}
+		if fork.Network {
+			from.mac, _ = net.ParseMAC(fork.MAC) // forkConfig checked it
+		}
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -310,6 +313,7 @@ type restoreSource struct {
 	dir         string
 	name        string // for errors: "snapshot snap-...", "template ..."
 	startedFrom string
+	mac         net.HardwareAddr // the machine's NIC's, when it has one
 }
 
 // launch starts a running sandbox of cfg: booted, or restored from from.
@@ -361,6 +365,13 @@ func (m *VMManager) launch(ctx context.Context, cfg Config, policy netpolicy.Pol
 			return nil, fmt.Errorf("network: %w", err)
 		}
 		copy(spec.MAC[:], s.net.MAC)
+		if from != nil && from.mac != nil {
+			// The restored NIC is the snapshot's: the guest's driver
+			// read its MAC at boot. Each TAP is a link of its own, so
+			// forks sharing it never meet; the address is the fork's
+			// (newMachine).
+			copy(spec.MAC[:], from.mac)
+		}
 		spec.Cmdline += " " + s.net.KernelArgs()
 	}
 	var launch vmLaunch

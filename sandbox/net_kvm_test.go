@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -204,5 +205,124 @@ func TestNetworkPolicyInMicroVM(t *testing.T) {
 	}
 	if out, _ := exec.Command("iptables-save").Output(); strings.Contains(string(out), "CELLVM-"+tag) {
 		t.Errorf("iptables chains CELLVM-%s left after delete", tag)
+	}
+}
+
+// TestForkOfANetworkedSandbox: a fork of a sandbox with a network gets a
+// TAP and an address of its own and enforces its own policy, the
+// request's (the parent allows one server, its fork only the other), or
+// else its parent's; the parent keeps its address and policy. A policy for
+// a fork of a machine without a NIC is refused and leaves nothing behind.
+func TestForkOfANetworkedSandbox(t *testing.T) {
+	m := netRigManager(t)
+	if m == nil {
+		return
+	}
+	ctx := context.Background()
+	fetch := func(id, server string) string {
+		t.Helper()
+		code := fmt.Sprintf("import urllib.request\ntry:\n    r = urllib.request.urlopen('http://%s/', timeout=5).read().decode()\nexcept Exception as e:\n    r = 'ERR ' + type(e).__name__\nprint(r)", server)
+		return strings.TrimSpace(runCell(t, m, id, code, time.Minute).Stdout)
+	}
+	// The guest's own address, as its routing table chooses it.
+	guestAddr := func(id string) string {
+		t.Helper()
+		return mainText(t, m, id, fmt.Sprintf("import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.connect(('%s', 80))\ns.getsockname()[0]", allowedServer))
+	}
+	hostAddr := func(id string) string {
+		t.Helper()
+		s, err := m.get(id)
+		if err != nil || s.net == nil {
+			t.Fatalf("sandbox %s has no network: %v", id, err)
+		}
+		return "'" + s.net.GuestAddr.Addr().String() + "'"
+	}
+	parent, err := m.Create(ctx, Config{MemoryMiB: 512, Network: &NetworkPolicy{Allow: []string{allowedServer}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCell(t, m, parent.ID, "x = 41", time.Minute)
+	if got := fetch(parent.ID, allowedServer); !strings.Contains(got, "hello from "+allowedServer) {
+		t.Fatalf("parent to its allowed server: %q", got)
+	}
+	snap, err := m.Snapshot(ctx, parent.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := m.Create(ctx, Config{Snapshot: snap.ID, Network: &NetworkPolicy{Allow: []string{unlistedServer}}})
+	if err != nil {
+		t.Fatalf("fork with its own policy: %v", err)
+	}
+	inherited, err := m.Create(ctx, Config{Snapshot: snap.ID})
+	if err != nil {
+		t.Fatalf("fork with its parent's policy: %v", err)
+	}
+	addrs := map[string]string{}
+	for _, id := range []string{parent.ID, own.ID, inherited.ID} {
+		got, want := guestAddr(id), hostAddr(id)
+		if got != want {
+			t.Errorf("sandbox %s's guest uses address %s, its TAP's is %s", id, got, want)
+		}
+		if other, dup := addrs[got]; dup {
+			t.Errorf("sandboxes %s and %s share the address %s", other, id, got)
+		}
+		addrs[got] = id
+		if x := mainText(t, m, id, "x"); x != "41" {
+			t.Errorf("sandbox %s: x = %s, want the snapshot's 41", id, x)
+		}
+	}
+	for _, c := range []struct {
+		id, name, server string
+		reach            bool
+	}{
+		{own.ID, "fork with its own policy", unlistedServer, true},
+		{own.ID, "fork with its own policy", allowedServer, false},
+		{inherited.ID, "fork with its parent's policy", allowedServer, true},
+		{inherited.ID, "fork with its parent's policy", unlistedServer, false},
+		{parent.ID, "parent", allowedServer, true},
+		{parent.ID, "parent", unlistedServer, false},
+	} {
+		got := fetch(c.id, c.server)
+		if reached := strings.Contains(got, "hello from "+c.server); reached != c.reach {
+			t.Errorf("%s (%s) to %s: %q, want reachable %v", c.name, c.id, c.server, got, c.reach)
+		}
+	}
+	if got, _ := m.Get(ctx, own.ID); got.Network.DroppedPackets == 0 {
+		t.Errorf("the fork with its own policy counted no dropped packets: %+v", got.Network)
+	}
+
+	plain, err := m.Create(ctx, Config{MemoryMiB: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plainSnap, err := m.Snapshot(ctx, plain.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := m.List(ctx)
+	if _, err := m.Create(ctx, Config{Snapshot: plainSnap.ID, Network: &NetworkPolicy{Allow: []string{allowedServer}}}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a policy for a fork of a machine without a NIC: %v, want ErrInvalid", err)
+	}
+	if after, _ := m.List(ctx); len(after) != len(before) {
+		t.Errorf("a refused fork left a sandbox: %d before, %d after", len(before), len(after))
+	}
+	if t.Failed() {
+		kvmtest.LogSandboxTails(t, m.opt.StateDir)
+	}
+	for _, id := range []string{parent.ID, own.ID, inherited.ID, plain.ID} {
+		if err := m.Delete(ctx, id); err != nil {
+			t.Errorf("delete %s: %v", id, err)
+		}
+	}
+	links, _ := exec.Command("ip", "-o", "link").Output()
+	rules, _ := exec.Command("iptables-save").Output()
+	for _, id := range []string{parent.ID, own.ID, inherited.ID} {
+		tag := netpolicy.Tag(id)
+		if strings.Contains(string(links), "cvm-"+tag) {
+			t.Errorf("TAP cvm-%s (%s) left after delete", tag, id)
+		}
+		if strings.Contains(string(rules), "CELLVM-"+tag) {
+			t.Errorf("iptables chains CELLVM-%s (%s) left after delete", tag, id)
+		}
 	}
 }

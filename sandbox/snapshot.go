@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellvm/cellvm/guestinit/proto"
 	"github.com/cellvm/cellvm/vmm/control"
 )
 
@@ -51,8 +53,10 @@ type snapshotMeta struct {
 	// Config is the sandbox's at the time; a fork takes what it does not
 	// set itself (env, TTL, idle timeout) from it.
 	Config Config `json:"config"`
-	// Network says the snapshot's machine has a NIC.
-	Network bool `json:"network"`
+	// Network says the snapshot's machine has a NIC, and MAC is its
+	// address (the guest's driver read it at boot; a fork's NIC keeps it).
+	Network bool   `json:"network"`
+	MAC     string `json:"mac,omitempty"`
 }
 
 func newSnapshotID() string {
@@ -127,6 +131,9 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (SnapshotInfo, erro
 			VCPUs:     cfg.VCPUs, MemoryMiB: cfg.MemoryMiB,
 		},
 		Config: cfg, Network: s.net != nil,
+	}
+	if s.net != nil {
+		meta.MAC = s.net.MAC.String()
 	}
 	b, err := json.MarshalIndent(meta, "", "  ")
 	if err != nil {
@@ -252,8 +259,25 @@ func (m *VMManager) forkConfig(cfg Config) (Config, *snapshotMeta, error) {
 	if cfg.MemoryMiB != 0 && cfg.MemoryMiB != meta.Info.MemoryMiB {
 		return cfg, nil, fmt.Errorf("%w: memory_mib %d: a fork of %s has the snapshot's %d MiB", ErrInvalid, cfg.MemoryMiB, cfg.Snapshot, meta.Info.MemoryMiB)
 	}
-	if meta.Network || cfg.Network != nil && len(cfg.Network.Allow) > 0 {
-		return cfg, nil, fmt.Errorf("%w: forks of a sandbox with network are not supported yet (the guest would keep its parent's address)", ErrNotSupported)
+	// A fork's network: the request's policy, or else the parent's. The
+	// machine's NIC is in the snapshot: a fork of a machine with one needs
+	// a network, and one without cannot gain a NIC.
+	wantsNet := cfg.Network != nil && len(cfg.Network.Allow) > 0
+	switch {
+	case meta.Network && cfg.Network == nil:
+		cfg.Network = meta.Config.Network
+		if cfg.Network == nil || len(cfg.Network.Allow) == 0 {
+			return cfg, nil, fmt.Errorf("%w: snapshot %s has a network device but no policy was recorded with it; give the fork one (network.allow)", ErrInvalid, cfg.Snapshot)
+		}
+	case meta.Network && !wantsNet:
+		return cfg, nil, fmt.Errorf("%w: network: snapshot %s's machine has a network device, so a fork of it needs a policy (network.allow), or none to keep its parent's", ErrInvalid, cfg.Snapshot)
+	case !meta.Network && wantsNet:
+		return cfg, nil, fmt.Errorf("%w: network: snapshot %s's machine has no network device, and a fork cannot gain one; snapshot a sandbox created with a network policy", ErrInvalid, cfg.Snapshot)
+	}
+	if meta.Network {
+		if _, err := net.ParseMAC(meta.MAC); err != nil {
+			return cfg, nil, fmt.Errorf("%w: snapshot %s has a network device with no MAC recorded (made by an older cellvm); snapshot its sandbox again", ErrNotSupported, cfg.Snapshot)
+		}
 	}
 	// Whether cells run as root is on the guest's command line, which
 	// the fork's kernel has from the snapshot.
@@ -292,10 +316,16 @@ const reseedTimeout = 30 * time.Second
 func (m *VMManager) newMachine(ctx context.Context, s *vmSandbox) error {
 	ctx, cancel := context.WithTimeout(ctx, reseedTimeout)
 	defer cancel()
-	r, err := s.agent.Reseed(ctx, time.Now())
-	if err != nil {
-		return fmt.Errorf("the fork's guest would not take fresh entropy and the host's clock: %w", err)
+	var nc *proto.NetConfig
+	if s.net != nil {
+		// The guest keeps the address it had when it was saved: a fork's
+		// is its own TAP's (and a resumed sandbox's is what it was).
+		nc = &proto.NetConfig{Addr: s.net.GuestAddr.String(), Gateway: s.net.Gateway.String(), DNS: []string{s.net.DNS.String()}}
 	}
-	m.log.Info("fork reseeded", "id", s.id, "kernel", r.Kernel, "clock", r.Clock, "interpreter", r.Interpreter, "numpy", r.NumPy)
+	r, err := s.agent.Reseed(ctx, time.Now(), nc)
+	if err != nil {
+		return fmt.Errorf("the fork's guest would not take fresh entropy, the host's clock and its network: %w", err)
+	}
+	m.log.Info("fork reseeded", "id", s.id, "kernel", r.Kernel, "clock", r.Clock, "interpreter", r.Interpreter, "numpy", r.NumPy, "network", r.Network)
 	return nil
 }

@@ -85,7 +85,7 @@ func agentMain(args []string) int {
 		Files:      policy,
 		Software:   "cellvm-init",
 		OnShutdown: func() { close(shutdown) },
-		NewMachine: &agent.NewMachine{Reseed: newmachine.Reseed, SetClock: newmachine.SetClock},
+		NewMachine: &agent.NewMachine{Reseed: newmachine.Reseed, SetClock: newmachine.SetClock, SetNetwork: newmachine.SetNetwork},
 		Logger:     log,
 	})
 	signalReady(log)

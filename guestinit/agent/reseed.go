@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"net/netip"
 	"time"
 
 	"github.com/cellvm/cellvm/guestinit/proto"
@@ -15,6 +16,9 @@ type NewMachine struct {
 	Reseed func(entropy []byte) error
 	// SetClock steps the guest's clock.
 	SetClock func(time.Time) error
+	// SetNetwork gives eth0 a new address and default route, and the
+	// guest new name servers. Nil: this guest cannot be reconfigured.
+	SetNetwork func(addr netip.Prefix, gw netip.Addr, dns []netip.Addr) error
 }
 
 // interpReseeder is an interpreter that can reseed its random generators
@@ -41,6 +45,20 @@ func (ss *session) reseed(req *proto.Request) bool {
 		}
 		r.Clock = true
 	}
+	if req.Net != nil {
+		// Validate parsed it already; this cannot fail.
+		addr, gw, dns, err := req.Net.Parsed()
+		if err != nil {
+			return ss.reply(errResponse(proto.CodeBadRequest, err))
+		}
+		if nm.SetNetwork == nil {
+			return ss.reply(errResponse(proto.CodeUnsupported, errors.New("this agent cannot reconfigure its network")))
+		}
+		if err := nm.SetNetwork(addr, gw, dns); err != nil {
+			return ss.reply(errResponse(proto.CodeInternal, err))
+		}
+		r.Network = true
+	}
 	if in, ok := ss.s.cfg.Interp.(interpReseeder); ok {
 		numpy, err := in.Reseed()
 		if err != nil {
@@ -48,6 +66,6 @@ func (ss *session) reseed(req *proto.Request) bool {
 		}
 		r.Interpreter, r.NumPy = true, numpy
 	}
-	ss.s.log.Info("agent: reseeded after a restore", "clock", r.Clock, "numpy", r.NumPy)
+	ss.s.log.Info("agent: reseeded after a restore", "clock", r.Clock, "numpy", r.NumPy, "network", r.Network)
 	return ss.reply(proto.Response{Reseeded: &r})
 }

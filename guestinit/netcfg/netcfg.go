@@ -78,7 +78,7 @@ func WriteResolvConf(file string, dns []netip.Addr) error {
 		return nil
 	}
 	var b strings.Builder
-	b.WriteString("# written by cellvm-init from the kernel command line\n")
+	b.WriteString("# written by cellvm-init: the sandbox's resolver\n")
 	for _, a := range dns {
 		fmt.Fprintf(&b, "nameserver %s\n", a)
 	}
@@ -120,4 +120,33 @@ func AddHostsEntry(file, hostname string) error {
 		return fmt.Errorf("hosts: %w", err)
 	}
 	return nil
+}
+
+// Reconfigure gives Iface a new address and default route in place of
+// the ones it has: a guest restored from a snapshot is another sandbox,
+// with a TAP and an address of its own. The link goes down and up in
+// between, which drops its neighbour entries and every route through it
+// (the parent's gateway among them). IPv6 is off on the host's side of the
+// link; only IPv4 addresses are replaced.
+func Reconfigure(cfg Config) error {
+	if !cfg.Addr.IsValid() || !cfg.Addr.Addr().Is4() {
+		return fmt.Errorf("reconfigure %s: %v is not an IPv4 address", Iface, cfg.Addr)
+	}
+	link, err := netlink.LinkByName(Iface)
+	if err != nil {
+		return fmt.Errorf("reconfigure: find %s: %w", Iface, err)
+	}
+	if err := netlink.LinkSetDown(link); err != nil {
+		return fmt.Errorf("reconfigure: bring down %s: %w", Iface, err)
+	}
+	old, err := netlink.AddrList(link, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("reconfigure: addresses of %s: %w", Iface, err)
+	}
+	for i := range old {
+		if err := netlink.AddrDel(link, &old[i]); err != nil {
+			return fmt.Errorf("reconfigure: remove %v from %s: %w", old[i].IPNet, Iface, err)
+		}
+	}
+	return Up(cfg, 0)
 }

@@ -10,11 +10,14 @@ package newmachine
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"os"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cellvm/cellvm/guestinit/netcfg"
 )
 
 // poolInfo is struct rand_pool_info for RNDADDENTROPY: the entropy count in
@@ -52,6 +55,18 @@ func SetClock(t time.Time) error {
 	ts := unix.NsecToTimespec(t.UnixNano())
 	if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
 		return fmt.Errorf("set the clock: %w", err)
+	}
+	return nil
+}
+
+// SetNetwork gives eth0 its new address and default route (a fork's TAP)
+// and rewrites /etc/resolv.conf for the new name servers.
+func SetNetwork(addr netip.Prefix, gw netip.Addr, dns []netip.Addr) error {
+	if err := netcfg.Reconfigure(netcfg.Config{Addr: addr, Gateway: gw}); err != nil {
+		return fmt.Errorf("set the network: %w", err)
+	}
+	if err := netcfg.WriteResolvConf("/etc/resolv.conf", dns); err != nil {
+		return fmt.Errorf("set the network: %w", err)
 	}
 	return nil
 }

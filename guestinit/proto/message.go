@@ -3,6 +3,7 @@ package proto
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"path"
 	"strings"
 	"unicode/utf8"
@@ -68,7 +69,8 @@ const (
 	// OpReseed tells a guest restored from a snapshot that it is a new
 	// machine: it mixes the host's entropy into the kernel's pool and
 	// reseeds the CRNG, steps the clock to the host's, and has the
-	// interpreter reseed its random generators.
+	// interpreter reseed its random generators. With Net it also takes
+	// the network of its own sandbox (a fork's TAP has its own address).
 	OpReseed Op = "reseed"
 )
 
@@ -86,6 +88,40 @@ type Request struct {
 	Env        map[string]string `json:"env,omitempty"`
 	Entropy    []byte            `json:"entropy,omitempty"`      // reseed (base64 in JSON)
 	TimeUnixNS int64             `json:"time_unix_ns,omitempty"` // reseed: the host's clock (0: leave the guest's)
+	Net        *NetConfig        `json:"net,omitempty"`          // reseed: eth0's new configuration (nil: leave it)
+}
+
+// NetConfig is the configuration of the guest's eth0 that a reseed
+// applies: what a booting guest takes from its kernel command line
+// (cellvm.ip, cellvm.gw, cellvm.dns).
+type NetConfig struct {
+	Addr    string   `json:"addr"`    // address/prefix, IPv4
+	Gateway string   `json:"gateway"` // the host's side of the link
+	DNS     []string `json:"dns,omitempty"`
+}
+
+// MaxNetDNS bounds a NetConfig's name servers.
+const MaxNetDNS = 3
+
+// Parsed checks c and returns its parts.
+func (c *NetConfig) Parsed() (addr netip.Prefix, gw netip.Addr, dns []netip.Addr, err error) {
+	if addr, err = netip.ParsePrefix(c.Addr); err != nil || !addr.Addr().Is4() || addr.Bits() < 8 || addr.Bits() > 30 {
+		return addr, gw, nil, fmt.Errorf("net addr %q is not an IPv4 host address/prefix", truncate(c.Addr, 64))
+	}
+	if gw, err = netip.ParseAddr(c.Gateway); err != nil || !gw.Is4() || !addr.Contains(gw) || gw == addr.Addr() {
+		return addr, gw, nil, fmt.Errorf("net gateway %q is not another IPv4 address in %v", truncate(c.Gateway, 64), addr)
+	}
+	if len(c.DNS) > MaxNetDNS {
+		return addr, gw, nil, fmt.Errorf("net has %d name servers (max %d)", len(c.DNS), MaxNetDNS)
+	}
+	for _, d := range c.DNS {
+		a, err := netip.ParseAddr(d)
+		if err != nil || a.Zone() != "" {
+			return addr, gw, nil, fmt.Errorf("net name server %q is not an IP address", truncate(d, 64))
+		}
+		dns = append(dns, a)
+	}
+	return addr, gw, dns, nil
 }
 
 // Validate implements Validator.
@@ -123,7 +159,12 @@ func (r *Request) Validate() error {
 			return err
 		}
 	case OpReseed:
-		uses["entropy"], uses["time"] = true, true
+		uses["entropy"], uses["time"], uses["net"] = true, true, true
+		if r.Net != nil {
+			if _, _, _, err := r.Net.Parsed(); err != nil {
+				return err
+			}
+		}
 		if len(r.Entropy) < MinEntropyBytes || len(r.Entropy) > MaxEntropyBytes {
 			return fmt.Errorf("reseed with %d bytes of entropy (%d to %d)", len(r.Entropy), MinEntropyBytes, MaxEntropyBytes)
 		}
@@ -144,6 +185,7 @@ func (r *Request) Validate() error {
 		"env":     r.Env != nil,
 		"entropy": r.Entropy != nil,
 		"time":    r.TimeUnixNS != 0,
+		"net":     r.Net != nil,
 	} {
 		if set && !uses[name] {
 			return fmt.Errorf("op %s does not take %s", r.Op, name)
@@ -298,6 +340,7 @@ type Reseeded struct {
 	Clock       bool `json:"clock"`       // the clock stepped to the host's
 	Interpreter bool `json:"interpreter"` // a running interpreter's random reseeded
 	NumPy       bool `json:"numpy"`       // and NumPy's global generator
+	Network     bool `json:"network"`     // eth0 took the request's Net
 }
 
 // Validate implements Validator.
