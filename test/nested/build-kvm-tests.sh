@@ -14,6 +14,10 @@
 # RIG_SUITE=core (the default; `make test`) leaves out the extended tier
 # listed in extended-tests.txt here; RIG_SUITE=full (`make test-rig-full`)
 # runs it too.
+#
+# The tests listed in race-tests.txt here run from a second binary of their
+# package built with -race, and only from it: tests.txt gets a line for it
+# after the package's plain one, whose regexp leaves them out.
 set -euo pipefail
 suite=${RIG_SUITE:-core}
 case $suite in
@@ -25,6 +29,7 @@ cd "$repo"
 mkdir -p build/rig
 : >build/rig/tests.txt
 extended=$(sed 's/#.*//' test/nested/extended-tests.txt | awk 'NF { print $1 }')
+races=$(sed 's/#.*//' test/nested/race-tests.txt | awk 'NF { print $1, $2 }')
 left_out=0
 found=""
 for dir in $(find . -path ./build -prune -o -name '*_kvm_test.go' -print | xargs -n1 dirname | sort -u); do
@@ -44,9 +49,17 @@ for dir in $(find . -path ./build -prune -o -name '*_kvm_test.go' -print | xargs
 		left_out=$((left_out + all - $(echo -n "$names" | grep -c . || true)))
 		[[ -n $names ]] || continue
 	fi
+	raced=$(awk -v d="$dir" '$1 == d { print $2 }' <<<"$races" | grep -xF -f <(echo "$names") || true)
+	plain=$(echo "$names" | grep -vxF -f <(echo "$raced") || true)
 	bin=build/rig/$(echo "$dir" | tr / _).test
-	CGO_ENABLED=0 go test -c -o "$bin" "./$dir"
-	echo "$dir $bin ^($(echo $names | tr ' ' '|'))\$" >>build/rig/tests.txt
+	if [[ -n $plain ]]; then
+		CGO_ENABLED=0 go test -c -o "$bin" "./$dir"
+		echo "$dir $bin ^($(echo $plain | tr ' ' '|'))\$" >>build/rig/tests.txt
+	fi
+	if [[ -n $raced ]]; then
+		CGO_ENABLED=1 go test -race -c -o "${bin%.test}.race.test" "./$dir"
+		echo "$dir ${bin%.test}.race.test ^($(echo $raced | tr ' ' '|'))\$" >>build/rig/tests.txt
+	fi
 done
 # A name in extended-tests.txt that is no KVM test (a typo, a rename) would
 # quietly leave nothing out: refuse it.
@@ -56,6 +69,14 @@ for name in $extended; do
 		exit 1
 	fi
 done
+# Likewise a name in race-tests.txt that is no KVM test of its package.
+while read -r dir name; do
+	[[ -n $dir ]] || continue
+	if ! sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing\.T).*/\1/p' "$dir"/*_kvm_test.go 2>/dev/null | grep -qxF "$name"; then
+		echo "build-kvm-tests: race-tests.txt names $dir $name, which is no KVM test of $dir (*_kvm_test.go)" >&2
+		exit 1
+	fi
+done <<<"$races"
 # A test that needs KVM but lives outside the convention would skip on the
 # host and never run in the rig: refuse that.
 stray=$(grep -l --include='*_test.go' -r 'kvmtest\.Require(t)' . --exclude='*_kvm_test.go' --exclude-dir=build || true)
@@ -66,7 +87,7 @@ for f in $stray; do
 		exit 1
 	fi
 done
-echo "rig tests ($suite): $(wc -l <build/rig/tests.txt) package(s): $(cut -d' ' -f1 build/rig/tests.txt | tr '\n' ' ')"
+echo "rig tests ($suite): $(wc -l <build/rig/tests.txt) test binaries: $(cut -d' ' -f2 build/rig/tests.txt | xargs -n1 basename | tr '\n' ' ')"
 if [[ $suite == core ]]; then
 	echo "rig tests: $left_out test(s) of the extended tier left out (test/nested/extended-tests.txt; make test-rig-full runs them)"
 fi
