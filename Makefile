@@ -77,11 +77,12 @@ test-rig-full: cellvm
 	RIG_SUITE=full test/nested/build-kvm-tests.sh
 	RIG_MEM=$(RIG_MEM) RIG_TIMEOUT=3600 RIG_BUDGET=$${RIG_BUDGET:-5400} test/nested/test-rig.sh
 
-## bench: cellvm vs QEMU microvm in the same rig run (ratios, not promises)
+## bench: cellvm vs QEMU microvm in the same rig run (ratios, not promises);
+## BENCH_ARGS="-only snapshots" runs some of the benches (test/bench -only)
 bench: cellvm
 	@mkdir -p $(BUILD)/bench
 	CGO_ENABLED=0 $(GO) build -o $(BUILD)/bench/cellvm-bench ./test/bench
-	$(RIG) --timeout $(RIG_TIMEOUT) -- $(BUILD)/bench/cellvm-bench -cellvm $(BIN)/cellvm -build $(BUILD)
+	$(RIG) --timeout $(RIG_TIMEOUT) -- $(BUILD)/bench/cellvm-bench -cellvm $(BIN)/cellvm -build $(BUILD) $(BENCH_ARGS)
 
 ## fuzz: run every fuzz target for FUZZTIME (default 60s) each
 FUZZTIME ?= 60s

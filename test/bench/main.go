@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,8 +30,9 @@ import (
 
 // Benchmarks beyond boot live in their own files: disk.go (virtio-blk
 // sequential read, cellvm vs QEMU), vsock.go (host-to-guest stream, cellvm
-// vs QEMU's vhost-vsock) and sandbox.go (create to first cell result,
-// cells per second).
+// vs QEMU's vhost-vsock), sandbox.go (create to first cell result,
+// cells per second) and snapshots.go (templates, forks, pause and resume,
+// and forks' memory, against a cold boot). -only picks some of them.
 
 const benchInit = `#!/bin/busybox sh
 /bin/busybox mount -t proc proc /proc
@@ -55,6 +57,7 @@ func main() {
 	build := flag.String("build", "build", "build directory (kernel/vmlinux, kernel/bzImage)")
 	qemu := flag.String("qemu", "qemu-system-x86_64", "QEMU binary")
 	n := flag.Int("n", 5, "boots per VMM")
+	only := flag.String("only", "", "run only these benches, comma-separated: "+strings.Join(benchParts, ", ")+" (default: all)")
 	if os.Getenv("CELLVM_BENCH_GUEST") == "vsock" {
 		guestVsockSink()
 		return
@@ -62,18 +65,81 @@ func main() {
 	flag.Parse()
 	*cellvm, _ = filepath.Abs(*cellvm)
 	*build, _ = filepath.Abs(*build)
-	if err := run(*cellvm, *build, *qemu, *n); err != nil {
+	parts, err := selectParts(*only)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cellvm-bench:", err)
+		os.Exit(2)
+	}
+	if err := run(*cellvm, *build, *qemu, *n, parts); err != nil {
 		fmt.Fprintln(os.Stderr, "cellvm-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(cellvm, build, qemu string, n int) error {
+// benchParts names the benches -only can pick, in the order they run.
+var benchParts = []string{"boot", "disk", "vsock", "sandbox", "snapshots"}
+
+// selectParts turns -only's list into the set of benches to run; an empty
+// list is all of them.
+func selectParts(only string) (map[string]bool, error) {
+	parts := map[string]bool{}
+	if strings.TrimSpace(only) == "" {
+		for _, p := range benchParts {
+			parts[p] = true
+		}
+		return parts, nil
+	}
+	for _, p := range strings.Split(only, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains(benchParts, p) {
+			return nil, fmt.Errorf("-only: unknown bench %q (want some of: %s)", p, strings.Join(benchParts, ", "))
+		}
+		parts[p] = true
+	}
+	return parts, nil
+}
+
+func run(cellvm, build, qemu string, n int, parts map[string]bool) error {
 	tmp, err := os.MkdirTemp("", "cellvm-bench")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	vmlinux := filepath.Join(build, "kernel/vmlinux")
+	bzImage := filepath.Join(build, "kernel/bzImage")
+	if parts["boot"] {
+		if err := benchBoot(cellvm, qemu, vmlinux, bzImage, tmp, n); err != nil {
+			return err
+		}
+	}
+	if parts["disk"] {
+		if err := benchDisk(cellvm, qemu, bzImage, tmp); err != nil {
+			fmt.Println("bench: disk:", err)
+		}
+	}
+	if parts["vsock"] {
+		if self, err := os.Executable(); err == nil {
+			if err := benchVsock(self, cellvm, qemu, bzImage, tmp); err != nil {
+				fmt.Println("bench: vsock:", err)
+			}
+		}
+	}
+	if parts["sandbox"] {
+		if err := benchSandbox(cellvm, build); err != nil {
+			fmt.Println("bench: sandbox:", err)
+		}
+	}
+	if parts["snapshots"] {
+		if err := benchSnapshots(cellvm, build); err != nil {
+			fmt.Println("bench: snapshots:", err)
+		}
+	}
+	return nil
+}
+
+// benchBoot boots each VMM n times, alternating, and prints medians and
+// ratios.
+func benchBoot(cellvm, qemu, vmlinux, bzImage, tmp string, n int) error {
 	initrd := filepath.Join(tmp, "initramfs.cpio")
 	if err := initramfs.WriteFile(initrd, []initramfs.Entry{
 		{Path: "bin/busybox", Mode: 0o755, HostPath: "/bin/busybox"},
@@ -83,8 +149,6 @@ func run(cellvm, build, qemu string, n int) error {
 	}); err != nil {
 		return err
 	}
-	vmlinux := filepath.Join(build, "kernel/vmlinux")
-	bzImage := filepath.Join(build, "kernel/bzImage")
 	const cmdline = "console=ttyS0 reboot=k,panic_warm panic=1 8250.nr_uarts=1 nomodule quiet"
 	// microvm has no i8042, so its guest reboots by triple fault, which
 	// -no-reboot turns into QEMU's exit.
@@ -135,17 +199,6 @@ func run(cellvm, build, qemu string, n int) error {
 	}
 	ratio("cellvm bzImage", "qemu microvm bzImage")
 	ratio("cellvm vmlinux", "qemu microvm vmlinux (PVH)")
-	if err := benchDisk(cellvm, qemu, bzImage, tmp); err != nil {
-		fmt.Println("bench: disk:", err)
-	}
-	if self, err := os.Executable(); err == nil {
-		if err := benchVsock(self, cellvm, qemu, bzImage, tmp); err != nil {
-			fmt.Println("bench: vsock:", err)
-		}
-	}
-	if err := benchSandbox(cellvm, build); err != nil {
-		fmt.Println("bench: sandbox:", err)
-	}
 	return nil
 }
 

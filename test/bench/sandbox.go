@@ -18,22 +18,6 @@ import (
 // VMM jail costs (create to agent up, jailed against unjailed VMMs, the
 // two alternating in the same run).
 func benchSandbox(cellvm, build string) error {
-	newManager := func(j *sandbox.JailOptions) (*sandbox.VMManager, func(), error) {
-		state, err := os.MkdirTemp("", "cellvm-bench-state")
-		if err != nil {
-			return nil, nil, err
-		}
-		m, err := sandbox.NewVMManager(sandbox.Options{
-			Exe: cellvm, Kernel: filepath.Join(build, "kernel/vmlinux"), Initrd: filepath.Join(build, "initramfs.cpio"),
-			RootFS: filepath.Join(build, "rootfs.ext4"), StateDir: state, BootTimeout: 5 * time.Minute,
-			Log: slog.New(slog.DiscardHandler), Jail: j,
-		})
-		if err != nil {
-			os.RemoveAll(state)
-			return nil, nil, err
-		}
-		return m, func() { m.Close(); os.RemoveAll(state) }, nil
-	}
 	variants := []struct {
 		name string
 		jail *sandbox.JailOptions
@@ -50,7 +34,7 @@ func benchSandbox(cellvm, build string) error {
 	}
 	managers := make([]*sandbox.VMManager, len(variants))
 	for i, v := range variants {
-		m, done, err := newManager(v.jail)
+		m, done, err := newBenchManager(cellvm, build, v.jail, sandbox.TemplateOptions{})
 		if err != nil {
 			return err
 		}
@@ -97,6 +81,26 @@ func benchSandbox(cellvm, build string) error {
 			float64(on)/float64(off), on.Round(time.Millisecond), off.Round(time.Millisecond), rounds)
 	}
 	return nil
+}
+
+// newBenchManager returns a manager over a fresh state directory, and a
+// function that closes it (destroying what it still holds) and removes the
+// directory.
+func newBenchManager(cellvm, build string, j *sandbox.JailOptions, tpl sandbox.TemplateOptions) (*sandbox.VMManager, func(), error) {
+	state, err := os.MkdirTemp("", "cellvm-bench-state")
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := sandbox.NewVMManager(sandbox.Options{
+		Exe: cellvm, Kernel: filepath.Join(build, "kernel/vmlinux"), Initrd: filepath.Join(build, "initramfs.cpio"),
+		RootFS: filepath.Join(build, "rootfs.ext4"), StateDir: state, BootTimeout: 5 * time.Minute,
+		Log: slog.New(slog.DiscardHandler), Jail: j, Templates: tpl,
+	})
+	if err != nil {
+		os.RemoveAll(state)
+		return nil, nil, err
+	}
+	return m, func() { m.Close(); os.RemoveAll(state) }, nil
 }
 
 func medianDur(ds []time.Duration) time.Duration {
