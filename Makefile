@@ -82,7 +82,7 @@ test-rig-full: cellvm
 bench: cellvm
 	@mkdir -p $(BUILD)/bench
 	CGO_ENABLED=0 $(GO) build -o $(BUILD)/bench/cellvm-bench ./test/bench
-	$(RIG) --timeout $(RIG_TIMEOUT) -- $(BUILD)/bench/cellvm-bench -cellvm $(BIN)/cellvm -build $(BUILD) $(BENCH_ARGS)
+	$(RIG) --mem $(RIG_MEM) --timeout $(RIG_TIMEOUT) -- $(BUILD)/bench/cellvm-bench -cellvm $(BIN)/cellvm -build $(BUILD) $(BENCH_ARGS)
 
 ## fuzz: run every fuzz target for FUZZTIME (default 60s) each
 FUZZTIME ?= 60s
