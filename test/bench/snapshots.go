@@ -225,9 +225,9 @@ func (b *snapBench) forksAndPause(ctx context.Context, coldFirst time.Duration) 
 	fmt.Printf("ratio fork / cold: create to agent up %.3f, create to first cell result %.3f (%v, %v vs %v, medians of %d forks)\n",
 		ms(medianDur(ups))/cold, ms(medianDur(firsts))/cold, medianDur(ups).Round(time.Millisecond),
 		medianDur(firsts).Round(time.Millisecond), coldFirst.Round(time.Millisecond), memoryForks)
-	fmt.Printf("ratio pause / cold: %.3f (%v vs %v, median of %d)\n", ms(medianDur(pauses))/cold,
+	fmt.Printf("ratio pause / cold: %.3f (%v vs %v, upper median of %d)\n", ms(medianDur(pauses))/cold,
 		medianDur(pauses).Round(time.Millisecond), coldFirst.Round(time.Millisecond), pauseRounds)
-	fmt.Printf("ratio resume / cold: resume %.3f, resume to first cell result %.3f (%v, %v vs %v, medians of %d)\n",
+	fmt.Printf("ratio resume / cold: resume %.3f, resume to first cell result %.3f (%v, %v vs %v, upper medians of %d)\n",
 		ms(medianDur(resumes))/cold, ms(medianDur(resumeFirsts))/cold, medianDur(resumes).Round(time.Millisecond),
 		medianDur(resumeFirsts).Round(time.Millisecond), coldFirst.Round(time.Millisecond), pauseRounds)
 	fmt.Printf("ratio %d forks' PSS / one cold VM's PSS: %.2f (%.1f MiB vs %.1f MiB; goal < %.0f)\n", memoryForks,
