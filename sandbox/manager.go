@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -268,7 +269,7 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 		if cfg, fork, err = m.forkConfig(cfg); err != nil {
 			return Info{}, err
 		}
-		from = &restoreSource{dir: m.snapshotDir(fork.Info.ID), name: "snapshot " + fork.Info.ID, startedFrom: StartedFromSnapshot}
+		from = &restoreSource{dir: m.snapshotDir(fork.Info.ID), name: "snapshot " + fork.Info.ID, startedFrom: StartedFromSnapshot, env: fork.Config.Env}
 		if fork.Network {
 			from.mac, _ = net.ParseMAC(fork.MAC) // forkConfig checked it
 		}
@@ -313,7 +314,8 @@ type restoreSource struct {
 	dir         string
 	name        string // for errors: "snapshot snap-...", "template ..."
 	startedFrom string
-	mac         net.HardwareAddr // the machine's NIC's, when it has one
+	mac         net.HardwareAddr  // the machine's NIC's, when it has one
+	env         map[string]string // the env its guest has (a snapshot's sandbox's)
 }
 
 // launch starts a running sandbox of cfg: booted, or restored from from.
@@ -428,10 +430,12 @@ func (m *VMManager) launch(ctx context.Context, cfg Config, policy netpolicy.Pol
 		err = fmt.Errorf("the VM exited while booting (%s; %s); vmm log: %s; console: %s", why.Exit, why.Reason,
 			lastLines(vmmLog, 12), lastLines(consoleTail(s.dir, 4096), 15))
 	}
-	if err == nil && len(cfg.Env) > 0 {
+	if err == nil && len(cfg.Env) > 0 && !(from != nil && maps.Equal(cfg.Env, from.env)) {
 		// The guest's processes get the sandbox's env from its agent,
 		// before the first cell starts the interpreter. A restored guest
-		// whose interpreter runs starts a new one for it.
+		// whose interpreter runs starts a new one for it, so a fork whose
+		// env is its snapshot's (the guest has it already) is not sent
+		// it: its variables stay.
 		if err = s.agent.SetEnv(bootCtx, cfg.Env); err != nil {
 			err = fmt.Errorf("giving the guest its env: %w", err)
 		}

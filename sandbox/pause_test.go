@@ -104,7 +104,7 @@ func (zeroes) Read(p []byte) (int, error) {
 // varsInterp runs cells of these forms: "NAME = VALUE" sets a variable,
 // "NAME" answers its value (an error if unset), "reseeds" answers how
 // often the guest was reseeded, and "crash()" ends the VM. The sandbox's
-// env becomes variables.
+// env becomes variables (of a new interpreter: SetEnv).
 type varsInterp struct {
 	mu  sync.Mutex
 	img fakeImage
@@ -131,9 +131,13 @@ func (v *varsInterp) Run(ctx context.Context, code string, timeout time.Duration
 	}
 	return cell.Result{Status: cell.StatusError, StateKept: true, Error: &cell.Error{Name: "NameError", Value: code}}, nil
 }
+
+// SetEnv, as the guest's agent does, gives the env to a new interpreter:
+// the variables of a running one are gone.
 func (v *varsInterp) SetEnv(env map[string]string) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.img.Vars = map[string]string{}
 	for k, x := range env {
 		v.img.Vars[k] = x
 	}
@@ -689,4 +693,45 @@ func TestPauseResumeCellsConcurrently(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertNothingLeft(t, m, state)
+}
+
+// TestForkKeepsVariablesWithItsSnapshotsEnv: a fork of a sandbox that has
+// an env takes that env without its guest being given it again (which
+// starts a new interpreter), so the snapshot's variables are there; a fork
+// asking for another env gets a new interpreter that sees it.
+func TestForkKeepsVariablesWithItsSnapshotsEnv(t *testing.T) {
+	m, _ := newPausableManager(t, nil)
+	ctx := context.Background()
+	parent, err := m.Create(ctx, Config{MemoryMiB: 64, Env: map[string]string{"K": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cellText(t, m, parent.ID, "x = 41")
+	snap, err := m.Snapshot(ctx, parent.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, err := m.Create(ctx, Config{Snapshot: snap.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cellText(t, m, same.ID, "x"); got != "41" {
+		t.Errorf("a fork with its snapshot's env: x = %q, want 41 (the snapshot's variables)", got)
+	}
+	if got := cellText(t, m, same.ID, "K"); got != "v" {
+		t.Errorf("a fork with its snapshot's env: K = %q, want v", got)
+	}
+	if got, _ := m.Get(ctx, same.ID); got.Config.Env["K"] != "v" {
+		t.Errorf("a fork's info lacks its snapshot's env: %+v", got.Config.Env)
+	}
+	other, err := m.Create(ctx, Config{Snapshot: snap.ID, Env: map[string]string{"K": "w"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cellText(t, m, other.ID, "K"); got != "w" {
+		t.Errorf("a fork with an env of its own: K = %q, want w", got)
+	}
+	for _, id := range []string{parent.ID, same.ID, other.ID} {
+		m.Delete(ctx, id)
+	}
 }
