@@ -68,12 +68,14 @@ vet:
 # within one budget for all attempts (RIG_BUDGET), and says so.
 # test-rig runs the core tier; test-rig-full adds the extended tier
 # (test/nested/extended-tests.txt: real-VM client programs, the load test),
-# with a budget to match.
-test-rig: cellvm
+# with a budget to match. Both build the guest's initramfs first: the rig's
+# guests boot it, and one left over from before a change to the guest's
+# init would test the old one.
+test-rig: cellvm initramfs
 	RIG_SUITE=core test/nested/build-kvm-tests.sh
 	RIG_MEM=$(RIG_MEM) RIG_TIMEOUT=$(RIG_TIMEOUT) test/nested/test-rig.sh
 
-test-rig-full: cellvm
+test-rig-full: cellvm initramfs
 	RIG_SUITE=full test/nested/build-kvm-tests.sh
 	RIG_MEM=$(RIG_MEM) RIG_TIMEOUT=3600 RIG_BUDGET=$${RIG_BUDGET:-5400} test/nested/test-rig.sh
 
