@@ -14,7 +14,7 @@
 # attempt is said out loud; nothing that failed is hidden. A run that ends
 # with a verdict (exit 0 or 1) is final.
 #
-# Knobs: RIG_BUDGET (seconds for all attempts, default 2700), RIG_ATTEMPTS
+# Knobs: RIG_BUDGET (seconds for all attempts, default 3300), RIG_ATTEMPTS
 # (default 5), RIG_MEM (MiB for L1, default 4096), RIG_TIMEOUT (seconds for
 # one attempt, default 1800; an attempt never gets more than what is left of
 # the budget), RIG_MIN_ATTEMPT (do not start an attempt with less than this
@@ -24,7 +24,7 @@
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
-budget=${RIG_BUDGET:-2700}
+budget=${RIG_BUDGET:-3300}
 attempts=${RIG_ATTEMPTS:-5}
 mem=${RIG_MEM:-4096}
 per_attempt=${RIG_TIMEOUT:-1800}
