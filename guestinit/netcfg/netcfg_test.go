@@ -53,67 +53,11 @@ func TestAddHostsEntry(t *testing.T) {
 
 // TestUpInNetns configures a dummy eth0 in a fresh network namespace, on a
 // locked thread that is thrown away afterwards.
-func TestUpInNetns(t *testing.T) {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the namespace
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- err
-			return
-		}
-		errc <- nil
-		errc <- func() error {
-			veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: Iface}, PeerName: "peer0"}
-			if err := netlink.LinkAdd(veth); err != nil {
-				return errSkip{err}
-			}
-			if peer, err := netlink.LinkByName("peer0"); err == nil {
-				netlink.LinkSetUp(peer) // so eth0's carrier is up and its routes usable
-			}
-			cfg := Config{Addr: netip.MustParsePrefix("10.200.1.2/24"), Gateway: netip.MustParseAddr("10.200.1.1")}
-			if err := Up(cfg, time.Second); err != nil {
-				return err
-			}
-			link, err := netlink.LinkByName(Iface)
-			if err != nil {
-				return err
-			}
-			if link.Attrs().Flags&net.FlagUp == 0 {
-				return fmt.Errorf("eth0 is down")
-			}
-			addrs, _ := netlink.AddrList(link, netlink.FAMILY_V4)
-			if len(addrs) != 1 || addrs[0].IPNet.String() != "10.200.1.2/24" {
-				return fmt.Errorf("addresses %v", addrs)
-			}
-			routes, _ := netlink.RouteList(link, netlink.FAMILY_V4)
-			for _, r := range routes {
-				if r.Dst == nil || r.Dst.String() == "0.0.0.0/0" {
-					if r.Gw.String() == "10.200.1.1" {
-						return nil
-					}
-				}
-			}
-			return fmt.Errorf("no default route via 10.200.1.1 in %v", routes)
-		}()
-	}()
-	if err := <-errc; err != nil {
-		t.Skipf("cannot create a network namespace: %v", err)
-	}
-	if err := <-errc; err != nil {
-		if s, ok := err.(errSkip); ok {
-			t.Skipf("cannot create a test link: %v", s.err)
-		}
-		t.Fatal(err)
-	}
-}
-
-type errSkip struct{ err error }
-
-func (e errSkip) Error() string { return e.err.Error() }
-
-// TestReconfigureInNetns: a fork's eth0 ends with its new address and
-// default route only: none of its parent's address and route is left.
-func TestReconfigureInNetns(t *testing.T) {
+// inNetns runs f on a thread of its own in a new network namespace with a
+// veth pair, Iface and its peer peer0 (up, so Iface's routes are usable).
+// It skips t where the namespace or the link cannot be made.
+func inNetns(t *testing.T, f func() error) {
+	t.Helper()
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with the namespace
@@ -130,39 +74,7 @@ func TestReconfigureInNetns(t *testing.T) {
 			if peer, err := netlink.LinkByName("peer0"); err == nil {
 				netlink.LinkSetUp(peer)
 			}
-			parent := Config{Addr: netip.MustParsePrefix("10.200.1.2/30"), Gateway: netip.MustParseAddr("10.200.1.1")}
-			if err := Up(parent, time.Second); err != nil {
-				return err
-			}
-			fork := Config{Addr: netip.MustParsePrefix("10.200.2.6/30"), Gateway: netip.MustParseAddr("10.200.2.5")}
-			if err := Reconfigure(fork); err != nil {
-				return err
-			}
-			link, err := netlink.LinkByName(Iface)
-			if err != nil {
-				return err
-			}
-			if link.Attrs().Flags&net.FlagUp == 0 {
-				return fmt.Errorf("eth0 is down after the reconfiguration")
-			}
-			addrs, _ := netlink.AddrList(link, netlink.FAMILY_V4)
-			if len(addrs) != 1 || addrs[0].IPNet.String() != "10.200.2.6/30" {
-				return fmt.Errorf("addresses after the reconfiguration %v, want only 10.200.2.6/30", addrs)
-			}
-			routes, _ := netlink.RouteList(link, netlink.FAMILY_V4)
-			var gws []string
-			for _, r := range routes {
-				if r.Dst == nil || r.Dst.String() == "0.0.0.0/0" {
-					gws = append(gws, r.Gw.String())
-				}
-			}
-			if len(gws) != 1 || gws[0] != "10.200.2.5" {
-				return fmt.Errorf("default routes via %v, want only via 10.200.2.5", gws)
-			}
-			if err := Reconfigure(Config{Addr: netip.MustParsePrefix("fd00::6/64")}); err == nil {
-				return fmt.Errorf("an IPv6 reconfiguration was taken")
-			}
-			return nil
+			return f()
 		}()
 	}()
 	if err := <-errc; err != nil {
@@ -174,4 +86,77 @@ func TestReconfigureInNetns(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
+}
+
+func TestUpInNetns(t *testing.T) {
+	inNetns(t, func() error {
+		cfg := Config{Addr: netip.MustParsePrefix("10.200.1.2/24"), Gateway: netip.MustParseAddr("10.200.1.1")}
+		if err := Up(cfg, time.Second); err != nil {
+			return err
+		}
+		link, err := netlink.LinkByName(Iface)
+		if err != nil {
+			return err
+		}
+		if link.Attrs().Flags&net.FlagUp == 0 {
+			return fmt.Errorf("eth0 is down")
+		}
+		addrs, _ := netlink.AddrList(link, netlink.FAMILY_V4)
+		if len(addrs) != 1 || addrs[0].IPNet.String() != "10.200.1.2/24" {
+			return fmt.Errorf("addresses %v", addrs)
+		}
+		routes, _ := netlink.RouteList(link, netlink.FAMILY_V4)
+		for _, r := range routes {
+			if r.Dst == nil || r.Dst.String() == "0.0.0.0/0" {
+				if r.Gw.String() == "10.200.1.1" {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("no default route via 10.200.1.1 in %v", routes)
+	})
+}
+
+type errSkip struct{ err error }
+
+func (e errSkip) Error() string { return e.err.Error() }
+
+// TestReconfigureInNetns: a fork's eth0 ends with its new address and
+// default route only: none of its parent's address and route is left.
+func TestReconfigureInNetns(t *testing.T) {
+	inNetns(t, func() error {
+		parent := Config{Addr: netip.MustParsePrefix("10.200.1.2/30"), Gateway: netip.MustParseAddr("10.200.1.1")}
+		if err := Up(parent, time.Second); err != nil {
+			return err
+		}
+		fork := Config{Addr: netip.MustParsePrefix("10.200.2.6/30"), Gateway: netip.MustParseAddr("10.200.2.5")}
+		if err := Reconfigure(fork); err != nil {
+			return err
+		}
+		link, err := netlink.LinkByName(Iface)
+		if err != nil {
+			return err
+		}
+		if link.Attrs().Flags&net.FlagUp == 0 {
+			return fmt.Errorf("eth0 is down after the reconfiguration")
+		}
+		addrs, _ := netlink.AddrList(link, netlink.FAMILY_V4)
+		if len(addrs) != 1 || addrs[0].IPNet.String() != "10.200.2.6/30" {
+			return fmt.Errorf("addresses after the reconfiguration %v, want only 10.200.2.6/30", addrs)
+		}
+		routes, _ := netlink.RouteList(link, netlink.FAMILY_V4)
+		var gws []string
+		for _, r := range routes {
+			if r.Dst == nil || r.Dst.String() == "0.0.0.0/0" {
+				gws = append(gws, r.Gw.String())
+			}
+		}
+		if len(gws) != 1 || gws[0] != "10.200.2.5" {
+			return fmt.Errorf("default routes via %v, want only via 10.200.2.5", gws)
+		}
+		if err := Reconfigure(Config{Addr: netip.MustParsePrefix("fd00::6/64")}); err == nil {
+			return fmt.Errorf("an IPv6 reconfiguration was taken")
+		}
+		return nil
+	})
 }
