@@ -114,12 +114,35 @@ func TestRigAttemptAfterAWedgedL1RunsOnlyWhatDidNotPass(t *testing.T) {
 	}
 }
 
+// A failed test is confirmed once in a fresh L1 (a sick L1 fails every
+// guest of a kind); failed there too, the verdict is final.
 func TestRigVerdictIsFinal(t *testing.T) {
 	dir := t.TempDir()
-	rig := fake(t, dir, "rig", step{"=== rig: sandbox\n--- FAIL: TestC (1.00s)\n", 1})
+	fail := step{"=== rig: sandbox\n--- FAIL: TestC (1.00s)\n", 1}
+	rig := fake(t, dir, "rig", fail, fail, step{"", 0})
 	out, code := runScript(t, []string{"RIG_RUN=" + rig, "RIG_STATE=" + dir}, "test-rig.sh")
-	if code != 1 || calls(t, dir, "rig") != 1 {
-		t.Fatalf("exit %d after %d attempts, want 1 after 1 (a failed test is not the emulator's doing)\n%s", code, calls(t, dir, "rig"), out)
+	if code != 1 || calls(t, dir, "rig") != 2 {
+		t.Fatalf("exit %d after %d attempts, want 1 after 2 (a failure confirmed in a fresh L1 is final)\n%s", code, calls(t, dir, "rig"), out)
+	}
+	if !strings.Contains(out, "a fresh L1 runs them once more to confirm") {
+		t.Errorf("the confirming attempt is not said:\n%s", out)
+	}
+}
+
+// A failure that a fresh L1 does not confirm passes, and the fresh L1 is
+// counted.
+func TestRigFailureNotConfirmedInAFreshL1(t *testing.T) {
+	dir := t.TempDir()
+	rig := fake(t, dir, "rig", step{"=== rig: sandbox\n--- PASS: TestA (1.00s)\n--- FAIL: TestC (1.00s)\n", 1}, step{"=== rig: sandbox\n--- PASS: TestC (1.00s)\n", 0})
+	out, code := runScript(t, []string{"RIG_RUN=" + rig, "RIG_STATE=" + dir}, "test-rig.sh")
+	if code != 0 || calls(t, dir, "rig") != 2 {
+		t.Fatalf("exit %d after %d attempts, want 0 after 2\n%s", code, calls(t, dir, "rig"), out)
+	}
+	if passed := readFile(t, filepath.Join(dir, "passed-2")); !strings.Contains(passed, "sandbox TestA") || strings.Contains(passed, "TestC") {
+		t.Errorf("the fresh L1 should skip TestA and run TestC; passed.txt it got: %q", passed)
+	}
+	if !strings.Contains(out, "fresh L1s: 1") {
+		t.Errorf("the fresh L1 is not counted:\n%s", out)
 	}
 }
 
