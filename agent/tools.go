@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/cellvm/cellvm/image/manifest"
 )
 
 // Tool names.
@@ -46,11 +48,13 @@ func RunPythonDescription(f SandboxFacts) string {
 	var b strings.Builder
 	b.WriteString("Run Python code in a persistent interpreter inside an isolated Linux microVM. ")
 	b.WriteString("State persists between calls like a Jupyter notebook: variables, imports, functions and open files stay defined for later calls, so load data once and reuse it. ")
-	b.WriteString("Installed packages: numpy, pandas, matplotlib, scipy, IPython, Pillow (and the Python standard library); nothing else can be installed")
+	img := manifest.Default()
+	fmt.Fprintf(&b, "Python %s with these packages installed: %s (and the standard library; pip list shows every package). ", img.Python, img.Summary())
 	if len(f.Network) == 0 {
-		b.WriteString(" because the sandbox has no network access at all. ")
+		b.WriteString("pip cannot download anything because the sandbox has no network access at all; %pip install of a wheel file under /workspace works. ")
 	} else {
-		fmt.Fprintf(&b, " unless an allowed host serves it. Network access is limited to: %s; every other destination is blocked. ", strings.Join(f.Network, ", "))
+		b.WriteString("%pip install NAME installs more if an allowed host serves it (PyPI is pypi.org and files.pythonhosted.org), and it is importable at once. ")
+		fmt.Fprintf(&b, "Network access is limited to: %s; every other destination is blocked. ", strings.Join(f.Network, ", "))
 	}
 	b.WriteString("Print what you need to see: you get stdout, stderr, the value of the last expression, and errors with the end of the traceback. ")
 	b.WriteString("Notebook syntax works as in Jupyter: !cmd runs a shell command (x = !cmd captures its lines), and %time, %timeit, %cd, %env, %%bash and %%writefile are available. ")

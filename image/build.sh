@@ -27,6 +27,12 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 pkg_list="$repo/image/packages.txt"
+modules_list="$repo/image/manifest/modules.txt"
+collect_py="$repo/image/manifest/collect.py"
+# The manifest of the last build, committed: package agent embeds it to tell
+# models what is installed. A build that finds it different rewrites it.
+repo_manifest="$repo/image/manifest/manifest.json"
+out_manifest="$repo/build/rootfs.manifest.json"
 files_dir="$repo/image/files"
 extra_dir="${CELLVM_IMAGE_EXTRA:-}"
 out="$repo/build/rootfs.ext4"
@@ -60,6 +66,8 @@ mapfile -t packages < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$pkg_
 base_key=$( {
 	printf 'script\n'; cat "${BASH_SOURCE[0]}"
 	printf 'packages\n'; printf '%s\n' "${packages[@]}"
+	printf 'modules\n'; cat "$modules_list"
+	printf 'collect\n'; cat "$collect_py"
 	printf 'mirror %s suite %s\n' "$mirror" "$suite"
 } | sha256sum | cut -d' ' -f1)
 key=$( {
@@ -77,6 +85,21 @@ install_result() {
 	# mounts it read-only. Fall back to a copy across file systems.
 	ln "$result/rootfs.ext4" "$out" 2>/dev/null || cp "$result/rootfs.ext4" "$out"
 	log "build/rootfs.ext4: $(du -h --apparent-size "$out" | cut -f1) (key ${key:0:12}, base ${base_key:0:12})"
+	install_manifest
+}
+
+# install_manifest puts the image's manifest next to it (build/) and, when
+# the committed one differs, rewrites that, saying so: package agent embeds
+# it, so the clients' tool definition must be regenerated and both committed.
+install_manifest() {
+	[[ -f "$result/manifest.json" ]] || die "$result has no manifest.json (built before manifests existed?); remove it and rebuild"
+	rm -f "$out_manifest"
+	cp "$result/manifest.json" "$out_manifest"
+	if ! cmp -s "$result/manifest.json" "$repo_manifest"; then
+		cp "$result/manifest.json" "$repo_manifest"
+		log "image/manifest/manifest.json CHANGED: the image's packages differ from the committed manifest;"
+		log "  run 'go generate ./clients' and commit image/manifest/manifest.json and the tool definitions"
+	fi
 }
 
 if [[ -f "$result/done" ]]; then
@@ -204,7 +227,8 @@ build_base() {
 		"$root"/var/log/* "$root"/tmp/* "$root"/var/tmp/*
 	# Upstream test suites: large, never imported by the libraries themselves.
 	find "$root/usr/lib/python3/dist-packages" -depth -type d -name tests \
-		\( -path '*/numpy/*' -o -path '*/scipy/*' -o -path '*/pandas/*' -o -path '*/matplotlib/*' \) \
+		\( -path '*/numpy/*' -o -path '*/scipy/*' -o -path '*/pandas/*' -o -path '*/matplotlib/*' \
+		-o -path '*/sklearn/*' -o -path '*/statsmodels/*' -o -path '*/sympy/*' -o -path '*/networkx/*' \) \
 		-exec rm -rf {} +
 
 	log "pre-building matplotlib's font cache and compiling bytecode"
@@ -224,6 +248,14 @@ build_base() {
 	in_root "$root" python3 -m compileall -q -j2 /usr/lib/python3/dist-packages /usr/lib/python3.11 \
 		>/dev/null 2>&1 || true
 	log "$(find "$root/usr/lib" -name '*.pyc' | wc -l) .pyc files for $(find "$root/usr/lib" -name '*.py' | wc -l) .py files"
+
+	log "manifest: the featured modules (image/manifest/modules.txt), imported, with every distribution's version"
+	mkdir -p "$root/tmp/cellvm-manifest"
+	cp "$modules_list" "$collect_py" "$root/tmp/cellvm-manifest/"
+	in_root "$root" env MPLCONFIGDIR=/var/cache/matplotlib MPLBACKEND=Agg python3 -B /tmp/cellvm-manifest/collect.py \
+		/tmp/cellvm-manifest/modules.txt /etc/cellvm-manifest.json || die "writing the image manifest failed"
+	rm -rf "$root/tmp/cellvm-manifest"
+	log "manifest: $(grep -c '"import"' "$root/etc/cellvm-manifest.json") featured modules"
 
 	log "guest layout: /workspace, /mnt/overlay, /opt/cellvm"
 	echo cellvm >"$root/etc/hostname"
@@ -276,6 +308,7 @@ fsck_out=$(e2fsck -fn "$result.tmp/rootfs.ext4" 2>&1) ||
 	{ printf '%s\n' "$fsck_out" >&2; die "e2fsck found errors in the new image"; }
 log "e2fsck -fn: clean"
 chmod 0444 "$result.tmp/rootfs.ext4"
+cp "$root/etc/cellvm-manifest.json" "$result.tmp/manifest.json"
 
 elapsed=$(($(date +%s) - start))
 printf 'build_seconds %s\ncontent_kib %s\ninodes %s\nfinished %s\n' \

@@ -16,6 +16,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
+	if dir := os.Getenv(envIndexRole); dir != "" {
+		os.Exit(serveIndex(dir))
+	}
 	if role := os.Getenv("CELLVM_TEST_GUEST"); role != "" {
 		os.Exit(guestRole(role))
 	}

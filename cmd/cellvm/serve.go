@@ -43,6 +43,7 @@ type serveOptions struct {
 	templates    bool
 	maxTemplates int
 	templatesMiB int64
+	dnsUpstreams addrPortList
 	node         string
 
 	listen      string
@@ -104,6 +105,7 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.Int64Var(&o.templatesMiB, "templates-max-mib", 8192, "cap on the templates' disk use in MiB")
 	fs.Int64Var(&o.snapshotMiB, "snapshot-max-mib", 0, "cap in MiB on the disk machine images take: snapshots and paused sandboxes (0: none); a snapshot or pause past it is refused")
 	fs.Var(&o.publicRanges, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses)")
+	fs.Var(&o.dnsUpstreams, "dns-upstream", "`IP:PORT[,IP:PORT...]` resolvers that the guests' DNS asks for allowed names, e.g. one that knows a private package index (default: /etc/resolv.conf's)")
 	fs.StringVar(&o.node, "node", "", "this daemon's node name, written into sandbox ids (sb-NODE-...) for a router in front of many daemons")
 	fs.StringVar(&o.listen, "listen", "", "also serve the API over TLS at tcp://HOST:PORT (needs --token-file)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file of bearer tokens accepted on --listen, one a line (at least 16 characters each)")
@@ -162,6 +164,9 @@ func (o *serveOptions) check() error {
 	}
 	if len(o.publicRanges) > 0 && !o.network {
 		return usagef("--public-ranges needs --network")
+	}
+	if len(o.dnsUpstreams) > 0 && !o.network {
+		return usagef("--dns-upstream needs --network")
 	}
 	if err := sandbox.ValidNode(o.node); err != nil {
 		return usageError{err}
@@ -285,10 +290,10 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 	}
 	var netHost *netpolicy.Host
 	if o.network {
-		if netHost, err = netpolicy.NewHost(netpolicy.HostConfig{Uplink: o.uplink, PublicRanges: o.publicRanges}, log); err != nil {
+		if netHost, err = netpolicy.NewHost(netpolicy.HostConfig{Uplink: o.uplink, PublicRanges: o.publicRanges, Upstreams: o.dnsUpstreams.strings()}, log); err != nil {
 			return nil, nil, fmt.Errorf("network policies: %w (pass --network=false to run without them)", err)
 		}
-		log.Info("network policies on", "uplink", o.uplink, "public_ranges", o.publicRanges.String())
+		log.Info("network policies on", "uplink", o.uplink, "public_ranges", o.publicRanges.String(), "dns_upstreams", o.dnsUpstreams.String())
 	}
 	closeNet := func() {
 		if netHost != nil {
@@ -338,6 +343,32 @@ func (l *prefixList) Set(v string) error {
 }
 
 func (l *prefixList) Type() string { return "CIDR[,CIDR...]" }
+
+// addrPortList is --dns-upstream's value.
+type addrPortList []netip.AddrPort
+
+func (l *addrPortList) String() string { return strings.Join(l.strings(), ",") }
+
+func (l *addrPortList) strings() []string {
+	s := make([]string, len(*l))
+	for i, a := range *l {
+		s[i] = a.String()
+	}
+	return s
+}
+
+func (l *addrPortList) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		a, err := netip.ParseAddrPort(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("%q: want IP:PORT such as 192.0.2.53:53", f)
+		}
+		*l = append(*l, a)
+	}
+	return nil
+}
+
+func (l *addrPortList) Type() string { return "IP:PORT[,IP:PORT...]" }
 
 func hostMemMiB() (int, error) {
 	var si syscall.Sysinfo_t

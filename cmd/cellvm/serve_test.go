@@ -14,6 +14,9 @@ func TestServeBadNetworkFlags(t *testing.T) {
 		{[]string{"serve", "--public-ranges", "bogus"}, "want a CIDR prefix"},
 		{[]string{"serve", "--public-ranges", "192.0.2.0/24,"}, "want a CIDR prefix"},
 		{[]string{"serve", "--network=false", "--public-ranges", "192.0.2.0/24"}, "--public-ranges needs --network"},
+		{[]string{"serve", "--dns-upstream", "192.0.2.53"}, "want IP:PORT"},
+		{[]string{"serve", "--dns-upstream", "resolver.example:53"}, "want IP:PORT"},
+		{[]string{"serve", "--network=false", "--dns-upstream", "192.0.2.53:53"}, "--dns-upstream needs --network"},
 	} {
 		var out, errb strings.Builder
 		code := run(c.args, strings.NewReader(""), &out, &errb)

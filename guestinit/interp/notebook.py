@@ -45,6 +45,13 @@ class UsageError(Exception):
 UsageError.__module__ = "cellvm"  # tracebacks say cellvm.UsageError
 
 
+class PipError(Exception):
+    """%pip failed for a reason the sandbox explains (no network)."""
+
+
+PipError.__module__ = "cellvm"
+
+
 def _load_inputtransformer2():
     """Loads IPython.core.inputtransformer2 without importing the IPython
     package (it needs only the standard library); None if not installed."""
@@ -369,9 +376,23 @@ def _pip(shell, line, where):
     importlib.invalidate_caches()
     _add_user_site()
     if rc != 0:
+        if args.split()[:1] == ["install"] and not _has_network():
+            raise PipError("pip install failed (exit status %d): this sandbox has no network access, so pip "
+                           "cannot reach a package index. A sandbox created with a network policy that allows "
+                           "the index can install (for PyPI: pypi.org and files.pythonhosted.org); without one, "
+                           "install a wheel file from /workspace (%%pip install /workspace/NAME.whl)." % rc)
         raise subprocess.CalledProcessError(rc, "pip " + args.strip())
     if args.split()[:1] == ["install"]:
         print("Note: what pip installed is importable in this session; no restart needed.")
+
+
+def _has_network(net_dir="/sys/class/net"):
+    """Whether the machine has a network interface besides loopback (a
+    cellvm guest has one only when its sandbox has a network policy)."""
+    try:
+        return any(name != "lo" for name in os.listdir(net_dir))
+    except OSError:
+        return True  # unknown: say nothing about the network
 
 
 def _add_user_site():

@@ -336,3 +336,50 @@ func TestNotebookSyntaxWithoutIPython(t *testing.T) {
 	}
 	expectOK(t, run(t, in, "1 + 1"))
 }
+
+// TestPipWithoutNetwork: where the machine has no network interface but
+// loopback (a guest whose sandbox has no policy; here a network namespace
+// of its own), a failed %pip install is a PipError that says why and what
+// to do, with pip configured by the image's pip.conf.
+func TestPipWithoutNetwork(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a network namespace of its own (unshare -n)")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare is missing")
+	}
+	if err := exec.Command(testPython(t), "-m", "pip", "--version").Run(); err != nil {
+		t.Skip("the test python has no pip")
+	}
+	conf, err := filepath.Abs("../../image/files/etc/pip.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := newTestInterp(t, func(c *Config) {
+		// A sysfs of the new namespace, in a mount namespace of its own.
+		c.Launcher = []string{"unshare", "-n", "-m", "--propagation", "private", "sh", "-c", `mount -t sysfs sysfs /sys && exec "$@"`, "sh"}
+		// pip as the image configures it: none of this machine's PIP_*.
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "PIP_") {
+				c.Env = append(c.Env, kv)
+			}
+		}
+		c.Env = append(c.Env, "PIP_CONFIG_FILE="+conf, "HOME="+t.TempDir())
+	})
+	res := runT(t, in, "import os; print(sorted(os.listdir('/sys/class/net')))", 20*time.Second)
+	expectOK(t, res)
+	if strings.TrimSpace(res.Stdout) != "['lo']" {
+		t.Fatalf("the interpreter's network namespace has %s, want only lo", res.Stdout)
+	}
+	res = runT(t, in, "%pip install cellvm-no-such-package", 2*time.Minute)
+	if res.Status != cell.StatusError || res.Error == nil || res.Error.Name != "PipError" ||
+		!strings.Contains(res.Error.Value, "no network access") || !strings.Contains(res.Error.Value, "pypi.org and files.pythonhosted.org") {
+		t.Fatalf("%%pip install without a network: %+v", res)
+	}
+	t.Logf("pip said:\n%s%s", res.Stdout, res.Stderr)
+	// pip.conf's retries = 1: one retry of the index page, not five.
+	if n := strings.Count(res.Stdout+res.Stderr, "Retrying"); n > 1 {
+		t.Errorf("pip retried %d times, want at most 1 (image/files/etc/pip.conf):\n%s%s", n, res.Stdout, res.Stderr)
+	}
+}
