@@ -10,7 +10,8 @@
 #
 # Two cached stages under ${CELLVM_CACHE:-$HOME/.cache/cellvm}/image/:
 #   base/<base key>/root  the Debian tree (minutes: debootstrap, apt);
-#                         base key = sha256(this script, packages.txt, mirror)
+#                         base key = sha256(this script, packages.txt,
+#                         manifest/modules.txt, manifest/collect.py, mirror)
 #   <key>/rootfs.ext4     base + image/files/ + $CELLVM_IMAGE_EXTRA, as ext4
 #                         (seconds); key = sha256(base key, both trees)
 # so editing image/files/ rebuilds only the second stage, and an unchanged
