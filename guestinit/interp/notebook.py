@@ -222,6 +222,9 @@ class Shell:
         """`!cmd`: runs cmd with /bin/sh; its exit status is _exit_code."""
         rc, _ = _run(_shell_argv(_expand(cmd, self.user_ns)))
         self.user_ns["_exit_code"] = rc
+        # `!pip install x` is importable at once too, as with %pip.
+        importlib.invalidate_caches()
+        _add_user_site()
 
     def getoutput(self, cmd, split=True):
         """`x = !cmd`: the command's output as a list of lines."""

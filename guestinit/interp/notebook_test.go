@@ -383,3 +383,30 @@ func TestPipWithoutNetwork(t *testing.T) {
 		t.Errorf("pip retried %d times, want at most 1 (image/files/etc/pip.conf):\n%s%s", n, res.Stdout, res.Stderr)
 	}
 }
+
+// TestShellEscapeAddsTheUserSite: a user site directory that a shell
+// escape creates (as `!pip install x` does on first use) joins sys.path at
+// once, so what was installed there imports in the next cell.
+func TestShellEscapeAddsTheUserSite(t *testing.T) {
+	t.Parallel()
+	home := t.TempDir()
+	in := newTestInterp(t, func(c *Config) {
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "PYTHONUSERBASE=") {
+				c.Env = append(c.Env, kv)
+			}
+		}
+		c.Env = append(c.Env, "HOME="+home)
+	})
+	res := run(t, in, "import site, sys\np = site.getusersitepackages()\nprint(p in sys.path, site.ENABLE_USER_SITE)")
+	expectOK(t, res)
+	if strings.TrimSpace(res.Stdout) != "False True" {
+		t.Skipf("the test python's user site is on sys.path already or disabled: %q", res.Stdout)
+	}
+	expectOK(t, run(t, in, "!mkdir -p {p} && echo 'V = 7' > {p}/cellvm_kitmod.py"))
+	res = run(t, in, "import cellvm_kitmod\ncellvm_kitmod.V")
+	expectOK(t, res)
+	if res.MainResult() == nil || res.MainResult().Data["text/plain"] != "7" {
+		t.Errorf("import from the user site a shell escape made: %+v", res)
+	}
+}
