@@ -389,13 +389,16 @@ def _pip(shell, line, where):
         print("Note: what pip installed is importable in this session; no restart needed.")
 
 
-def _has_network(net_dir="/sys/class/net"):
-    """Whether the machine has a network interface besides loopback (a
-    cellvm guest has one only when its sandbox has a network policy)."""
+def _has_network(routes="/proc/net/route"):
+    """Whether this process's network namespace has an IPv4 route out of an
+    interface other than loopback (a cellvm guest has one only when its
+    sandbox has a network policy)."""
     try:
-        return any(name != "lo" for name in os.listdir(net_dir))
+        with open(routes) as f:
+            ifaces = [line.split()[0] for line in f.read().splitlines() if line.strip()]
     except OSError:
         return True  # unknown: say nothing about the network
+    return any(i not in ("Iface", "lo") for i in ifaces)  # Iface: the header
 
 
 def _add_user_site():
