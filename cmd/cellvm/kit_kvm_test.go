@@ -41,6 +41,7 @@ const (
 	probeDist   = "cellvm-probe"
 	probeModule = "cellvm_probe"
 	probeValue  = "served by the test index"
+	probeWheel  = "cellvm_probe-1.0-py3-none-any.whl"
 	// envIndexRole makes the test binary the index's servers (its value
 	// is the directory served).
 	envIndexRole = "CELLVM_TEST_INDEX_DIR"
@@ -79,7 +80,7 @@ func buildProbeWheel(t *testing.T, dir string) {
 	if err := zw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	const wheel = "cellvm_probe-1.0-py3-none-any.whl"
+	const wheel = probeWheel
 	sum := sha256.Sum256(whl.Bytes())
 	for path, body := range map[string]string{
 		"packages/" + wheel:                   whl.String(),
@@ -225,8 +226,9 @@ func TestPipThroughTheAllowlist(t *testing.T) {
 
 // TestDefaultImageKit, through the API, in one sandbox without a network
 // policy: the image's data-science kit imports, the image carries the
-// manifest that the tool description is generated from, and %pip install
-// fails fast with an error that says there is no network.
+// manifest that the tool description is generated from, %pip install
+// fails fast with an error that says there is no network, and a wheel file
+// uploaded to /workspace installs and imports.
 func TestDefaultImageKit(t *testing.T) {
 	kvmtest.Require(t)
 	dir := t.TempDir()
@@ -271,6 +273,26 @@ func TestDefaultImageKit(t *testing.T) {
 	}
 	if extra := r.DurationMS - base.DurationMS; extra > 10_000 {
 		t.Errorf("%%pip install without a policy took %d ms, %d ms more than without an index: want the error within 10 s of pip's start-up (pip.conf: retries, timeout)", r.DurationMS, extra)
+	}
+	// What the description promises without a network: a wheel file
+	// under /workspace installs, and imports in the next cell.
+	wheels := t.TempDir()
+	buildProbeWheel(t, wheels)
+	whl, err := os.Open(filepath.Join(wheels, "packages", probeWheel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whl.Close()
+	if _, err := c.Upload(ctx, info.ID, "/workspace/"+probeWheel, whl); err != nil {
+		t.Fatal(err)
+	}
+	r = mustCell(t, c, info.ID, "%pip install /workspace/"+probeWheel, 5*time.Minute)
+	if r.Status != cell.StatusOK || !strings.Contains(r.Stdout, "Successfully installed "+probeDist+"-1.0") {
+		t.Errorf("%%pip install of a wheel file without a network: %+v", r)
+	}
+	r = mustCell(t, c, info.ID, "import "+probeModule+"\n"+probeModule+".VALUE", time.Minute)
+	if r.Status != cell.StatusOK || text(r) != fmt.Sprintf("'%s'", probeValue) {
+		t.Errorf("import %s after installing its wheel file: %+v", probeModule, r)
 	}
 	if err := c.Delete(ctx, info.ID); err != nil {
 		t.Error(err)
