@@ -224,6 +224,18 @@ func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, c.base+"/v1/snapshots/"+url.PathEscape(id), nil, nil, http.StatusNoContent)
 }
 
+// Workspaces lists the workspaces.
+func (c *Client) Workspaces(ctx context.Context) ([]sandbox.WorkspaceInfo, error) {
+	var ws []sandbox.WorkspaceInfo
+	err := c.do(ctx, http.MethodGet, c.base+"/v1/workspaces", nil, &ws, http.StatusOK)
+	return ws, err
+}
+
+// DeleteWorkspace deletes a workspace no sandbox holds.
+func (c *Client) DeleteWorkspace(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, c.base+"/v1/workspaces/"+url.PathEscape(name), nil, nil, http.StatusNoContent)
+}
+
 // SetNetwork replaces the sandbox's egress allowlist.
 func (c *Client) SetNetwork(ctx context.Context, id string, p sandbox.NetworkPolicy) error {
 	if p.Allow == nil {

@@ -32,6 +32,7 @@ type fakeManager struct {
 	failWith error
 
 	snaps       []sandbox.SnapshotInfo
+	workspaces  []sandbox.WorkspaceInfo
 	lastCreate  sandbox.Config
 	lastTimeout time.Duration
 	lastExec    sandbox.ExecRequest
@@ -400,6 +401,33 @@ func (f *fakeManager) Download(ctx context.Context, id, guestPath string, w io.W
 	}
 	n, err := w.Write(data)
 	return int64(n), err
+}
+
+func (f *fakeManager) Workspaces(ctx context.Context) ([]sandbox.WorkspaceInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("Workspaces")
+	return append([]sandbox.WorkspaceInfo(nil), f.workspaces...), nil
+}
+
+func (f *fakeManager) DeleteWorkspace(ctx context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("DeleteWorkspace %s", name)
+	if !sandbox.ValidWorkspaceName(name) {
+		return fmt.Errorf("%w: %q is not a workspace name", sandbox.ErrInvalid, name)
+	}
+	for i, w := range f.workspaces {
+		if w.Name != name {
+			continue
+		}
+		if w.Sandbox != "" {
+			return fmt.Errorf("%w: workspace %s is held by sandbox %s", sandbox.ErrBusy, name, w.Sandbox)
+		}
+		f.workspaces = append(f.workspaces[:i], f.workspaces[i+1:]...)
+		return nil
+	}
+	return fmt.Errorf("%w: no workspace %s", sandbox.ErrNotFound, name)
 }
 
 var _ sandbox.Manager = (*fakeManager)(nil)

@@ -38,5 +38,7 @@ func routes() []route {
 		{"GET", "/v1/snapshots", (*server).listSnapshots},
 		{"GET", "/v1/snapshots/{id}", (*server).getSnapshot},
 		{"DELETE", "/v1/snapshots/{id}", (*server).deleteSnapshot},
+		{"GET", "/v1/workspaces", (*server).listWorkspaces},
+		{"DELETE", "/v1/workspaces/{name}", (*server).deleteWorkspace},
 	}
 }

@@ -114,6 +114,22 @@ func (s *server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	s.noContent(w, s.m.DeleteSnapshot(r.Context(), r.PathValue("id")))
 }
 
+func (s *server) listWorkspaces(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.m.Workspaces(r.Context())
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if ws == nil {
+		ws = []sandbox.WorkspaceInfo{}
+	}
+	s.writeJSON(w, http.StatusOK, ws)
+}
+
+func (s *server) deleteWorkspace(w http.ResponseWriter, r *http.Request) {
+	s.noContent(w, s.m.DeleteWorkspace(r.Context(), r.PathValue("name")))
+}
+
 // setNetwork: PUT /v1/sandboxes/{id}/network with {"allow": [...]}.
 func (s *server) setNetwork(w http.ResponseWriter, r *http.Request) {
 	var p sandbox.NetworkPolicy

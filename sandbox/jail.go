@@ -78,6 +78,9 @@ func (o *JailOptions) jailVM(id, dir string, cid uint64, spec *VMSpec) (*jail.Cg
 		spec.Initrd = jailInitrd
 	}
 	for i := range spec.Disks {
+		if spec.Disks[i].FD > 0 {
+			continue // passed open: nothing to bind in
+		}
 		if !spec.Disks[i].ReadOnly {
 			return nil, fmt.Errorf("jail: writable disk %s: only read-only images are bound in", spec.Disks[i].Path)
 		}

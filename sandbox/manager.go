@@ -77,7 +77,11 @@ type Options struct {
 	// MaxImageBytes caps the disk that machine images take (snapshots,
 	// paused sandboxes; diskcap.go); 0 means no cap.
 	MaxImageBytes int64
-	Log           *slog.Logger
+	// WorkspaceBytes is the size of a workspace made from now on
+	// (workspace.go), the most it can hold; 0 means
+	// DefaultWorkspaceBytes.
+	WorkspaceBytes int64
+	Log            *slog.Logger
 }
 
 // VMManager is the Manager that runs each sandbox in its own microVM.
@@ -224,6 +228,11 @@ func (m *VMManager) reserve(cfg Config, internal bool) (*vmSandbox, error) {
 				ErrFull, used, cfg.MemoryMiB, m.opt.MaxMemoryMiB)
 		}
 	}
+	if cfg.Workspace != "" {
+		if s := m.workspaceHolder(cfg.Workspace, nil); s != nil {
+			return nil, fmt.Errorf("%w: workspace %s is mounted by sandbox %s (%s); one sandbox at a time can hold a workspace", ErrBusy, cfg.Workspace, s.id, s.State())
+		}
+	}
 	used := map[uint64]bool{}
 	for _, s := range m.sandboxes {
 		used[s.cid] = true
@@ -362,6 +371,17 @@ func (m *VMManager) launch(ctx context.Context, cfg Config, policy netpolicy.Pol
 	if cfg.Root {
 		spec.Cmdline += " cellvm.cellsroot=1"
 	}
+	var launch vmLaunch
+	if cfg.Workspace != "" {
+		ws, err := m.openWorkspace(ctx, cfg.Workspace, true)
+		if err != nil {
+			return nil, err
+		}
+		defer ws.Close()
+		launch.files = append(launch.files, ws)
+		spec.Disks = append(spec.Disks, VMDisk{Path: "workspace " + cfg.Workspace, FD: 2 + len(launch.files)})
+		spec.Cmdline += " cellvm.workspace=" + workspaceDisk
+	}
 	if !policy.Empty() {
 		if s.net, err = m.opt.Net.Attach(ctx, id, policy); err != nil {
 			return nil, fmt.Errorf("network: %w", err)
@@ -376,7 +396,6 @@ func (m *VMManager) launch(ctx context.Context, cfg Config, policy netpolicy.Pol
 		}
 		spec.Cmdline += " " + s.net.KernelArgs()
 	}
-	var launch vmLaunch
 	if s.net != nil {
 		// The daemon opens the TAP and hands the VMM the descriptor: the
 		// VMM needs neither /dev/net/tun nor CAP_NET_ADMIN.
@@ -386,7 +405,7 @@ func (m *VMManager) launch(ctx context.Context, cfg Config, policy netpolicy.Pol
 		}
 		defer tap.Close()
 		launch.files = append(launch.files, tap)
-		spec.TAPFD = 3
+		spec.TAPFD = 2 + len(launch.files)
 	}
 	if from != nil {
 		files, err := restoreFiles(from, &spec, &launch)
@@ -572,12 +591,21 @@ func (m *VMManager) destroy(s *vmSandbox) {
 	s.state.Store(StateStopping)
 	if s.proc != nil {
 		if s.agent != nil && s.proc.alive() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ask, wait := 2*time.Second, 3*time.Second
+			if s.cfg.Workspace != "" {
+				// The guest's shutdown writes its page cache to the
+				// workspace and unmounts it: worth waiting for.
+				ask, wait = 10*time.Second, 30*time.Second
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), ask)
 			s.agent.Shutdown(ctx)
 			cancel()
 			select {
 			case <-s.proc.done:
-			case <-time.After(3 * time.Second):
+			case <-time.After(wait):
+				if s.cfg.Workspace != "" {
+					m.log.Warn("the guest did not shut down in time; its last writes to the workspace may be lost (the journal keeps the volume consistent)", "id", s.id, "workspace", s.cfg.Workspace)
+				}
 			}
 		}
 		s.proc.stop(5 * time.Second)

@@ -219,6 +219,19 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 			}
 		}()
 	}
+	for i := range spec.Disks {
+		if spec.Disks[i].FD == 0 {
+			continue
+		}
+		// The workspace, held by s all the while it was paused.
+		ws, err := m.openWorkspace(ctx, s.cfg.Workspace, false)
+		if err != nil {
+			return fmt.Errorf("resume sandbox %s: %w", s.id, err)
+		}
+		defer ws.Close()
+		launch.files = append(launch.files, ws)
+		spec.Disks[i].FD = 2 + len(launch.files)
+	}
 	spec.TAPFD = 0
 	if s.net != nil {
 		tap, err := vnet.OpenTAP(s.net.TAP)
@@ -227,7 +240,7 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 		}
 		defer tap.Close()
 		launch.files = append(launch.files, tap)
-		spec.TAPFD = 3
+		spec.TAPFD = 2 + len(launch.files)
 	}
 	files, err := openImage(image, &spec, &launch)
 	if err != nil {

@@ -42,6 +42,10 @@ func fakePausableVMM(args []string) int {
 		fmt.Fprintln(os.Stderr, "fake vmm:", err)
 		return 1
 	}
+	if err := fakeGuestMountsWorkspace(spec); err != nil {
+		fmt.Fprintln(os.Stderr, "fake vmm: workspace:", err)
+		return 1
+	}
 	in := &varsInterp{img: fakeImage{Vars: map[string]string{}}}
 	if spec.Restore != nil {
 		state := os.NewFile(uintptr(spec.Restore.StateFD), "state")

@@ -78,6 +78,9 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (SnapshotInfo, erro
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
+	if s.cfg.Workspace != "" {
+		return SnapshotInfo{}, fmt.Errorf("%w: sandbox %s mounts workspace %s, which a snapshot cannot hold (its forks would share the volume); pause it instead", ErrNotSupported, id, s.cfg.Workspace)
+	}
 	if !s.cellRunning.CompareAndSwap(false, true) {
 		return SnapshotInfo{}, fmt.Errorf("%w: a cell is running in sandbox %s; snapshot it between cells", ErrBusy, id)
 	}

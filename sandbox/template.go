@@ -240,7 +240,8 @@ func stopLeftVM(dir string) {
 // create boots. It records the shape's demand, and a stale template is
 // dropped for a rebuild.
 func (ts *templates) use(cfg Config, policy netpolicy.Policy) *templateUse {
-	if ts == nil || cfg.Start == StartCold || !policy.Empty() {
+	if ts == nil || cfg.Start == StartCold || !policy.Empty() || cfg.Workspace != "" {
+		// A template's machine has no NIC and no workspace disk.
 		return nil
 	}
 	shape := shapeOf(cfg)

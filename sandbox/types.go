@@ -111,7 +111,7 @@ func (p NetworkPolicy) Validate() error {
 // means none.
 //
 // Its JSON form is {vcpus, memory_mib, env, ttl_s, idle_timeout_s,
-// idle_pause_s, root, network: {allow}} with whole seconds, and decoding it is strict: an
+// idle_pause_s, root, network: {allow}, snapshot, start, workspace} with whole seconds, and decoding it is strict: an
 // unknown field is an error, because a misspelt limit ("memory_mb") that
 // was silently ignored would create a sandbox the caller did not ask for.
 type Config struct {
@@ -143,6 +143,11 @@ type Config struct {
 	// sandbox's machine when one is ready and the sandbox can use it
 	// (see template.go), and boot otherwise; StartCold always boots.
 	Start string
+	// Workspace, when set, mounts the named persistent volume at
+	// /workspace instead of a directory of the sandbox's own layer (see
+	// workspace.go): it is made on first use and outlives the sandbox,
+	// and only one sandbox at a time holds it.
+	Workspace string
 }
 
 // Config.Start's values.
@@ -171,6 +176,7 @@ type configJSON struct {
 	Root         bool              `json:"root,omitempty"`
 	Snapshot     string            `json:"snapshot,omitempty"`
 	Start        string            `json:"start,omitempty"`
+	Workspace    string            `json:"workspace,omitempty"`
 }
 
 // MarshalJSON writes the wire form; durations are rounded down to seconds.
@@ -186,6 +192,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		Root:         c.Root,
 		Snapshot:     c.Snapshot,
 		Start:        c.Start,
+		Workspace:    c.Workspace,
 	})
 }
 
@@ -210,6 +217,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		Root:        w.Root,
 		Snapshot:    w.Snapshot,
 		Start:       w.Start,
+		Workspace:   w.Workspace,
 	}
 	return nil
 }
@@ -275,7 +283,36 @@ func (c Config) Validate() error {
 	if c.Start != StartDefault && c.Snapshot != "" {
 		return fmt.Errorf("%w: start %q with snapshot: a fork starts from its snapshot", ErrInvalid, c.Start)
 	}
+	if c.Workspace != "" {
+		if !ValidWorkspaceName(c.Workspace) {
+			return fmt.Errorf("%w: workspace %q: want 1 to %d of a-z, 0-9, '-', '_' and '.', starting with a letter or digit", ErrInvalid, clip(c.Workspace, 64), MaxWorkspaceName)
+		}
+		if c.Snapshot != "" {
+			return fmt.Errorf("%w: workspace with snapshot: a fork's machine has its snapshot's disks, and a snapshot never has a workspace", ErrInvalid)
+		}
+	}
 	return nil
+}
+
+// MaxWorkspaceName bounds a workspace's name.
+const MaxWorkspaceName = 64
+
+// ValidWorkspaceName reports whether name can name a workspace: it is
+// used as a file name on the host, so it is kept to a small alphabet.
+func ValidWorkspaceName(name string) bool {
+	if name == "" || len(name) > MaxWorkspaceName {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '-' || c == '_' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func validateEnv(env map[string]string) error {
@@ -512,6 +549,11 @@ type Manager interface {
 	GetSnapshot(ctx context.Context, id string) (SnapshotInfo, error)
 	// DeleteSnapshot removes a snapshot; running forks keep what they use.
 	DeleteSnapshot(ctx context.Context, id string) error
+
+	// Workspaces lists the persistent volumes (Config.Workspace);
+	// DeleteWorkspace removes one, ErrBusy while a sandbox holds it.
+	Workspaces(ctx context.Context) ([]WorkspaceInfo, error)
+	DeleteWorkspace(ctx context.Context, name string) error
 }
 
 // GuestPath turns a caller's file path into the cleaned absolute guest path

@@ -56,6 +56,9 @@ type VMRestore struct {
 type VMDisk struct {
 	Path     string `json:"Path"`
 	ReadOnly bool   `json:"ReadOnly"`
+	// FD is the descriptor number of the disk the daemon opened and
+	// passed (a workspace); Path then only names it.
+	FD int `json:"FD,omitempty"`
 }
 
 type VMVsock struct {

@@ -15,6 +15,10 @@ import (
 type Disk struct {
 	Path     string
 	ReadOnly bool
+	// File, when set, is the disk, opened by whoever started the VMM
+	// (a jailed VMM cannot open a writable disk by its path); Path then
+	// only names it in messages. The device owns it.
+	File *os.File `json:"-"`
 }
 
 // Vsock is the virtio-vsock device: the guest's context ID and the host
@@ -36,9 +40,12 @@ func (m *Machine) addDevices() error {
 		if d.ReadOnly {
 			flag = os.O_RDONLY
 		}
-		f, err := os.OpenFile(d.Path, flag, 0)
-		if err != nil {
-			return fmt.Errorf("disk %d: %w", i, err)
+		f := d.File
+		if f == nil {
+			var err error
+			if f, err = os.OpenFile(d.Path, flag, 0); err != nil {
+				return fmt.Errorf("disk %d: %w", i, err)
+			}
 		}
 		b, err := block.New(f, d.ReadOnly, fmt.Sprintf("cellvm-disk-%d", i), m.log)
 		if err != nil {

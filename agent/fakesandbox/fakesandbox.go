@@ -46,21 +46,25 @@ type Manager struct {
 	next    int
 	boxes   map[string]*box
 	snaps   map[string]*snap
-	deleted []string
-	cells   []string
+	// workspaces are the named volumes' files (workspaces.go).
+	workspaces map[string]*workspace
+	deleted    []string
+	cells      []string
 }
 
 type box struct {
 	info  sandbox.Info
 	vars  map[string]int
 	files map[string][]byte
+	// ws is the workspace the box holds, if any: its /workspace files.
+	ws    *workspace
 	count int
 	logs  map[sandbox.LogSource][]string
 }
 
 // New returns an empty fake manager.
 func New(h Handler) *Manager {
-	m := &Manager{Handler: h, boxes: map[string]*box{}, snaps: map[string]*snap{}}
+	m := &Manager{Handler: h, boxes: map[string]*box{}, snaps: map[string]*snap{}, workspaces: map[string]*workspace{}}
 	m.changed = sync.NewCond(&m.mu)
 	return m
 }
@@ -111,10 +115,17 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 	if m.MaxSandboxes > 0 && len(m.boxes) >= m.MaxSandboxes {
 		return sandbox.Info{}, fmt.Errorf("%w: %d sandboxes, the cap is %d", sandbox.ErrFull, len(m.boxes), m.MaxSandboxes)
 	}
+	ws, err := m.holdWorkspace(cfg.Workspace)
+	if err != nil {
+		return sandbox.Info{}, err
+	}
 	m.next++
 	id := fmt.Sprintf("sb-fake%d", m.next)
 	b := &box{info: sandbox.Info{ID: id, State: sandbox.StateRunning, Config: cfg, CreatedAt: time.Now(), BootMS: 42},
-		vars: map[string]int{}, files: map[string][]byte{}, logs: map[sandbox.LogSource][]string{}}
+		vars: map[string]int{}, files: map[string][]byte{}, ws: ws, logs: map[sandbox.LogSource][]string{}}
+	if ws != nil {
+		ws.holder = id
+	}
 	if from != nil {
 		for k, v := range from.vars {
 			b.vars[k] = v
@@ -150,6 +161,9 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	defer m.mu.Unlock()
 	if _, err := m.get(id); err != nil {
 		return err
+	}
+	if b := m.boxes[id]; b.ws != nil {
+		b.ws.holder = ""
 	}
 	delete(m.boxes, id)
 	m.deleted = append(m.deleted, id)
@@ -321,7 +335,7 @@ func (m *Manager) Upload(ctx context.Context, id, guestPath string, r io.Reader)
 	if err != nil {
 		return 0, err
 	}
-	b.files[guestPath] = data
+	b.filesAt(guestPath)[guestPath] = data
 	return int64(len(data)), nil
 }
 
@@ -334,7 +348,7 @@ func (m *Manager) Download(ctx context.Context, id, guestPath string, w io.Write
 	var data []byte
 	if err == nil {
 		var ok bool
-		if data, ok = b.files[guestPath]; !ok {
+		if data, ok = b.filesAt(guestPath)[guestPath]; !ok {
 			err = fmt.Errorf("%w: %s", sandbox.ErrNotFound, guestPath)
 		}
 	}

@@ -25,6 +25,9 @@ func (m *Manager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotInfo
 	if err == nil {
 		err = m.usable(b)
 	}
+	if err == nil && b.ws != nil {
+		err = fmt.Errorf("%w: sandbox %s mounts a workspace, which a snapshot cannot hold", sandbox.ErrNotSupported, id)
+	}
 	if err != nil {
 		return sandbox.SnapshotInfo{}, err
 	}

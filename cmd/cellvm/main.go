@@ -65,6 +65,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.serveCommand(),
 		a.sandboxCommand(),
 		a.snapshotCommand(),
+		a.workspaceCommand(),
 		a.cellCommand(),
 		a.execCommand(),
 		a.cpCommand(),

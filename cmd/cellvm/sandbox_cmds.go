@@ -135,10 +135,15 @@ func (a *app) sandboxCreateCommand() *cobra.Command {
 	conf := addConfigFlags(cmd.Flags())
 	life := addLifetimeFlags(cmd.Flags())
 	var cold bool
+	var workspace string
 	cmd.Flags().BoolVar(&cold, "cold", false, "boot the sandbox's VM even when the daemon has a template ready for its shape")
+	cmd.Flags().StringVar(&workspace, "workspace", "", "mount this persistent volume at /workspace (made on first use, kept after the sandbox; cellvm workspace ls lists them)")
 	return a.daemonCommandChecked(cmd, func([]string) error {
 		if err := life.check(); err != nil {
 			return err
+		}
+		if workspace != "" && !sandbox.ValidWorkspaceName(workspace) {
+			return workspaceArg(workspace)
 		}
 		_, err := conf.config()
 		return err
@@ -148,6 +153,7 @@ func (a *app) sandboxCreateCommand() *cobra.Command {
 		if cold {
 			cfg.Start = sandbox.StartCold
 		}
+		cfg.Workspace = workspace
 		info, err := c.Create(ctx, cfg)
 		if err != nil {
 			return err

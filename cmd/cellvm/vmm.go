@@ -25,7 +25,7 @@ type VMMConfig struct {
 	Cmdline   string     `json:"cmdline,omitempty"`
 	VCPUs     int        `json:"vcpus"`
 	MemoryMiB uint64     `json:"memory_mib"`
-	Disks     []vmm.Disk `json:"disks,omitempty"`
+	Disks     []VMMDisk  `json:"disks,omitempty"`
 	Vsock     *vmm.Vsock `json:"vsock,omitempty"`
 	TAP       string     `json:"tap,omitempty"`
 	MAC       [6]byte    `json:"mac,omitempty"`
@@ -48,6 +48,36 @@ type VMMConfig struct {
 	// Restore starts the VM from a snapshot instead of booting Kernel;
 	// the devices above must have the snapshot's shape.
 	Restore *SnapshotFiles `json:"restore,omitempty"`
+}
+
+// VMMDisk is one disk of VMMConfig: a file by path, or by the descriptor
+// number (FD, above 2) of a file the daemon opened and passed, which a
+// jailed VMM needs for a writable disk (a workspace).
+type VMMDisk struct {
+	Path     string
+	ReadOnly bool
+	FD       int `json:",omitempty"`
+}
+
+// vmmDisks turns the config's disks into the VMM's, taking over the
+// passed descriptors.
+func vmmDisks(ds []VMMDisk) ([]vmm.Disk, error) {
+	out := make([]vmm.Disk, len(ds))
+	for i, d := range ds {
+		out[i] = vmm.Disk{Path: d.Path, ReadOnly: d.ReadOnly}
+		if d.FD == 0 {
+			continue
+		}
+		if d.FD < 3 {
+			return nil, fmt.Errorf("disk %d: descriptor %d is not one the daemon passed", i, d.FD)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(d.FD, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return nil, fmt.Errorf("disk %d: descriptor %d from the daemon is not an open file (%v)", i, d.FD, err)
+		}
+		out[i].File = os.NewFile(uintptr(d.FD), d.Path)
+	}
+	return out, nil
 }
 
 // vmmCommand is `cellvm vmm --config FILE`, the process the daemon starts
@@ -100,6 +130,10 @@ func cmdVMM(args []string, stdout, stderr io.Writer) error {
 		}
 		tap = os.NewFile(uintptr(c.TAPFD), "tap")
 	}
+	disks, err := vmmDisks(c.Disks)
+	if err != nil {
+		return err
+	}
 	var beforeGuest func() error
 	if c.Jail != nil {
 		spec := *c.Jail
@@ -129,7 +163,7 @@ func cmdVMM(args []string, stdout, stderr io.Writer) error {
 	}
 	m, err := newMachine(vmm.Config{
 		Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: c.Cmdline, VCPUs: c.VCPUs, MemoryMiB: c.MemoryMiB,
-		Console: console, Log: log, Disks: c.Disks, Vsock: c.Vsock, TAP: c.TAP, TAPFile: tap, MAC: c.MAC,
+		Console: console, Log: log, Disks: disks, Vsock: c.Vsock, TAP: c.TAP, TAPFile: tap, MAC: c.MAC,
 		BeforeGuest: beforeGuest,
 	}, c.Restore)
 	if err != nil {

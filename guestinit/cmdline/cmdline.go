@@ -50,6 +50,9 @@ type Config struct {
 	// CellsRoot runs cells and commands as root (cellvm.cellsroot=1, the
 	// sandbox's "root" option) rather than as the cells' user.
 	CellsRoot bool
+	// Workspace is the block device of a persistent volume to mount at
+	// /workspace (cellvm.workspace); empty when the sandbox has none.
+	Workspace string
 }
 
 // Parse reads the cellvm.* keys from a kernel command line. Unknown
@@ -104,6 +107,11 @@ func (c *Config) set(key, val string) error {
 			return fmt.Errorf("want a /dev/ path or none")
 		}
 		c.Root = val
+	case "cellvm.workspace":
+		if !strings.HasPrefix(val, "/dev/") || strings.Contains(val, "..") || len(val) > 64 {
+			return fmt.Errorf("want a /dev/ path")
+		}
+		c.Workspace = val
 	case "cellvm.ip":
 		p, err := netip.ParsePrefix(val)
 		if err != nil {

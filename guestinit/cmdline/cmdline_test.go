@@ -28,6 +28,16 @@ func TestParseFull(t *testing.T) {
 	}
 }
 
+func TestParseWorkspace(t *testing.T) {
+	c, warns := Parse("console=ttyS0 cellvm.workspace=/dev/vdb")
+	if len(warns) != 0 || c.Workspace != "/dev/vdb" {
+		t.Errorf("Parse workspace = %q, %v", c.Workspace, warns)
+	}
+	if c, _ := Parse("console=ttyS0"); c.Workspace != "" {
+		t.Errorf("no cellvm.workspace gave %q", c.Workspace)
+	}
+}
+
 func TestParseDefaults(t *testing.T) {
 	c, warns := Parse("console=ttyS0 quiet")
 	if len(warns) != 0 || c.Hostname != DefaultHostname || c.Root != DefaultRoot || !c.Time.IsZero() || c.Addr.IsValid() || c.DNS != nil {
@@ -43,13 +53,14 @@ func TestParseRejectsBadValues(t *testing.T) {
 		"cellvm.ip=10.0.0.1", "cellvm.ip=224.0.0.1/4", "cellvm.ip=10.0.0.1/0", "cellvm.ip=fe80::1%eth0/64",
 		"cellvm.gw=0.0.0.0", "cellvm.dns=1.1.1.1,x", "cellvm.dns=1.1.1.1,1.1.1.2,1.1.1.3,1.1.1.4",
 		"cellvm.root=/etc/passwd", "cellvm.root=/dev/../etc", "cellvm.unknown=1", "cellvm.debug=maybe",
+		"cellvm.workspace=vdb", "cellvm.workspace=/dev/../etc/shadow", "cellvm.workspace=",
 		"cellvm.hostname=" + strings.Repeat("a", MaxValue+1),
 	} {
 		c, warns := Parse(field)
 		if len(warns) != 1 {
 			t.Errorf("Parse(%q): %d warnings %v, want 1", field, len(warns), warns)
 		}
-		if c.Hostname != DefaultHostname || c.Root != DefaultRoot || !c.Time.IsZero() || c.Addr.IsValid() || c.Gateway.IsValid() || c.DNS != nil || c.Debug {
+		if c.Hostname != DefaultHostname || c.Root != DefaultRoot || !c.Time.IsZero() || c.Addr.IsValid() || c.Gateway.IsValid() || c.DNS != nil || c.Debug || c.Workspace != "" {
 			t.Errorf("Parse(%q) changed the config: %+v", field, c)
 		}
 	}

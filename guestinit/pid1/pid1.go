@@ -111,6 +111,9 @@ func setup(log *slog.Logger) (cmdline.Config, error) {
 	setClock(log, cfg.Time)
 
 	plan := rootfs.NewPlan(cfg.Root)
+	if cfg.Workspace != "" {
+		plan = plan.WithWorkspace(cfg.Workspace)
+	}
 	if err := plan.SwitchRoot(sys, log); err != nil {
 		if !errors.Is(err, rootfs.ErrNoRoot) {
 			return cfg, err // half switched: nothing sane to go on with
@@ -127,6 +130,11 @@ func setup(log *slog.Logger) (cmdline.Config, error) {
 	}
 	if err := celluser.Ensure("/", rootfs.Workspace); err != nil {
 		log.Error("the cells' user", "err", err)
+	}
+	if cfg.Workspace != "" {
+		// mkfs's empty lost+found would be the first thing a model
+		// listing its files sees; e2fsck makes it again if it needs it.
+		_ = unix.Rmdir(rootfs.Workspace + "/lost+found")
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		log.Warn("set host name", "err", err)

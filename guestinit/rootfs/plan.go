@@ -84,6 +84,19 @@ const (
 	SizeRun = "16m"
 )
 
+// WithWorkspace returns p with the persistent volume on device dev
+// mounted at /workspace, after /run and /tmp. Not optional: a sandbox
+// asked for its files, so a volume that does not mount (one a guest
+// damaged) stops the boot, and the create says why, rather than a
+// sandbox whose /workspace is silently empty. Its root's owner is set
+// afterwards, like the directory's (celluser.Ensure).
+func (p Plan) WithWorkspace(dev string) Plan {
+	p.Late = append(append([]Mount(nil), p.Late...), Mount{
+		Source: dev, Target: Workspace, FSType: "ext4", Flags: unix.MS_NOSUID | unix.MS_NODEV, Mode: 0o755,
+	})
+	return p
+}
+
 // NewPlan returns the plan for a root image on device rootDev, or for
 // staying in the initramfs when rootDev is "none".
 func NewPlan(rootDev string) Plan {

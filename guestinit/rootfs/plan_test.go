@@ -89,6 +89,28 @@ func findMount(ms []Mount, target string) *Mount {
 	return nil
 }
 
+// A workspace is mounted last, at /workspace, nosuid and nodev, and is not
+// optional; the plan it was added to is unchanged.
+func TestPlanWithWorkspace(t *testing.T) {
+	base := NewPlan("/dev/vda")
+	p := base.WithWorkspace("/dev/vdb")
+	if len(p.Late) != len(base.Late)+1 {
+		t.Fatalf("Late: %d mounts, want %d", len(p.Late), len(base.Late)+1)
+	}
+	ws := p.Late[len(p.Late)-1]
+	if ws.Source != "/dev/vdb" || ws.Target != Workspace || ws.FSType != "ext4" || ws.Optional ||
+		ws.Flags&(unix.MS_NOSUID|unix.MS_NODEV) != unix.MS_NOSUID|unix.MS_NODEV || ws.Flags&unix.MS_RDONLY != 0 {
+		t.Errorf("the workspace mount: %+v", ws)
+	}
+	if base.WithWorkspace("/dev/vdc"); p.Late[len(p.Late)-1].Source != "/dev/vdb" {
+		t.Error("WithWorkspace changed another plan's mounts")
+	}
+	rec := &recorder{failOn: "/dev/vdb"}
+	if err := p.ApplyLate(rec, quiet()); err == nil || !strings.Contains(err.Error(), "/workspace") {
+		t.Errorf("a workspace that does not mount: %v, want an error naming /workspace", err)
+	}
+}
+
 func TestPlanWithoutRoot(t *testing.T) {
 	p := NewPlan("none")
 	if len(p.Root) != 0 || len(p.Move) != 0 {
