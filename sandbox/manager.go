@@ -81,7 +81,11 @@ type Options struct {
 	// (workspace.go), the most it can hold; 0 means
 	// DefaultWorkspaceBytes.
 	WorkspaceBytes int64
-	Log            *slog.Logger
+	// MaxWorkspaces caps how many workspaces there are (so their disk is
+	// at most MaxWorkspaces * WorkspaceBytes); 0 means no cap. A create
+	// that would make one more is ErrFull.
+	MaxWorkspaces int
+	Log           *slog.Logger
 }
 
 // VMManager is the Manager that runs each sandbox in its own microVM.

@@ -124,6 +124,11 @@ func (m *VMManager) makeWorkspace(ctx context.Context, name string) error {
 	if err := os.MkdirAll(m.workspacesDir(), 0o700); err != nil {
 		return fmt.Errorf("workspace %s: %w", name, err)
 	}
+	if max := m.opt.MaxWorkspaces; max > 0 {
+		if n := m.countWorkspaces(); n >= max {
+			return fmt.Errorf("%w: there are %d workspaces, the cap is %d (serve --max-workspaces); delete one (cellvm workspace rm)", ErrFull, n, max)
+		}
+	}
 	size := m.workspaceBytes()
 	tmp := m.workspacePath(name) + partialSuffix
 	os.Remove(tmp)
@@ -156,6 +161,18 @@ func (m *VMManager) makeWorkspace(ctx context.Context, name string) error {
 	}
 	m.log.Info("workspace made", "name", name, "size_mib", size>>20)
 	return nil
+}
+
+// countWorkspaces counts the workspaces on disk.
+func (m *VMManager) countWorkspaces() int {
+	ents, _ := os.ReadDir(m.workspacesDir())
+	n := 0
+	for _, e := range ents {
+		if name, ok := strings.CutSuffix(e.Name(), ".ext4"); ok && ValidWorkspaceName(name) {
+			n++
+		}
+	}
+	return n
 }
 
 // Workspaces implements Manager.

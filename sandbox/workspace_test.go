@@ -189,3 +189,34 @@ func TestWorkspaceNames(t *testing.T) {
 		t.Errorf("a fork with a workspace: %v, want ErrInvalid", err)
 	}
 }
+
+// TestWorkspaceCap: with MaxWorkspaces 1, a create that would make a second
+// workspace is ErrFull and leaves no file or sandbox, while the existing
+// workspace can still be used.
+func TestWorkspaceCap(t *testing.T) {
+	m, state := newPausableManager(t, func(o *Options) { o.WorkspaceBytes = 16 << 20; o.MaxWorkspaces = 1 })
+	ctx := context.Background()
+	a, err := m.Create(ctx, Config{Workspace: "one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Delete(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, Config{Workspace: "two"}); !errors.Is(err, ErrFull) || !strings.Contains(err.Error(), "--max-workspaces") {
+		t.Errorf("a second workspace past the cap: %v, want ErrFull naming --max-workspaces", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(state, "workspaces")); len(ents) != 1 || ents[0].Name() != "one.ext4" {
+		t.Errorf("the workspaces directory after the refusal: %v", ents)
+	}
+	if list, _ := m.List(ctx); len(list) != 0 {
+		t.Errorf("the refused create left %d sandboxes", len(list))
+	}
+	b, err := m.Create(ctx, Config{Workspace: "one"})
+	if err != nil {
+		t.Fatalf("the existing workspace at the cap: %v", err)
+	}
+	if err := m.Delete(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+}

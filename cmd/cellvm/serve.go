@@ -38,6 +38,7 @@ type serveOptions struct {
 	consoleMiB   int64
 	snapshotMiB  int64
 	workspaceMiB int64
+	maxWorkspace int
 	publicRanges prefixList
 	// templates: warm starts from a template per machine shape, at
 	// most maxTemplates of them in templatesMiB of disk.
@@ -105,6 +106,7 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.IntVar(&o.maxTemplates, "max-templates", 4, "cap on templates kept (one per VM shape asked for; the least recently used go)")
 	fs.Int64Var(&o.templatesMiB, "templates-max-mib", 8192, "cap on the templates' disk use in MiB")
 	fs.Int64Var(&o.workspaceMiB, "workspace-mib", sandbox.DefaultWorkspaceBytes>>20, "size in MiB of a workspace made from now on: the most its files can take (the file on the host is sparse)")
+	fs.IntVar(&o.maxWorkspace, "max-workspaces", 64, "cap on the number of workspaces (0: none); a create that would make one more is refused with 503")
 	fs.Int64Var(&o.snapshotMiB, "snapshot-max-mib", 0, "cap in MiB on the disk machine images take: snapshots and paused sandboxes (0: none); a snapshot or pause past it is refused")
 	fs.Var(&o.publicRanges, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses)")
 	fs.Var(&o.dnsUpstreams, "dns-upstream", "`IP:PORT[,IP:PORT...]` resolvers that the guests' DNS asks for allowed names, e.g. one that knows a private package index (default: /etc/resolv.conf's)")
@@ -179,6 +181,9 @@ func (o *serveOptions) check() error {
 	if o.workspaceMiB < 16 || o.workspaceMiB > sandbox.MaxWorkspaceBytes>>20 {
 		// The jailed VMM's RLIMIT_FSIZE bounds the offsets it can write.
 		return usagef("--workspace-mib %d: want 16 to %d", o.workspaceMiB, sandbox.MaxWorkspaceBytes>>20)
+	}
+	if o.maxWorkspace < 0 {
+		return usagef("--max-workspaces %d is negative", o.maxWorkspace)
 	}
 	if o.snapshotMiB < 0 || o.snapshotMiB > 1<<40 {
 		return usagef("--snapshot-max-mib %d: want 0 (no cap) or a size in MiB", o.snapshotMiB)
@@ -316,8 +321,8 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		MaxSandboxes: o.maxSandboxes, MaxMemoryMiB: o.maxMemory, Log: log,
 		BootTimeout: bootTimeoutFromEnv(), Net: netHost, Jail: jailOpt, ConsoleMaxBytes: o.consoleMiB << 20,
 		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node, MaxImageBytes: o.snapshotMiB << 20,
-		WorkspaceBytes: o.workspaceMiB << 20,
-		Templates:      sandbox.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20},
+		WorkspaceBytes: o.workspaceMiB << 20, MaxWorkspaces: o.maxWorkspace,
+		Templates: sandbox.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20},
 	})
 	if err != nil {
 		closeNet()
