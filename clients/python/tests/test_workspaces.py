@@ -1,17 +1,15 @@
 import asyncio
-import os
-import tempfile
 import unittest
 
 import cellvm
 from cellvm import AsyncSandbox, Sandbox
 
-from .fake import SOCKET, needs_daemon
+from .fake import SOCKET, RefusedBeforeSending, needs_daemon
 
 
-def listed(name, call=Sandbox.list_workspaces):
+def listed(name):
     """The workspace of that name in the daemon's list, or None."""
-    return next((w for w in call(socket_path=SOCKET) if w.name == name), None)
+    return next((w for w in Sandbox.list_workspaces(socket_path=SOCKET) if w.name == name), None)
 
 
 @needs_daemon
@@ -107,18 +105,8 @@ class WorkspaceTest(unittest.TestCase):
         asyncio.run(main())
 
 
-class WorkspaceNameTest(unittest.TestCase):
-    """Bad workspace names are refused before any request: the socket does
-    not exist, so a request would be a ConnectError."""
-
-    def setUp(self):
-        self.nowhere = os.path.join(tempfile.mkdtemp(), "none.sock")
-
-    def refused(self, exc, call, *args, **kw):
-        with self.assertRaises(exc) as cm:
-            call(*args, socket_path=self.nowhere, **kw)
-        self.assertNotIsInstance(cm.exception, cellvm.CellvmError)
-        return str(cm.exception)
+class WorkspaceNameTest(RefusedBeforeSending):
+    """Bad workspace names are refused before any request."""
 
     def test_bad_names(self):
         for bad in ("", "-a", "_a", ".a", "..", "A", "Notes", "a/b", "../x", "a b", "a\n", "é", "a" * 65):
