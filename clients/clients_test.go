@@ -40,8 +40,8 @@ func fakeDaemons(t *testing.T) (*fakeManager, []string) {
 
 // checkFakeAfterClients checks, on the daemon's side, what the clients'
 // tests can only infer: a timed-out call closed its connection (the cell's
-// context ended) and every sandbox and snapshot the tests created was
-// deleted.
+// context ended) and every sandbox, snapshot and workspace the tests
+// created was deleted.
 func checkFakeAfterClients(t *testing.T, m *fakeManager, out string) {
 	t.Helper()
 	if strings.Contains(out, "skipped 'needs the fake daemon") {
@@ -58,6 +58,9 @@ func checkFakeAfterClients(t *testing.T, m *fakeManager, out string) {
 	}
 	if len(m.snaps) != 0 {
 		t.Errorf("the tests left snapshots behind: %v", slices.Sorted(maps.Keys(m.snaps)))
+	}
+	if len(m.workspaces) != 0 {
+		t.Errorf("the tests left workspaces behind: %v", slices.Sorted(maps.Keys(m.workspaces)))
 	}
 }
 

@@ -46,6 +46,8 @@ import (
 // naming "not-supported.test" is refused as not supported. Downloading
 // /workspace/fail-midway sends 100 KiB and then fails. Pause, resume,
 // snapshots and forks keep variables and files (fakesnapshots_test.go).
+// A create with a workspace holds it; its files under /workspace/ are the
+// workspace's, which outlive the sandbox (fakeworkspaces_test.go).
 type fakeManager struct {
 	mu      sync.Mutex
 	next    int
@@ -55,6 +57,8 @@ type fakeManager struct {
 	deleted []string
 	hub     sandbox.EventHub
 	snaps   map[string]*fakeSnap
+	// workspaces are the named volumes, by name.
+	workspaces map[string]*fakeWorkspace
 }
 
 type fakeBox struct {
@@ -65,10 +69,12 @@ type fakeBox struct {
 	running bool
 	lost    bool
 	release chan struct{}
+	// ws is the workspace the sandbox holds, if any: its /workspace files.
+	ws *fakeWorkspace
 }
 
 func newFakeManager() *fakeManager {
-	return &fakeManager{boxes: map[string]*fakeBox{}, snaps: map[string]*fakeSnap{}, chart: fakesandbox.ChartPNG()}
+	return &fakeManager{boxes: map[string]*fakeBox{}, snaps: map[string]*fakeSnap{}, workspaces: map[string]*fakeWorkspace{}, chart: fakesandbox.ChartPNG()}
 }
 
 func (f *fakeManager) note(format string, args ...any) {
@@ -133,14 +139,19 @@ func (f *fakeManager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.I
 	if cfg.Network != nil && containsEntry(cfg.Network.Allow, "not-supported.test") {
 		return sandbox.Info{}, fmt.Errorf("%w: this manager has no network policy support", sandbox.ErrNotSupported)
 	}
+	id := fmt.Sprintf("sb-fake%d", f.next+1)
+	ws, err := f.holdWorkspace(cfg.Workspace, id)
+	if err != nil {
+		return sandbox.Info{}, err
+	}
 	f.next++
-	id := fmt.Sprintf("sb-fake%d", f.next)
 	b := &fakeBox{
 		info: sandbox.Info{ID: id, State: sandbox.StateRunning, Config: cfg, CreatedAt: time.Unix(1700000000, 0).UTC(),
 			StartedFrom: startedFrom(cfg)},
 		vars:    map[string]int{},
 		files:   map[string][]byte{},
 		release: make(chan struct{}, 1),
+		ws:      ws,
 	}
 	if from != nil {
 		b.vars, b.files = from.copyState()
@@ -188,9 +199,11 @@ func (f *fakeManager) Get(ctx context.Context, id string) (sandbox.Info, error) 
 func (f *fakeManager) Delete(ctx context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.boxes[id]; !ok {
+	b, ok := f.boxes[id]
+	if !ok {
 		return fmt.Errorf("%w: no sandbox %q", sandbox.ErrNotFound, id)
 	}
+	f.releaseWorkspace(b)
 	delete(f.boxes, id)
 	f.deleted = append(f.deleted, id)
 	f.events = append(f.events, "delete "+id)
@@ -380,7 +393,7 @@ func (f *fakeManager) Upload(ctx context.Context, id, guestPath string, r io.Rea
 		return int64(len(data)), fmt.Errorf("writing %s: %w", guestPath, err)
 	}
 	return int64(len(data)), f.withBox(id, func(b *fakeBox) error {
-		b.files[guestPath] = data
+		b.filesAt(guestPath)[guestPath] = data
 		return nil
 	})
 }
@@ -389,7 +402,7 @@ func (f *fakeManager) Download(ctx context.Context, id, guestPath string, w io.W
 	var data []byte
 	err := f.withBox(id, func(b *fakeBox) error {
 		var ok bool
-		if data, ok = b.files[guestPath]; !ok && guestPath != "/workspace/fail-midway" {
+		if data, ok = b.filesAt(guestPath)[guestPath]; !ok && guestPath != "/workspace/fail-midway" {
 			return fmt.Errorf("%w: %s", sandbox.ErrNotFound, guestPath)
 		}
 		return nil

@@ -35,12 +35,13 @@ func (s *fakeSnap) copyState() (map[string]int, map[string][]byte) {
 }
 
 // startedFrom is how a sandbox of cfg starts in the fake: a fork from
-// its snapshot, a cold start by booting, anything else from the template.
+// its snapshot, a cold start or one with a workspace (a template's machine
+// has no workspace disk) by booting, anything else from the template.
 func startedFrom(cfg sandbox.Config) string {
 	switch {
 	case cfg.Snapshot != "":
 		return sandbox.StartedFromSnapshot
-	case cfg.Start == sandbox.StartCold:
+	case cfg.Start == sandbox.StartCold, cfg.Workspace != "":
 		return sandbox.StartedFromBoot
 	}
 	return sandbox.StartedFromTemplate
@@ -151,6 +152,10 @@ func (f *fakeManager) Snapshot(ctx context.Context, id string) (sandbox.Snapshot
 	}
 	if b.running {
 		return sandbox.SnapshotInfo{}, fmt.Errorf("%w: a cell is running in sandbox %s; snapshot it between cells", sandbox.ErrBusy, id)
+	}
+	if b.ws != nil {
+		return sandbox.SnapshotInfo{}, fmt.Errorf("%w: sandbox %s mounts workspace %s, which a snapshot cannot hold",
+			sandbox.ErrNotSupported, id, b.ws.info.Name)
 	}
 	cfg := b.info.Config
 	if err := f.reserveDisk("snapshot", id, cfg.MemoryMiB); err != nil {

@@ -82,15 +82,7 @@ func TestRigReadmeExamples(t *testing.T) {
 // sandbox or snapshot behind.
 func TestPythonReadmeSnapshotExample(t *testing.T) {
 	m := newFakeManager()
-	sock := serveAPI(t, m)
-	dir := t.TempDir()
-	script := filepath.Join(dir, "snapshots.py")
-	code := markdownBlock(t, "clients/python/README.md", "python", "# Snapshots, forks and pause.\n")
-	if err := os.WriteFile(script, []byte(code), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := runIn(t, dir, []string{"CELLVM_SOCKET=" + sock, "PYTHONPATH=" + filepath.Join(clientsDir(t), "python")},
-		time.Minute, python(t), script)
+	out := runPythonReadmeBlock(t, m, "# Snapshots, forks and pause.\n")
 	if out != "snapshot 41\n41\n" {
 		t.Errorf("the example printed %q, want \"snapshot 41\\n41\\n\"", out)
 	}
@@ -103,4 +95,42 @@ func TestPythonReadmeSnapshotExample(t *testing.T) {
 	if len(m.boxes) != 0 || len(m.snaps) != 0 {
 		t.Errorf("the example left %d sandboxes and %d snapshots", len(m.boxes), len(m.snaps))
 	}
+}
+
+// TestPythonReadmeWorkspaceExample runs the Python client's README example
+// of workspaces against the fake, which keeps a workspace's files for the
+// next sandbox with its name: it prints what its comments say, and leaves
+// no sandbox or workspace behind.
+func TestPythonReadmeWorkspaceExample(t *testing.T) {
+	m := newFakeManager()
+	out := runPythonReadmeBlock(t, m, "# Workspaces, files that outlive a sandbox.\n")
+	if want := "kept\n[('chat-42', None)]\nTrue\n"; out != want {
+		t.Errorf("the example printed %q, want %q", out, want)
+	}
+	events := strings.Join(m.Happened(), "\n")
+	for _, want := range []string{"make workspace chat-42", "delete sb-fake1", "create sb-fake2", "delete workspace chat-42"} {
+		if !strings.Contains(events, want) {
+			t.Errorf("the fake did not see %q:\n%s", want, events)
+		}
+	}
+	if strings.Count(events, "make workspace") != 1 {
+		t.Errorf("the second sandbox did not get the first one's workspace:\n%s", events)
+	}
+	if len(m.boxes) != 0 || len(m.workspaces) != 0 {
+		t.Errorf("the example left %d sandboxes and %d workspaces", len(m.boxes), len(m.workspaces))
+	}
+}
+
+// runPythonReadmeBlock runs the Python client's README block that starts
+// with first against a daemon over m and returns its output.
+func runPythonReadmeBlock(t *testing.T, m *fakeManager, first string) string {
+	t.Helper()
+	sock := serveAPI(t, m)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "example.py")
+	if err := os.WriteFile(script, []byte(markdownBlock(t, "clients/python/README.md", "python", first)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return runIn(t, dir, []string{"CELLVM_SOCKET=" + sock, "PYTHONPATH=" + filepath.Join(clientsDir(t), "python")},
+		time.Minute, python(t), script)
 }

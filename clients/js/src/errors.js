@@ -28,7 +28,7 @@ export const Unauthorized = define('Unauthorized', 'unauthorized');
 export const Forbidden = define('Forbidden', 'forbidden');
 /** 404: no such sandbox or snapshot, or no such file in the sandbox. */
 export const NotFound = define('NotFound', 'not_found');
-/** 409: a cell is already running (cells are not queued), or the sandbox is not in the state the call needs (a pause of a paused sandbox, a resume of a running one). */
+/** 409: a cell is already running (cells are not queued), the sandbox is not in the state the call needs (a pause of a paused sandbox, a resume of a running one), or a workspace is held by another sandbox. */
 export const Busy = define('Busy', 'busy');
 /** 410: the sandbox's VM died; it can only be killed. */
 export const Lost = define('Lost', 'lost');

@@ -83,3 +83,16 @@ export interface SnapshotInfo {
   memoryMiB: number;
   raw: Record<string, unknown>;
 }
+
+/** A workspace: a named volume at /workspace that outlives the sandboxes that use it. */
+export interface WorkspaceInfo {
+  name: string;
+  /** The most it can hold. */
+  sizeBytes: number;
+  /** What it takes on the host's disk now. */
+  diskBytes: number;
+  createdAt: string;
+  /** The sandbox that holds it, null when none does. */
+  sandboxId: string | null;
+  raw: Record<string, unknown>;
+}

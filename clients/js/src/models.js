@@ -87,3 +87,10 @@ export function snapshotInfo(raw) {
     sizeBytes: Number(raw.size_bytes ?? 0), vcpus: Number(raw.vcpus ?? 0), memoryMiB: Number(raw.memory_mib ?? 0), raw,
   };
 }
+
+export function workspaceInfo(raw) {
+  return {
+    name: String(raw.name ?? ''), sizeBytes: Number(raw.size_bytes ?? 0), diskBytes: Number(raw.disk_bytes ?? 0),
+    createdAt: raw.created_at, sandboxId: typeof raw.sandbox === 'string' && raw.sandbox ? raw.sandbox : null, raw,
+  };
+}

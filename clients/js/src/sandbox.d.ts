@@ -1,5 +1,5 @@
 import { Connection } from './transport.js';
-import { CommandResult, Execution, ExecutionError, Result, SandboxInfo, SnapshotInfo } from './models.js';
+import { CommandResult, Execution, ExecutionError, Result, SandboxInfo, SnapshotInfo, WorkspaceInfo } from './models.js';
 
 export const DEFAULT_CELL_TIMEOUT_MS: number;
 /** Allowed on top of a cell's limit for the guest to start its interpreter. */
@@ -24,6 +24,11 @@ export interface CreateOptions extends ConnectOptions {
   start?: 'template' | 'cold';
   /** Forks this snapshot (an id from sandbox.snapshot()): its variables and files, its vCPUs and memory. */
   snapshot?: string;
+  /**
+   * Mounts this workspace at /workspace: made empty on first use, kept when the sandbox is deleted, held by one
+   * sandbox at a time (Busy when another holds it); not with snapshot. 1 to 64 of a-z, 0-9, '-', '_', '.'.
+   */
+  workspace?: string;
   /** How long the boot may take. */
   timeoutMs?: number;
 }
@@ -49,6 +54,10 @@ export class Sandbox {
   static getSnapshot(id: string, opts?: ConnectOptions): Promise<SnapshotInfo>;
   /** Deletes a snapshot; false when it was already gone. */
   static deleteSnapshot(id: string, opts?: ConnectOptions): Promise<boolean>;
+  /** Every workspace of the daemon, by name, with the sandbox that holds it. */
+  static listWorkspaces(opts?: ConnectOptions): Promise<WorkspaceInfo[]>;
+  /** Deletes a workspace (Busy while a sandbox holds it); false when it was already gone. */
+  static deleteWorkspace(name: string, opts?: ConnectOptions): Promise<boolean>;
   readonly sandboxId: string;
   readonly id: string;
   readonly created: SandboxInfo;

@@ -3,8 +3,10 @@
 
 import { Readable } from 'node:stream';
 import { ConnectionLost, NotFound, ProtocolError, TooLarge } from './errors.js';
-import { Execution, Result, commandResult, executionError, sandboxInfo, snapshotInfo } from './models.js';
-import { Connection, MAX_EVENT_LINE_BYTES, answer, filesPath, jsonCall, readBody, sandboxPath, snapshotPath } from './transport.js';
+import { Execution, Result, commandResult, executionError, sandboxInfo, snapshotInfo, workspaceInfo } from './models.js';
+import {
+  Connection, MAX_EVENT_LINE_BYTES, answer, filesPath, jsonCall, readBody, sandboxPath, snapshotPath, workspacePath,
+} from './transport.js';
 
 /** A cell's time limit when runCode is given none; the daemon's default. */
 export const DEFAULT_CELL_TIMEOUT_MS = 60_000;
@@ -54,6 +56,15 @@ function snapshotId(id) {
     throw new RangeError(`${JSON.stringify(clip(id))} is not a snapshot id (snap- and 12 hex digits; Sandbox.listSnapshots() lists them)`);
   }
   return id;
+}
+
+/** A workspace name, checked before it is sent: 1 to 64 of a-z, 0-9, '-', '_' and '.', starting with a letter or digit. */
+function workspaceName(name) {
+  if (typeof name !== 'string') throw new TypeError(`a workspace name is a string, not ${name === null ? 'null' : typeof name}`);
+  if (!/^[a-z0-9][a-z0-9._-]{0,63}$/.test(name)) {
+    throw new RangeError(`${JSON.stringify(clip(name))} is not a workspace name (1 to 64 of a-z, 0-9, '-', '_' and '.', starting with a letter or digit)`);
+  }
+  return name;
 }
 
 function startField(start) {
@@ -242,6 +253,7 @@ export class Sandbox {
     const start = startField(opts.start);
     if (start) cfg.start = start;
     if (opts.snapshot !== undefined && opts.snapshot !== null) cfg.snapshot = snapshotId(opts.snapshot);
+    if (opts.workspace !== undefined && opts.workspace !== null) cfg.workspace = workspaceName(opts.workspace);
     const raw = await jsonCall(c, 'POST', '/v1/sandboxes', cfg, { want: [201], timeoutMs: (opts.timeoutMs ?? DEFAULT_CREATE_TIMEOUT_MS) + c.timeoutMs });
     return new this(c, sandboxInfo(raw));
   }
@@ -275,6 +287,18 @@ export class Sandbox {
   /** Deletes a snapshot (forks of it keep running); resolves to false when it was already gone. */
   static async deleteSnapshot(id, opts = {}) {
     const path = snapshotPath(snapshotId(id));
+    return deleteCall(conn(opts), path);
+  }
+
+  /** Every workspace of the daemon, by name, with the sandbox that holds it. */
+  static async listWorkspaces(opts = {}) {
+    const v = await jsonCall(conn(opts), 'GET', '/v1/workspaces');
+    return (Array.isArray(v) ? v : []).filter((w) => w && typeof w === 'object').map(workspaceInfo);
+  }
+
+  /** Deletes a workspace and its files (Busy while a sandbox holds it); resolves to false when it was already gone. */
+  static async deleteWorkspace(name, opts = {}) {
+    const path = workspacePath(workspaceName(name));
     return deleteCall(conn(opts), path);
   }
 

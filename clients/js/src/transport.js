@@ -270,6 +270,11 @@ export function snapshotPath(id) {
   return `/v1/snapshots/${encodeURIComponent(id)}`;
 }
 
+/** The route of a workspace (the name is checked by the caller). */
+export function workspacePath(name) {
+  return `/v1/workspaces/${encodeURIComponent(name)}`;
+}
+
 /** The files route of a guest path; a relative path is under /workspace. */
 export function filesPath(id, guestPath) {
   if (typeof guestPath !== 'string' || !guestPath) throw new TypeError('a file path is a non-empty string');

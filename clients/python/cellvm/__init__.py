@@ -26,7 +26,9 @@ from .errors import (
     Busy, CellvmError, ConnectError, ConnectionLost, Forbidden, Full, Internal, Invalid, Lost, NotFound, Unauthorized,
     NotSupported, ProtocolError, Timeout, TooLarge,
 )
-from .models import CommandResult, Execution, ExecutionError, Logs, Result, SandboxInfo, SnapshotInfo, Truncated
+from .models import (
+    CommandResult, Execution, ExecutionError, Logs, Result, SandboxInfo, SnapshotInfo, Truncated, WorkspaceInfo,
+)
 from .sandbox import Sandbox
 
 __version__ = "0.1.0"
@@ -34,6 +36,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Sandbox", "AsyncSandbox", "Connection", "DEFAULT_SOCKET",
     "Execution", "Result", "Logs", "ExecutionError", "Truncated", "CommandResult", "SandboxInfo", "SnapshotInfo",
+    "WorkspaceInfo",
     "CellvmError", "Invalid", "Unauthorized", "Forbidden", "NotFound", "Busy", "Lost", "TooLarge", "Internal", "NotSupported",
     "Full", "ConnectError", "ConnectionLost", "Timeout", "ProtocolError",
 ]

@@ -91,6 +91,15 @@ def snapshot_path(snapshot_id: str) -> str:
     return snapshots_path() + "/" + quote(snapshot_id, safe="")
 
 
+def workspaces_path() -> str:
+    return "/v1/workspaces"
+
+
+def workspace_path(name: str) -> str:
+    """The path of a workspace (the name is checked by the caller)."""
+    return workspaces_path() + "/" + quote(name, safe="")
+
+
 def files_path(sandbox_id: str, guest_path: str) -> str:
     """The files route of a guest path. A relative path is taken as
     relative to /workspace, where cells and commands run."""

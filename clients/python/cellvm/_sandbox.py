@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 from . import _exchange as ex
 from ._transport import Connection
 from .errors import NotFound
-from .models import CommandResult, Execution, ExecutionError, Result, SandboxInfo, SnapshotInfo
+from .models import CommandResult, Execution, ExecutionError, Result, SandboxInfo, SnapshotInfo, WorkspaceInfo
 
 #: A cell's time limit when run_code is given none (seconds); the same as
 #: the daemon's default.
@@ -105,6 +105,22 @@ def snapshot_id(value: Any) -> str:
     return value
 
 
+#: A workspace's name, as the daemon takes it (it names a file on the host).
+_WORKSPACE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
+def workspace_name(value: Any) -> str:
+    """A workspace name as given, checked before it is sent: 1 to 64 of
+    a-z, 0-9, '-', '_' and '.', starting with a letter or digit."""
+    if not isinstance(value, str):
+        raise TypeError(f"a workspace name is a str, not {type(value).__name__}")
+    if not _WORKSPACE_NAME.fullmatch(value):
+        shown = value if len(value) <= 64 else value[:64] + "..."
+        raise ValueError(f"{shown!r} is not a workspace name (1 to 64 of a-z, 0-9, '-', '_' and '.', "
+                         "starting with a letter or digit)")
+    return value
+
+
 def _start(start: Any) -> Optional[str]:
     if start is None:
         return None
@@ -118,7 +134,8 @@ def _start(start: Any) -> Optional[str]:
 
 def create_plan(conn: Connection, *, vcpus: Optional[int], memory_mib: Optional[int], network: Any,
                 env: Any, ttl_s: Optional[int], idle_timeout_s: Optional[int], timeout: float,
-                start: Optional[str] = None, snapshot: Optional[str] = None) -> Plan:
+                start: Optional[str] = None, snapshot: Optional[str] = None,
+                workspace: Optional[str] = None) -> Plan:
     cfg: Dict[str, Any] = {}
     for name, v in (("vcpus", vcpus), ("memory_mib", memory_mib), ("ttl_s", ttl_s), ("idle_timeout_s", idle_timeout_s)):
         if v is not None:
@@ -136,6 +153,8 @@ def create_plan(conn: Connection, *, vcpus: Optional[int], memory_mib: Optional[
         cfg["start"] = st
     if snapshot is not None:
         cfg["snapshot"] = snapshot_id(snapshot)
+    if workspace is not None:
+        cfg["workspace"] = workspace_name(workspace)
     return Plan(ex.json_call("POST", ex.sandboxes_path(), cfg, want=(201,)), timeout + conn.timeout, SandboxInfo.from_raw)
 
 
@@ -159,6 +178,15 @@ def get_snapshot_plan(conn: Connection, snap_id: str) -> Plan:
 
 def delete_snapshot_plan(conn: Connection, snap_id: str) -> Plan:
     return Plan(_delete(ex.snapshot_path(snapshot_id(snap_id))), conn.timeout)
+
+
+def list_workspaces_plan(conn: Connection) -> Plan:
+    return Plan(ex.json_call("GET", ex.workspaces_path()), conn.timeout,
+                lambda v: [WorkspaceInfo.from_raw(w) for w in v or [] if isinstance(w, dict)])
+
+
+def delete_workspace_plan(conn: Connection, name: str) -> Plan:
+    return Plan(_delete(ex.workspace_path(workspace_name(name))), conn.timeout)
 
 
 def _kill(sandbox_id: str) -> ex.Exchange:

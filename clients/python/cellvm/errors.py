@@ -68,8 +68,9 @@ class NotFound(CellvmError, LookupError):
 
 
 class Busy(CellvmError):
-    """409: a cell is already running in the sandbox (cells are not queued), or the sandbox is not in the
-    state the call needs (a pause of a paused sandbox, a resume of a running one)."""
+    """409: a cell is already running in the sandbox (cells are not queued), the sandbox is not in the
+    state the call needs (a pause of a paused sandbox, a resume of a running one), or a workspace is held
+    by another sandbox (a create naming it, a delete of it)."""
 
     code = "busy"
 

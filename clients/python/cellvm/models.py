@@ -258,3 +258,25 @@ class SnapshotInfo:
         return cls(snapshot_id=str(raw.get("id", "")), sandbox_id=str(raw.get("sandbox_id", "")),
                    created_at=str(raw.get("created_at", "")), size_bytes=int(raw.get("size_bytes") or 0),
                    vcpus=int(raw.get("vcpus") or 0), memory_mib=int(raw.get("memory_mib") or 0), raw=raw)
+
+
+@dataclass
+class WorkspaceInfo:
+    """A workspace, a named volume at /workspace that outlives the sandboxes
+    that use it, as the daemon describes it. ``size_bytes`` is the most it
+    can hold, ``disk_bytes`` what it takes on the host's disk now;
+    ``sandbox_id`` is the sandbox that holds it (None when none does)."""
+
+    name: str
+    size_bytes: int
+    disk_bytes: int
+    created_at: str
+    sandbox_id: Optional[str] = None
+    raw: Dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def from_raw(cls, raw: Dict[str, Any]) -> "WorkspaceInfo":
+        holder = raw.get("sandbox")
+        return cls(name=str(raw.get("name", "")), size_bytes=int(raw.get("size_bytes") or 0),
+                   disk_bytes=int(raw.get("disk_bytes") or 0), created_at=str(raw.get("created_at", "")),
+                   sandbox_id=holder if isinstance(holder, str) and holder else None, raw=raw)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from ._sandbox import (
-    DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, delete_snapshot_plan, get_snapshot_plan, info_plan,
-    list_plan, list_snapshots_plan,
+    DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, delete_snapshot_plan, delete_workspace_plan,
+    get_snapshot_plan, info_plan, list_plan, list_snapshots_plan, list_workspaces_plan,
 )
 from ._transport import Connection
-from .models import SandboxInfo, SnapshotInfo
+from .models import SandboxInfo, SnapshotInfo, WorkspaceInfo
 
 
 class Sandbox(SandboxCalls):
@@ -28,13 +28,14 @@ class Sandbox(SandboxCalls):
     ``files.read``/``write``, ``network.set``, ``interrupt``, ``restart``,
     ``pause``, ``resume``, ``snapshot``, ``info``, ``kill``; snapshots are
     listed, described and deleted with :meth:`list_snapshots`,
-    :meth:`get_snapshot` and :meth:`delete_snapshot`.
+    :meth:`get_snapshot` and :meth:`delete_snapshot`, workspaces listed and
+    deleted with :meth:`list_workspaces` and :meth:`delete_workspace`.
     """
 
     @classmethod
     def create(cls, *, vcpus: Optional[int] = None, memory_mib: Optional[int] = None, network: Any = None,
                env: Optional[Dict[str, str]] = None, ttl_s: Optional[int] = None, idle_timeout_s: Optional[int] = None,
-               start: Optional[str] = None, snapshot: Optional[str] = None,
+               start: Optional[str] = None, snapshot: Optional[str] = None, workspace: Optional[str] = None,
                timeout: float = DEFAULT_CREATE_TIMEOUT_S, connection: Optional[Connection] = None,
                socket_path: Optional[str] = None) -> "Sandbox":
         """Creates a sandbox and returns once it runs. ``network`` is None
@@ -43,10 +44,14 @@ class Sandbox(SandboxCalls):
         "template" (restore the daemon's prepared template, the default
         where there is one) or "cold" (boot); ``snapshot`` (an id from
         :meth:`snapshot`) forks that snapshot instead: a new sandbox with
-        its variables and files, and its vCPUs and memory."""
+        its variables and files, and its vCPUs and memory. ``workspace``
+        mounts the named workspace at /workspace: made empty on first use,
+        kept when the sandbox is deleted, held by one sandbox at a time
+        (Busy when another holds it); not with ``snapshot``."""
         conn = connection or Connection(socket_path)
         plan = create_plan(conn, vcpus=vcpus, memory_mib=memory_mib, network=network, env=env,
-                           ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, timeout=timeout, start=start, snapshot=snapshot)
+                           ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, timeout=timeout, start=start, snapshot=snapshot,
+                           workspace=workspace)
         return cls(conn, plan.run(conn))
 
     @classmethod
@@ -83,6 +88,22 @@ class Sandbox(SandboxCalls):
         it was already gone."""
         conn = connection or Connection(socket_path)
         return delete_snapshot_plan(conn, snapshot_id).run(conn)
+
+    @classmethod
+    def list_workspaces(cls, *, connection: Optional[Connection] = None,
+                        socket_path: Optional[str] = None) -> List[WorkspaceInfo]:
+        """Every workspace of the daemon, by name, with the sandbox that
+        holds it."""
+        conn = connection or Connection(socket_path)
+        return list_workspaces_plan(conn).run(conn)
+
+    @classmethod
+    def delete_workspace(cls, name: str, *, connection: Optional[Connection] = None,
+                         socket_path: Optional[str] = None) -> bool:
+        """Deletes a workspace and its files (Busy while a sandbox holds
+        it). Returns False when it was already gone."""
+        conn = connection or Connection(socket_path)
+        return delete_workspace_plan(conn, name).run(conn)
 
     def _do(self, plan: Plan) -> Any:
         return plan.run(self._conn)

@@ -3,7 +3,10 @@
 CELLVM_TEST_FAKE_SOCKET. Without it the tests that need a daemon skip."""
 
 import os
+import tempfile
 import unittest
+
+import cellvm
 
 SOCKET = os.environ.get("CELLVM_TEST_FAKE_SOCKET", "")
 FORBIDDEN_SOCKET = os.environ.get("CELLVM_TEST_FORBIDDEN_SOCKET", "")
@@ -11,6 +14,23 @@ FORBIDDEN_SOCKET = os.environ.get("CELLVM_TEST_FORBIDDEN_SOCKET", "")
 
 def needs_daemon(cls):
     return unittest.skipUnless(SOCKET, "needs the fake daemon: run 'go test ./clients' (it serves one)")(cls)
+
+
+class RefusedBeforeSending(unittest.TestCase):
+    """A base for tests of input a client refuses before any request: the
+    socket at self.nowhere does not exist, so a request would be a
+    ConnectError, not the refusal."""
+
+    def setUp(self):
+        self.nowhere = os.path.join(tempfile.mkdtemp(), "none.sock")
+
+    def refused(self, exc, call, *args, **kw):
+        """Calls call with the socket that does not exist and returns the
+        message of the exc it raised, which must not be the daemon's."""
+        with self.assertRaises(exc) as cm:
+            call(*args, socket_path=self.nowhere, **kw)
+        self.assertNotIsInstance(cm.exception, cellvm.CellvmError)
+        return str(cm.exception)
 
 
 def wait_idle(sbx, seconds=30.0):
