@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,7 +30,8 @@ func wantAPIStatus(t *testing.T, what string, err error, status int) {
 
 // TestWorkspaceOutlivesItsSandbox, through the API of a jailed daemon: a
 // file a cell writes to a named workspace is there in a new sandbox with
-// the same workspace after the first is deleted; the volume is an ext4 of
+// the same workspace after the first is deleted and the daemon restarted;
+// the volume is an ext4 of
 // the daemon's size at /workspace, owned by the cells' user; a second
 // running sandbox asking for it gets 409 naming the holder, and so does a
 // delete of the workspace while it is held; a snapshot of its sandbox is
@@ -37,8 +39,9 @@ func wantAPIStatus(t *testing.T, what string, err error, status int) {
 func TestWorkspaceOutlivesItsSandbox(t *testing.T) {
 	kvmtest.Require(t)
 	dir := t.TempDir()
-	d := startDaemon(t, dir, "--network=false", "--workspace-mib", "64")
-	defer d.stop(t)
+	flags := []string{"--network=false", "--workspace-mib", "64"}
+	d := startDaemon(t, dir, flags...)
+	defer func() { d.stop(t) }()
 	c := api.NewClient(d.socket)
 	ctx := context.Background()
 	a, err := c.Create(ctx, sandbox.Config{Workspace: "conv-1"})
@@ -85,6 +88,11 @@ open('/workspace/data/sub/x.bin', 'wb').write(bytes(range(256)) * 4096)
 		t.Errorf("after the delete: %+v %v; want conv-1 held by none, with the cell's 1 MiB on disk", ws, err)
 	}
 
+	// And across a restart of the daemon.
+	d.stop(t)
+	os.Remove(d.socket)
+	d = startDaemon(t, dir, flags...)
+	c = api.NewClient(d.socket)
 	b, err := c.Create(ctx, sandbox.Config{Workspace: "conv-1"})
 	if err != nil {
 		t.Fatalf("the workspace after its sandbox was deleted: %v", err)
