@@ -47,6 +47,9 @@ type session struct {
 	mu     sync.Mutex // serialises sandbox creation for the session
 	id     string
 	closed bool
+	// end runs the session's end once; a second EndSession (Serve's and
+	// the SDK's, racing) waits in it until the sandbox is deleted.
+	end sync.Once
 }
 
 // New returns a server that creates sandboxes with m.
@@ -112,27 +115,37 @@ func (s *Server) Serve(ctx context.Context, t mcp.Transport) error {
 
 // EndSession deletes the session's sandbox, if it has one. Serve calls it;
 // servers that connect sessions themselves call it when one ends.
+//
+// Both may call it for one session at once: the second returns only once
+// the first has deleted the sandbox, so Serve's return still means the
+// sandbox is gone.
 func (s *Server) EndSession(ss *mcp.ServerSession) {
 	s.mu.Lock()
 	sess := s.sessions[ss]
-	delete(s.sessions, ss)
 	s.mu.Unlock()
 	if sess == nil {
 		return
 	}
-	sess.mu.Lock()
-	defer sess.mu.Unlock()
-	sess.closed = true
-	if sess.id == "" {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.m.Delete(ctx, sess.id); err != nil {
-		s.log.Warn("delete session sandbox", "sandbox", sess.id, "err", err)
-		return
-	}
-	s.log.Info("session ended; sandbox deleted", "sandbox", sess.id)
+	sess.end.Do(func() {
+		defer func() {
+			s.mu.Lock()
+			delete(s.sessions, ss)
+			s.mu.Unlock()
+		}()
+		sess.mu.Lock()
+		defer sess.mu.Unlock()
+		sess.closed = true
+		if sess.id == "" {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.m.Delete(ctx, sess.id); err != nil {
+			s.log.Warn("delete session sandbox", "sandbox", sess.id, "err", err)
+			return
+		}
+		s.log.Info("session ended; sandbox deleted", "sandbox", sess.id)
+	})
 }
 
 // Close ends every session, which deletes their sandboxes.
