@@ -46,7 +46,7 @@ func (m *Machine) Save(stateFile, memFile *os.File) error {
 	if err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
-	if err := writeMemory(memFile, m.mem, st.Machine.Memory); err != nil {
+	if err := writeMemory(memFile, m.mem, st.Machine.Memory, m.cfg.Pagemap, m.memSrc); err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
 	if err := memFile.Sync(); err != nil {
