@@ -25,7 +25,19 @@ const writeRun = 2 << 20
 // sized, and every page that is not all zero written at its place. With
 // pagemap (the process's page map, or nil), pages the guest never touched
 // are not read but taken from src (untouched.go).
-func writeMemory(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegion, pagemap *os.File, src *memSource) error {
+func writeMemory(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegion, pagemap *os.File, src *memSource) (memWriteStats, error) {
+	var w regionWriter
+	err := w.write(f, mem, layout, pagemap, src)
+	return w.stats, err
+}
+
+// memWriteStats says where a memory file's pages came from, in bytes.
+type memWriteStats struct {
+	FromMemory, FromSource, Holes int64
+	UsedPagemap                   bool
+}
+
+func (w *regionWriter) write(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegion, pagemap *os.File, src *memSource) error {
 	regs := mem.List()
 	if len(regs) != len(layout) {
 		return fmt.Errorf("memory file: %d regions, the layout has %d", len(regs), len(layout))
@@ -43,8 +55,9 @@ func writeMemory(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegi
 	if err := f.Truncate(int64(total)); err != nil {
 		return fmt.Errorf("memory file: size it to %d MiB: %w", total>>20, err)
 	}
-	w := regionWriter{f: f, pagemap: pagemap, src: src, zero: make([]byte, pageSize), buf: make([]byte, writeRun),
+	*w = regionWriter{f: f, pagemap: pagemap, src: src, zero: make([]byte, pageSize), buf: make([]byte, writeRun),
 		flags: make([]uint64, writeRun/pageSize)}
+	w.stats.UsedPagemap = pagemap != nil
 	for i, r := range regs {
 		l := layout[i]
 		if r.GuestAddr != l.GuestAddr || uint64(len(r.Data)) != l.Size {
@@ -65,6 +78,7 @@ type regionWriter struct {
 	zero    []byte
 	buf     []byte
 	flags   []uint64
+	stats   memWriteStats
 }
 
 // Where a page's bytes come from.
@@ -90,11 +104,15 @@ func (w *regionWriter) region(i int, data []byte, off int64) error {
 		runKind, runStart := fromNone, chunk
 		flush := func(at int) error {
 			switch runKind {
+			case fromNone:
+				w.stats.Holes += int64(at - runStart)
 			case fromMem:
+				w.stats.FromMemory += int64(at - runStart)
 				if _, err := w.f.WriteAt(data[runStart:at], off+int64(runStart)); err != nil {
 					return fmt.Errorf("write guest memory: %w", err)
 				}
 			case fromSrc:
+				w.stats.FromSource += int64(at - runStart)
 				from := w.src.fileOffsets[i] + int64(runStart)
 				if err := copyFileRange(w.f, off+int64(runStart), w.src.file, from, int64(at-runStart), w.buf); err != nil {
 					return err

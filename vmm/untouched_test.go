@@ -48,7 +48,7 @@ func writeAndRead(t *testing.T, mem *guestmem.Regions, layout []snapshot.MemoryR
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := writeMemory(f, mem, layout, pm, src); err != nil {
+	if _, err := writeMemory(f, mem, layout, pm, src); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(f.Name())
