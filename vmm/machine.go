@@ -59,6 +59,10 @@ type Config struct {
 	// An error ends Run before the guest runs.
 	BeforeGuest func() error
 	MAC         [6]byte // the guest NIC's MAC address
+	// Pagemap, when set, is this process's /proc/self/pagemap, opened
+	// before a jail hid /proc: a save then skips the pages the guest never
+	// touched (untouched.go). The machine owns it from New on.
+	Pagemap *os.File
 }
 
 // Errors that end a VM badly.
@@ -69,12 +73,15 @@ var (
 
 // Machine is one VM.
 type Machine struct {
-	cfg    Config
-	log    *slog.Logger
-	sys    *kvm.System
-	vm     *kvm.VM
-	mem    *guestmem.Regions
-	unmap  func()
+	cfg   Config
+	log   *slog.Logger
+	sys   *kvm.System
+	vm    *kvm.VM
+	mem   *guestmem.Regions
+	unmap func()
+	// memSrc is what mem is mapped from, for a save (untouched.go): nil
+	// for a booted machine's anonymous memory.
+	memSrc *memSource
 	diag   diag
 	pio    Bus
 	mmio   Bus
@@ -177,6 +184,9 @@ func build(cfg Config, from *restoreSource) (_ *Machine, err error) {
 	}
 	if from != nil {
 		if m.mem, m.unmap, err = mapGuestMemoryFile(m.vm, from.mem, from.state.Machine.Memory); err != nil {
+			return nil, err
+		}
+		if m.memSrc, err = newMemSource(from.mem, from.state.Machine.Memory); err != nil {
 			return nil, err
 		}
 	} else {
@@ -486,6 +496,14 @@ func (m *Machine) Close() error {
 	if m.unmap != nil {
 		m.unmap()
 		m.unmap = nil
+	}
+	if m.memSrc != nil {
+		errs = append(errs, m.memSrc.file.Close())
+		m.memSrc = nil
+	}
+	if m.cfg.Pagemap != nil {
+		errs = append(errs, m.cfg.Pagemap.Close())
+		m.cfg.Pagemap = nil
 	}
 	if m.sys != nil {
 		errs = append(errs, m.sys.Close())

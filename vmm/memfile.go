@@ -22,11 +22,28 @@ const pageSize = 4096
 const writeRun = 2 << 20
 
 // writeMemory writes guest memory to f as the memory file: f is emptied,
-// sized, and every page that is not all zero written at its place.
-func writeMemory(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegion) error {
+// sized, and every page that is not all zero written at its place. With
+// pagemap (the process's page map, or nil), pages the guest never touched
+// are not read but taken from src (untouched.go).
+func writeMemory(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegion, pagemap *os.File, src *memSource) (memWriteStats, error) {
+	var w regionWriter
+	err := w.write(f, mem, layout, pagemap, src)
+	return w.stats, err
+}
+
+// memWriteStats says where a memory file's pages came from, in bytes.
+type memWriteStats struct {
+	FromMemory, FromSource, Holes int64
+	UsedPagemap                   bool
+}
+
+func (w *regionWriter) write(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegion, pagemap *os.File, src *memSource) error {
 	regs := mem.List()
 	if len(regs) != len(layout) {
 		return fmt.Errorf("memory file: %d regions, the layout has %d", len(regs), len(layout))
+	}
+	if src != nil && src.file != nil && len(src.fileOffsets) != len(regs) {
+		return fmt.Errorf("memory file: %d regions, the source file has %d", len(regs), len(src.fileOffsets))
 	}
 	var total uint64
 	for _, l := range layout {
@@ -38,28 +55,92 @@ func writeMemory(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegi
 	if err := f.Truncate(int64(total)); err != nil {
 		return fmt.Errorf("memory file: size it to %d MiB: %w", total>>20, err)
 	}
-	zero := make([]byte, pageSize)
+	*w = regionWriter{f: f, pagemap: pagemap, src: src, zero: make([]byte, pageSize), buf: make([]byte, writeRun),
+		flags: make([]uint64, writeRun/pageSize)}
+	w.stats.UsedPagemap = pagemap != nil
 	for i, r := range regs {
 		l := layout[i]
 		if r.GuestAddr != l.GuestAddr || uint64(len(r.Data)) != l.Size {
 			return fmt.Errorf("memory file: region %d is %#x+%#x, the layout says %#x+%#x", i, r.GuestAddr, len(r.Data), l.GuestAddr, l.Size)
 		}
-		for off := 0; off < len(r.Data); {
-			// Skip zero pages, then write the run of non-zero pages that
-			// follows (at most writeRun bytes).
-			for off < len(r.Data) && bytes.Equal(r.Data[off:off+pageSize], zero) {
-				off += pageSize
+		if err := w.region(i, r.Data, int64(l.FileOffset)); err != nil {
+			return fmt.Errorf("memory file: region at %#x: %w", r.GuestAddr, err)
+		}
+	}
+	return nil
+}
+
+// regionWriter writes regions of guest memory into the memory file.
+type regionWriter struct {
+	f       *os.File
+	pagemap *os.File   // nil: read every page
+	src     *memSource // what untouched pages hold; nil: anonymous
+	zero    []byte
+	buf     []byte
+	flags   []uint64
+	stats   memWriteStats
+}
+
+// Where a page's bytes come from.
+const (
+	fromNone = iota // zero: left a hole
+	fromMem         // the guest's memory
+	fromSrc         // the source memory file (an untouched page)
+)
+
+// region writes data, region i of guest memory, at off in the file, one
+// chunk of at most writeRun bytes at a time; within a chunk, each run of
+// pages from the same place is one write.
+func (w *regionWriter) region(i int, data []byte, off int64) error {
+	for chunk := 0; chunk < len(data); chunk += writeRun {
+		end := min(chunk+writeRun, len(data))
+		n := (end - chunk) / pageSize
+		havePM := w.pagemap != nil
+		if havePM {
+			if err := pageFlags(w.pagemap, uintptrOf(data[chunk:]), n, w.flags); err != nil {
+				return err
 			}
-			end := off
-			for end < len(r.Data) && end-off < writeRun && !bytes.Equal(r.Data[end:end+pageSize], zero) {
-				end += pageSize
-			}
-			if end > off {
-				if _, err := f.WriteAt(r.Data[off:end], int64(l.FileOffset)+int64(off)); err != nil {
-					return fmt.Errorf("memory file: write guest memory at %#x: %w", r.GuestAddr+uint64(off), err)
+		}
+		runKind, runStart := fromNone, chunk
+		flush := func(at int) error {
+			switch runKind {
+			case fromNone:
+				w.stats.Holes += int64(at - runStart)
+			case fromMem:
+				w.stats.FromMemory += int64(at - runStart)
+				if _, err := w.f.WriteAt(data[runStart:at], off+int64(runStart)); err != nil {
+					return fmt.Errorf("write guest memory: %w", err)
+				}
+			case fromSrc:
+				w.stats.FromSource += int64(at - runStart)
+				from := w.src.fileOffsets[i] + int64(runStart)
+				if err := copyFileRange(w.f, off+int64(runStart), w.src.file, from, int64(at-runStart), w.buf); err != nil {
+					return err
 				}
 			}
-			off = end
+			return nil
+		}
+		for p := 0; p < n; p++ {
+			at := chunk + p*pageSize
+			kind := fromMem
+			switch {
+			case havePM && untouched(w.flags[p]):
+				kind = fromNone
+				if w.src != nil && w.src.file != nil && w.src.hasData(w.src.fileOffsets[i]+int64(at), pageSize) {
+					kind = fromSrc
+				}
+			case bytes.Equal(data[at:at+pageSize], w.zero):
+				kind = fromNone
+			}
+			if kind != runKind {
+				if err := flush(at); err != nil {
+					return err
+				}
+				runKind, runStart = kind, at
+			}
+		}
+		if err := flush(end); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -37,7 +37,7 @@ func TestMemoryFileRoundTrip(t *testing.T) {
 	if _, err := f.Write(bytes.Repeat([]byte{0xff}, 1<<20)); err != nil { // stale contents
 		t.Fatal(err)
 	}
-	if err := writeMemory(f, mem, layout); err != nil {
+	if _, err := writeMemory(f, mem, layout, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	var st unix.Stat_t

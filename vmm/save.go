@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/cellvm/cellvm/kvm"
 	"github.com/cellvm/cellvm/virtio"
@@ -46,12 +47,17 @@ func (m *Machine) Save(stateFile, memFile *os.File) error {
 	if err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
-	if err := writeMemory(memFile, m.mem, st.Machine.Memory); err != nil {
+	start := time.Now()
+	stats, err := writeMemory(memFile, m.mem, st.Machine.Memory, m.cfg.Pagemap, m.memSrc)
+	if err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
+	wrote := time.Since(start)
 	if err := memFile.Sync(); err != nil {
 		return fmt.Errorf("snapshot: sync the memory file: %w", err)
 	}
+	m.log.Info("snapshot memory written", "from_memory_mib", stats.FromMemory>>20, "from_old_file_mib", stats.FromSource>>20,
+		"holes_mib", stats.Holes>>20, "page_map", stats.UsedPagemap, "write_ms", wrote.Milliseconds(), "sync_ms", (time.Since(start) - wrote).Milliseconds())
 	if err := stateFile.Truncate(0); err != nil {
 		return fmt.Errorf("snapshot: state file: %w", err)
 	}

@@ -118,6 +118,14 @@ func cmdVMM(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The page map lets a save skip the pages the guest never touched; the
+	// jail has no /proc, so it is opened first. Without it saves read
+	// every page.
+	pagemap, err := os.Open("/proc/self/pagemap")
+	if err != nil {
+		log.Debug("no page map: a snapshot will read every page of guest memory", "err", err)
+		pagemap = nil
+	}
 	if c.Jail != nil {
 		if err := jail.Enter(*c.Jail); err != nil {
 			return err
@@ -164,7 +172,7 @@ func cmdVMM(args []string, stdout, stderr io.Writer) error {
 	m, err := newMachine(vmm.Config{
 		Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: c.Cmdline, VCPUs: c.VCPUs, MemoryMiB: c.MemoryMiB,
 		Console: console, Log: log, Disks: disks, Vsock: c.Vsock, TAP: c.TAP, TAPFile: tap, MAC: c.MAC,
-		BeforeGuest: beforeGuest,
+		BeforeGuest: beforeGuest, Pagemap: pagemap,
 	}, c.Restore)
 	if err != nil {
 		return err

@@ -88,6 +88,22 @@ type snapBench struct {
 	kept string
 }
 
+// printSaveStats prints what the VMM said of the memory file it wrote
+// last: how much came from guest memory, from the machine's old memory
+// file, and was left as holes, and the write and sync times.
+func (b *snapBench) printSaveStats(ctx context.Context, id string) {
+	var last string
+	b.m.Logs(ctx, id, sandbox.LogRequest{Source: sandbox.LogVMM, Tail: 50}, func(l sandbox.LogLine) error {
+		if strings.Contains(l.Text, "snapshot memory written") {
+			last = l.Text
+		}
+		return nil
+	})
+	if _, stats, ok := strings.Cut(last, "snapshot memory written"); ok {
+		fmt.Printf("  the VMM: %s\n", stats)
+	}
+}
+
 func (b *snapBench) create(ctx context.Context, cfg sandbox.Config) (sandbox.Info, error) {
 	info, err := b.m.Create(ctx, cfg)
 	if err == nil {
@@ -175,6 +191,7 @@ func (b *snapBench) forksAndPause(ctx context.Context, coldFirst time.Duration) 
 			return fmt.Errorf("pause %d: %w", i+1, err)
 		}
 		pauses = append(pauses, time.Since(start))
+		b.printSaveStats(ctx, b.kept)
 		start = time.Now()
 		if err := m.Resume(ctx, b.kept); err != nil {
 			return fmt.Errorf("resume %d: %w", i+1, err)

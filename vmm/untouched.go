@@ -1,0 +1,143 @@
+package vmm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cellvm/cellvm/vmm/snapshot"
+)
+
+// Writing the memory file reads guest memory page by page, and a page the
+// guest never touched still costs a fault when it is read: a zero page for
+// anonymous memory, and for a machine restored from a memory file a read
+// of that file, whose pages the save then writes again. On a large guest
+// that touched little (the common case) those faults are most of a save;
+// under nested emulation the second pause of a once-restored sandbox took
+// 24 s against the first one's 3 s.
+//
+// The process's page map (/proc/self/pagemap, one 64-bit entry a page)
+// says which pages of a mapping are present or swapped out. A page that is
+// neither was never touched, or was dropped clean: its content is what the
+// mapping gives an untouched page. That is zero for anonymous memory, and
+// for a private mapping of a memory file it is the file's page: zero where
+// the file has a hole (its extents, from lseek SEEK_DATA/SEEK_HOLE), the
+// file's bytes elsewhere, which are copied file to file. A page the guest
+// wrote is a private copy, present or swapped, and is read as before.
+//
+// A jailed VMM has no /proc, so the page map is opened before the jail is
+// entered (Config.Pagemap). Without one the save reads every page.
+
+// pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst).
+const (
+	pagemapPresent = 1 << 63
+	pagemapSwapped = 1 << 62
+)
+
+// memSource is what a machine's memory is mapped from: nothing (anonymous)
+// or a memory file whose regions lie at layout's offsets.
+type memSource struct {
+	file *os.File // nil: anonymous memory
+	// fileOffsets[i] is where region i starts in file.
+	fileOffsets []int64
+	// extents are file's data extents, sorted (nil when anonymous).
+	extents []extent
+}
+
+type extent struct{ start, end int64 }
+
+// newMemSource describes memory mapped from f at layout's offsets. It keeps
+// a descriptor of its own (the caller may close f) and reads f's extents
+// now: a memory file does not change while a machine runs from it.
+func newMemSource(f *os.File, layout []snapshot.MemoryRegion) (*memSource, error) {
+	fd, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		return nil, fmt.Errorf("memory file: %w", err)
+	}
+	src := &memSource{file: os.NewFile(uintptr(fd), f.Name())}
+	if src.extents, err = fileExtents(src.file); err != nil {
+		src.file.Close()
+		return nil, fmt.Errorf("memory file %s: %w", f.Name(), err)
+	}
+	for _, l := range layout {
+		src.fileOffsets = append(src.fileOffsets, int64(l.FileOffset))
+	}
+	return src, nil
+}
+
+// fileExtents lists f's data extents with SEEK_DATA and SEEK_HOLE.
+func fileExtents(f *os.File) ([]extent, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := fi.Size()
+	var out []extent
+	for off := int64(0); off < size; {
+		start, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole after off
+		}
+		if err != nil {
+			return nil, fmt.Errorf("SEEK_DATA: %w", err)
+		}
+		end, err := unix.Seek(int(f.Fd()), start, unix.SEEK_HOLE)
+		if err != nil {
+			return nil, fmt.Errorf("SEEK_HOLE: %w", err)
+		}
+		out = append(out, extent{start, end})
+		off = end
+	}
+	return out, nil
+}
+
+// hasData reports whether [off, off+n) of the source file holds any data.
+func (s *memSource) hasData(off, n int64) bool {
+	i := sort.Search(len(s.extents), func(i int) bool { return s.extents[i].end > off })
+	return i < len(s.extents) && s.extents[i].start < off+n
+}
+
+// pageFlags reads the page map entries of the n pages from addr into
+// flags (len >= n).
+func pageFlags(pagemap *os.File, addr uintptr, n int, flags []uint64) error {
+	buf := make([]byte, 8*n)
+	if _, err := pagemap.ReadAt(buf, int64(addr/pageSize)*8); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read the page map: %w", err)
+	}
+	for i := 0; i < n; i++ {
+		flags[i] = binary.LittleEndian.Uint64(buf[8*i:])
+	}
+	return nil
+}
+
+// untouched reports whether a page map entry says the page was never
+// touched (or dropped clean): neither present nor swapped.
+func untouched(flags uint64) bool { return flags&(pagemapPresent|pagemapSwapped) == 0 }
+
+// copyFileRange copies n bytes at src's offset from to dst's offset to,
+// through a buffer (pread and pwrite only, which the jail allows).
+func copyFileRange(dst *os.File, to int64, src *os.File, from, n int64, buf []byte) error {
+	for n > 0 {
+		chunk := buf
+		if int64(len(chunk)) > n {
+			chunk = chunk[:n]
+		}
+		k, err := src.ReadAt(chunk, from)
+		if k < len(chunk) {
+			if err == nil || errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("read the source memory file at %#x: %w", from, err)
+		}
+		if _, err := dst.WriteAt(chunk, to); err != nil {
+			return err
+		}
+		from, to, n = from+int64(k), to+int64(k), n-int64(k)
+	}
+	return nil
+}
