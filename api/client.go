@@ -231,6 +231,13 @@ func (c *Client) Workspaces(ctx context.Context) ([]sandbox.WorkspaceInfo, error
 	return ws, err
 }
 
+// Images lists the root images sandboxes can boot.
+func (c *Client) Images(ctx context.Context) ([]sandbox.ImageInfo, error) {
+	var imgs []sandbox.ImageInfo
+	err := c.do(ctx, http.MethodGet, c.base+"/v1/images", nil, &imgs, http.StatusOK)
+	return imgs, err
+}
+
 // DeleteWorkspace deletes a workspace no sandbox holds.
 func (c *Client) DeleteWorkspace(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, c.base+"/v1/workspaces/"+url.PathEscape(name), nil, nil, http.StatusNoContent)

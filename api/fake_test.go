@@ -430,4 +430,11 @@ func (f *fakeManager) DeleteWorkspace(ctx context.Context, name string) error {
 	return fmt.Errorf("%w: no workspace %s", sandbox.ErrNotFound, name)
 }
 
+func (f *fakeManager) Images(ctx context.Context) ([]sandbox.ImageInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("Images")
+	return []sandbox.ImageInfo{{Name: sandbox.DefaultImage, SizeBytes: 1 << 30}, {Name: "extra", SizeBytes: 2 << 30, Python: "3.11.2"}}, nil
+}
+
 var _ sandbox.Manager = (*fakeManager)(nil)

@@ -39,6 +39,7 @@ func routes() []route {
 		{"GET", "/v1/snapshots/{id}", (*server).getSnapshot},
 		{"DELETE", "/v1/snapshots/{id}", (*server).deleteSnapshot},
 		{"GET", "/v1/workspaces", (*server).listWorkspaces},
+		{"GET", "/v1/images", (*server).listImages},
 		{"DELETE", "/v1/workspaces/{name}", (*server).deleteWorkspace},
 	}
 }

@@ -126,6 +126,18 @@ func (s *server) listWorkspaces(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, ws)
 }
 
+func (s *server) listImages(w http.ResponseWriter, r *http.Request) {
+	imgs, err := s.m.Images(r.Context())
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if imgs == nil {
+		imgs = []sandbox.ImageInfo{}
+	}
+	s.writeJSON(w, http.StatusOK, imgs)
+}
+
 func (s *server) deleteWorkspace(w http.ResponseWriter, r *http.Request) {
 	s.noContent(w, s.m.DeleteWorkspace(r.Context(), r.PathValue("name")))
 }

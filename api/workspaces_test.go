@@ -58,3 +58,23 @@ func TestWorkspacesThroughClient(t *testing.T) {
 		t.Errorf("the manager got a create with workspace %q, want notes", got)
 	}
 }
+
+// TestImagesThroughClient: GET /v1/images gives the manager's images, and
+// a create's image reaches the manager.
+func TestImagesThroughClient(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	imgs, err := e.client.Images(ctx)
+	if err != nil || len(imgs) != 2 || imgs[0].Name != sandbox.DefaultImage || imgs[1].Name != "extra" || imgs[1].Python != "3.11.2" || imgs[1].SizeBytes != 2<<30 {
+		t.Fatalf("Images = %+v, %v", imgs, err)
+	}
+	if _, err := e.client.Create(ctx, sandbox.Config{Image: "extra"}); err != nil {
+		t.Fatal(err)
+	}
+	e.fake.mu.Lock()
+	got := e.fake.lastCreate.Image
+	e.fake.mu.Unlock()
+	if got != "extra" {
+		t.Errorf("the manager got a create with image %q, want extra", got)
+	}
+}

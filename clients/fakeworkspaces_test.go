@@ -97,3 +97,8 @@ func (f *fakeManager) DeleteWorkspace(ctx context.Context, name string) error {
 	f.events = append(f.events, "delete workspace "+name)
 	return nil
 }
+
+// Images: the clients' fake has the default image only.
+func (f *fakeManager) Images(ctx context.Context) ([]sandbox.ImageInfo, error) {
+	return []sandbox.ImageInfo{{Name: sandbox.DefaultImage}}, nil
+}

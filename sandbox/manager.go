@@ -291,6 +291,9 @@ func (m *VMManager) Create(ctx context.Context, cfg Config) (info Info, err erro
 	if err := cfg.Validate(); err != nil {
 		return Info{}, err
 	}
+	if _, err := m.imagePath(cfg.Image); err != nil {
+		return Info{}, err
+	}
 	var policy netpolicy.Policy
 	if cfg.Network != nil && len(cfg.Network.Allow) > 0 {
 		if m.opt.Net == nil {
@@ -362,11 +365,15 @@ func (m *VMManager) launch(ctx context.Context, cfg Config, policy netpolicy.Pol
 	if err := os.Mkdir(runDir(s.dir), 0o755); err != nil {
 		return nil, fmt.Errorf("sandbox run directory: %w", err)
 	}
+	rootImage, err := m.imagePath(cfg.Image)
+	if err != nil {
+		return nil, err
+	}
 	uds := filepath.Join(runDir(s.dir), vsockFile)
 	spec := VMSpec{
 		Kernel: m.opt.Kernel, Initrd: m.opt.Initrd, Cmdline: guestCmdline(),
 		VCPUs: cfg.VCPUs, MemoryMiB: uint64(cfg.MemoryMiB),
-		Disks:   []VMDisk{{Path: m.opt.RootFS, ReadOnly: true}},
+		Disks:   []VMDisk{{Path: rootImage, ReadOnly: true}},
 		Vsock:   &VMVsock{CID: cid, UDS: uds},
 		Control: hostControlPath(s.dir),
 

@@ -287,6 +287,11 @@ func (m *VMManager) forkConfig(cfg Config) (Config, *snapshotMeta, error) {
 	if cfg.Root && !meta.Config.Root {
 		return cfg, nil, fmt.Errorf("%w: root: %s's cells run unprivileged, and so do its forks' (fork a snapshot of a root sandbox)", ErrInvalid, cfg.Snapshot)
 	}
+	// The fork's memory caches its parent's image's files.
+	if cfg.Image != "" && !(cfg.Image == meta.Config.Image || isDefaultImage(cfg.Image) && isDefaultImage(meta.Config.Image)) {
+		return cfg, nil, fmt.Errorf("%w: image %q: a fork of %s boots nothing; it has its snapshot's image (%q)", ErrInvalid, clip(cfg.Image, 64), cfg.Snapshot, meta.Config.Image)
+	}
+	cfg.Image = meta.Config.Image
 	cfg.VCPUs, cfg.MemoryMiB, cfg.Root = meta.Info.VCPUs, meta.Info.MemoryMiB, meta.Config.Root
 	if cfg.Env == nil {
 		cfg.Env = meta.Config.Env

@@ -240,8 +240,9 @@ func stopLeftVM(dir string) {
 // create boots. It records the shape's demand, and a stale template is
 // dropped for a rebuild.
 func (ts *templates) use(cfg Config, policy netpolicy.Policy) *templateUse {
-	if ts == nil || cfg.Start == StartCold || !policy.Empty() || cfg.Workspace != "" {
-		// A template's machine has no NIC and no workspace disk.
+	if ts == nil || cfg.Start == StartCold || !policy.Empty() || cfg.Workspace != "" || !isDefaultImage(cfg.Image) {
+		// A template's machine has no NIC and no workspace disk, and
+		// boots the default image.
 		return nil
 	}
 	shape := shapeOf(cfg)

@@ -148,6 +148,10 @@ type Config struct {
 	// workspace.go): it is made on first use and outlives the sandbox,
 	// and only one sandbox at a time holds it.
 	Workspace string
+	// Image names the root image the sandbox boots (image.go): "" or
+	// DefaultImage for the daemon's own, or one under its images
+	// directory. A fork has its snapshot's.
+	Image string
 }
 
 // Config.Start's values.
@@ -177,6 +181,7 @@ type configJSON struct {
 	Snapshot     string            `json:"snapshot,omitempty"`
 	Start        string            `json:"start,omitempty"`
 	Workspace    string            `json:"workspace,omitempty"`
+	Image        string            `json:"image,omitempty"`
 }
 
 // MarshalJSON writes the wire form; durations are rounded down to seconds.
@@ -193,6 +198,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		Snapshot:     c.Snapshot,
 		Start:        c.Start,
 		Workspace:    c.Workspace,
+		Image:        c.Image,
 	})
 }
 
@@ -218,6 +224,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		Snapshot:    w.Snapshot,
 		Start:       w.Start,
 		Workspace:   w.Workspace,
+		Image:       w.Image,
 	}
 	return nil
 }
@@ -282,6 +289,9 @@ func (c Config) Validate() error {
 	}
 	if c.Start != StartDefault && c.Snapshot != "" {
 		return fmt.Errorf("%w: start %q with snapshot: a fork starts from its snapshot", ErrInvalid, c.Start)
+	}
+	if c.Image != "" && !ValidImageName(c.Image) {
+		return fmt.Errorf("%w: image %q: want 1 to %d of a-z, 0-9, '-', '_' and '.', starting with a letter or digit", ErrInvalid, clip(c.Image, 64), MaxWorkspaceName)
 	}
 	if c.Workspace != "" {
 		if !ValidWorkspaceName(c.Workspace) {
@@ -554,6 +564,8 @@ type Manager interface {
 	// DeleteWorkspace removes one, ErrBusy while a sandbox holds it.
 	Workspaces(ctx context.Context) ([]WorkspaceInfo, error)
 	DeleteWorkspace(ctx context.Context, name string) error
+	// Images lists the root images sandboxes can boot (Config.Image).
+	Images(ctx context.Context) ([]ImageInfo, error)
 }
 
 // GuestPath turns a caller's file path into the cleaned absolute guest path

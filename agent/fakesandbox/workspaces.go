@@ -60,6 +60,13 @@ func (m *Manager) Workspaces(ctx context.Context) ([]sandbox.WorkspaceInfo, erro
 	return out, nil
 }
 
+// Images implements sandbox.Manager: the fake has the default image only.
+func (m *Manager) Images(ctx context.Context) ([]sandbox.ImageInfo, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return []sandbox.ImageInfo{{Name: sandbox.DefaultImage, Sandboxes: len(m.boxes)}}, nil
+}
+
 // DeleteWorkspace implements sandbox.Manager.
 func (m *Manager) DeleteWorkspace(ctx context.Context, name string) error {
 	if !sandbox.ValidWorkspaceName(name) {

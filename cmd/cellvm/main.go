@@ -66,6 +66,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.sandboxCommand(),
 		a.snapshotCommand(),
 		a.workspaceCommand(),
+		a.imageCommand(),
 		a.cellCommand(),
 		a.execCommand(),
 		a.cpCommand(),

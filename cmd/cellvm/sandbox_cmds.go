@@ -135,8 +135,9 @@ func (a *app) sandboxCreateCommand() *cobra.Command {
 	conf := addConfigFlags(cmd.Flags())
 	life := addLifetimeFlags(cmd.Flags())
 	var cold bool
-	var workspace string
+	var workspace, image string
 	cmd.Flags().BoolVar(&cold, "cold", false, "boot the sandbox's VM even when the daemon has a template ready for its shape")
+	cmd.Flags().StringVar(&image, "image", "", "the root image to boot (cellvm image ls lists them; default: the daemon's own)")
 	cmd.Flags().StringVar(&workspace, "workspace", "", "mount this persistent volume at /workspace (made on first use, kept after the sandbox; cellvm workspace ls lists them)")
 	return a.daemonCommandChecked(cmd, func([]string) error {
 		if err := life.check(); err != nil {
@@ -144,6 +145,9 @@ func (a *app) sandboxCreateCommand() *cobra.Command {
 		}
 		if workspace != "" && !sandbox.ValidWorkspaceName(workspace) {
 			return workspaceArg(workspace)
+		}
+		if image != "" && !sandbox.ValidImageName(image) {
+			return usagef("%q is not an image name (cellvm image ls lists them)", clipArg(image))
 		}
 		_, err := conf.config()
 		return err
@@ -153,7 +157,7 @@ func (a *app) sandboxCreateCommand() *cobra.Command {
 		if cold {
 			cfg.Start = sandbox.StartCold
 		}
-		cfg.Workspace = workspace
+		cfg.Workspace, cfg.Image = workspace, image
 		info, err := c.Create(ctx, cfg)
 		if err != nil {
 			return err

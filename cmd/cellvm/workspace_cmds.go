@@ -58,3 +58,29 @@ func (a *app) workspaceCommand() *cobra.Command {
 			}),
 	)
 }
+
+// imageCommand is `cellvm image ls`.
+func (a *app) imageCommand() *cobra.Command {
+	return groupCommand("image", "list the root images the daemon's sandboxes can boot (cellvm sandbox create --image NAME)",
+		a.daemonCommand(&cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "list the daemon's images", Args: noArgs},
+			func(ctx context.Context, c *api.Client, _ []string) error {
+				list, err := c.Images(ctx)
+				if err != nil {
+					return err
+				}
+				if a.jsonOut {
+					return printJSON(a.stdout, list)
+				}
+				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tSIZE\tPYTHON\tSANDBOXES\tBUILT")
+				for _, im := range list {
+					py := im.Python
+					if py == "" {
+						py = "-"
+					}
+					fmt.Fprintf(tw, "%s\t%d MiB\t%s\t%d\t%s\n", im.Name, im.SizeBytes>>20, py, im.Sandboxes, im.BuiltAt.Local().Format(time.DateTime))
+				}
+				return tw.Flush()
+			}),
+	)
+}
