@@ -238,6 +238,12 @@ func (c *Client) Images(ctx context.Context) ([]sandbox.ImageInfo, error) {
 	return imgs, err
 }
 
+// DeleteImage deletes an image built by `cellvm image build` that no
+// sandbox or snapshot uses.
+func (c *Client) DeleteImage(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, c.base+"/v1/images/"+url.PathEscape(name), nil, nil, http.StatusNoContent)
+}
+
 // DeleteWorkspace deletes a workspace no sandbox holds.
 func (c *Client) DeleteWorkspace(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, c.base+"/v1/workspaces/"+url.PathEscape(name), nil, nil, http.StatusNoContent)

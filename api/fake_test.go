@@ -437,4 +437,19 @@ func (f *fakeManager) Images(ctx context.Context) ([]sandbox.ImageInfo, error) {
 	return []sandbox.ImageInfo{{Name: sandbox.DefaultImage, SizeBytes: 1 << 30}, {Name: "extra", SizeBytes: 2 << 30, Python: "3.11.2"}}, nil
 }
 
+func (f *fakeManager) DeleteImage(ctx context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("DeleteImage %s", name)
+	switch name {
+	case sandbox.DefaultImage:
+		return fmt.Errorf("%w: the default image is the daemon's own", sandbox.ErrInvalid)
+	case "extra":
+		return fmt.Errorf("%w: image extra is used by sandbox sb-1", sandbox.ErrBusy)
+	case "old":
+		return nil
+	}
+	return fmt.Errorf("%w: no image %s", sandbox.ErrNotFound, name)
+}
+
 var _ sandbox.Manager = (*fakeManager)(nil)

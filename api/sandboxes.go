@@ -138,6 +138,10 @@ func (s *server) listImages(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, imgs)
 }
 
+func (s *server) deleteImage(w http.ResponseWriter, r *http.Request) {
+	s.noContent(w, s.m.DeleteImage(r.Context(), r.PathValue("name")))
+}
+
 func (s *server) deleteWorkspace(w http.ResponseWriter, r *http.Request) {
 	s.noContent(w, s.m.DeleteWorkspace(r.Context(), r.PathValue("name")))
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -76,5 +77,16 @@ func TestImagesThroughClient(t *testing.T) {
 	e.fake.mu.Unlock()
 	if got != "extra" {
 		t.Errorf("the manager got a create with image %q, want extra", got)
+	}
+	if err := e.client.DeleteImage(ctx, "old"); err != nil {
+		t.Errorf("DeleteImage old: %v", err)
+	}
+	wantClientError(t, "delete a used image", e.client.DeleteImage(ctx, "extra"), http.StatusConflict, CodeBusy)
+	wantClientError(t, "delete the default image", e.client.DeleteImage(ctx, sandbox.DefaultImage), http.StatusBadRequest, CodeInvalid)
+	wantClientError(t, "delete a missing image", e.client.DeleteImage(ctx, "nope"), http.StatusNotFound, CodeNotFound)
+	e.fake.mu.Lock()
+	defer e.fake.mu.Unlock()
+	if !slices.Contains(e.fake.calls, "DeleteImage old") {
+		t.Errorf("the manager was not asked to delete image old: %v", e.fake.calls)
 	}
 }

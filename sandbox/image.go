@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellvm/cellvm/image/derive"
 	"github.com/cellvm/cellvm/image/manifest"
 )
 
@@ -20,16 +21,16 @@ import (
 // manifest.json its build recorded, put there by an image build. A
 // sandbox names its image in Config.Image; a fork keeps its snapshot's,
 // since its memory holds the page cache of that image's files. Templates
-// are only made of the default image (a template of another would be a
-// template per image and shape: not yet).
+// are per image (and shape), built for an image after its first create.
+// An image is removed only while no sandbox or snapshot uses it.
 
 // DefaultImage names the daemon's own image.
 const DefaultImage = "default"
 
-// Files of an image directory.
+// Files of an image directory, as package derive writes them.
 const (
-	imageFile         = "rootfs.ext4"
-	imageManifestFile = "manifest.json"
+	imageFile         = derive.ImageFile
+	imageManifestFile = derive.ManifestFile
 )
 
 // ImageInfo describes an image.
@@ -43,13 +44,23 @@ type ImageInfo struct {
 	Modules []string `json:"modules,omitempty"`
 	// Sandboxes counts the sandboxes that use it now.
 	Sandboxes int `json:"sandboxes"`
+	// Key, Apt and BuildSeconds are from the build's record (cellvm image
+	// build), for images other than the default.
+	Key          string   `json:"key,omitempty"`
+	Apt          []string `json:"apt,omitempty"`
+	BuildSeconds float64  `json:"build_seconds,omitempty"`
 }
 
 // ValidImageName reports whether name can name an image (the rule of
 // workspace names: it names a directory on the host).
 func ValidImageName(name string) bool { return ValidWorkspaceName(name) }
 
-func (m *VMManager) imagesDir() string { return filepath.Join(m.opt.StateDir, "images") }
+func (m *VMManager) imagesDir() string {
+	if m.opt.ImagesDir != "" {
+		return m.opt.ImagesDir
+	}
+	return filepath.Join(m.opt.StateDir, "images")
+}
 
 // isDefaultImage reports whether name is the daemon's own image.
 func isDefaultImage(name string) bool { return name == "" || name == DefaultImage }
@@ -121,7 +132,62 @@ func (m *VMManager) Images(ctx context.Context) ([]ImageInfo, error) {
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			m.log.Warn("image manifest", "image", name, "error", err)
 		}
+		if name != DefaultImage {
+			if rec, err := derive.ReadRecord(filepath.Dir(path)); err == nil {
+				info.Key, info.Apt, info.BuildSeconds = rec.Key, rec.Apt, rec.Seconds
+				if !rec.BuiltAt.IsZero() {
+					info.BuiltAt = rec.BuiltAt
+				}
+			}
+		}
 		out = append(out, info)
 	}
 	return out, nil
+}
+
+// DeleteImage implements Manager: it removes an image built by `cellvm
+// image build`. An image a sandbox uses (running, paused or lost) or a
+// snapshot was taken of is ErrBusy, naming the first user: their memory
+// caches its files. The default image is the daemon's own and stays.
+func (m *VMManager) DeleteImage(ctx context.Context, name string) error {
+	if isDefaultImage(name) {
+		return fmt.Errorf("%w: the default image is the daemon's own (serve --rootfs); it is not removed through the API", ErrInvalid)
+	}
+	if !ValidImageName(name) {
+		return fmt.Errorf("%w: %q is not an image name", ErrInvalid, clip(name, 64))
+	}
+	dir := filepath.Join(m.imagesDir(), name)
+	if _, err := os.Stat(filepath.Join(dir, imageFile)); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: no image %s; the images here are %s", ErrNotFound, name, strings.Join(m.imageNames(), ", "))
+	} else if err != nil {
+		return fmt.Errorf("delete image %s: %w", name, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range m.sandboxes {
+		if !s.internal && s.cfg.Image == name {
+			return fmt.Errorf("%w: image %s is used by sandbox %s; delete it first", ErrBusy, name, s.id)
+		}
+	}
+	if snaps, err := m.ListSnapshots(ctx); err == nil {
+		for _, sn := range snaps {
+			if meta, err := m.loadSnapshot(sn.ID); err == nil && meta.Config.Image == name {
+				return fmt.Errorf("%w: image %s is the image of snapshot %s (its forks boot from it); delete the snapshot first", ErrBusy, name, sn.ID)
+			}
+		}
+	}
+	// Out of the images' names in one step, then gone: a create that
+	// looks meanwhile finds no image rather than half of one.
+	gone := filepath.Join(m.imagesDir(), ".rm-"+name+"-"+newSnapshotID()[5:])
+	if err := os.Rename(dir, gone); err != nil {
+		return fmt.Errorf("delete image %s: %w", name, err)
+	}
+	if err := os.RemoveAll(gone); err != nil {
+		m.log.Warn("removing a deleted image's files", "dir", gone, "error", err)
+	}
+	if m.templates != nil {
+		m.templates.dropImage(name)
+	}
+	m.log.Info("image deleted", "name", name)
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // specOf reads sandbox id's VMM config.
@@ -98,9 +99,110 @@ func TestImagesBootWhatTheyName(t *testing.T) {
 	if f.Config.Image != "extra" || specOf(t, m, f.ID).Disks[0].Path != img {
 		t.Errorf("the fork: image %q, disk %s; want its snapshot's", f.Config.Image, specOf(t, m, f.ID).Disks[0].Path)
 	}
+	// Deleting the image: refused while a sandbox uses it, then while a
+	// snapshot was taken of it, then gone.
+	if err := m.DeleteImage(ctx, "extra"); !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "sandbox") {
+		t.Errorf("delete an image sandboxes use: %v, want ErrBusy naming a sandbox", err)
+	}
 	for _, id := range []string{a.ID, def.ID, f.ID} {
 		if err := m.Delete(ctx, id); err != nil {
 			t.Error(err)
+		}
+	}
+	if err := m.DeleteImage(ctx, "extra"); !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), snap.ID) {
+		t.Errorf("delete an image a snapshot has: %v, want ErrBusy naming %s", err, snap.ID)
+	}
+	if err := m.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DeleteImage(ctx, "extra"); err != nil {
+		t.Fatalf("delete an unused image: %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the deleted image's directory: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(state, "images", ".rm-*")); len(left) != 0 {
+		t.Errorf("the delete left %v", left)
+	}
+	if imgs, _ := m.Images(ctx); len(imgs) != 1 || imgs[0].Name != DefaultImage {
+		t.Errorf("images after the delete: %+v", imgs)
+	}
+	if err := m.DeleteImage(ctx, "extra"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("delete it again: %v, want ErrNotFound", err)
+	}
+	for _, name := range []string{DefaultImage, "", "../x"} {
+		if err := m.DeleteImage(ctx, name); !errors.Is(err, ErrInvalid) {
+			t.Errorf("delete image %q: %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := os.Stat(m.opt.RootFS); err != nil {
+		t.Errorf("the default image: %v", err)
+	}
+}
+
+// TestTemplatesPerImage, over fake VMMs: an image's first plain create
+// boots and asks for that image's template (its key other than the
+// default's); the next restores it and its VMM is given the image; an
+// image rebuilt (a new file in its place) makes its template stale; the
+// image's deletion drops its template.
+func TestTemplatesPerImage(t *testing.T) {
+	m, state, _ := newTemplateManager(t, nil)
+	ctx := context.Background()
+	def := waitTemplate(t, m, DefaultVCPUs, DefaultMemoryMiB, TemplateReady, "")
+	if def.Image != DefaultImage {
+		t.Errorf("the default template's image: %q", def.Image)
+	}
+	dir := filepath.Join(state, "images", "extra")
+	os.MkdirAll(dir, 0o755)
+	img := filepath.Join(dir, imageFile)
+	if err := os.WriteFile(img, []byte("image one"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	waitImage := func(notKey string) TemplateInfo {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for time.Now().Before(deadline) {
+			c, _ := m.Capacity(ctx)
+			for _, in := range c.Templates {
+				if in.Image == "extra" && in.State == TemplateReady && in.Key != notKey {
+					return in
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("no ready template of image extra within a minute")
+		return TemplateInfo{}
+	}
+	first := createFrom(t, m, Config{Image: "extra"}, StartedFromBoot)
+	tpl := waitImage("")
+	if tpl.Key == def.Key || tpl.VCPUs != def.VCPUs || tpl.MemoryMiB != def.MemoryMiB {
+		t.Errorf("image extra's template %+v beside the default's %+v: want the same shape under another key", tpl, def)
+	}
+	second := createFrom(t, m, Config{Image: "extra"}, StartedFromTemplate)
+	if d := specOf(t, m, second.ID).Disks; len(d) != 1 || d[0].Path != img {
+		t.Errorf("the template-started sandbox's disks: %+v, want image extra's", d)
+	}
+	createFrom(t, m, Config{}, StartedFromTemplate) // the default's is still there
+
+	// A rebuild puts a new file in place: the template is stale.
+	next := filepath.Join(dir, "next")
+	os.WriteFile(next, []byte("image two"), 0o444)
+	if err := os.Rename(next, img); err != nil {
+		t.Fatal(err)
+	}
+	third := createFrom(t, m, Config{Image: "extra"}, StartedFromBoot)
+	waitImage(tpl.Key)
+
+	for _, id := range []string{first.ID, second.ID, third.ID} {
+		m.Delete(ctx, id)
+	}
+	if err := m.DeleteImage(ctx, "extra"); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := m.Capacity(ctx)
+	for _, in := range c.Templates {
+		if in.Image == "extra" {
+			t.Errorf("a template of the deleted image is left: %+v", in)
 		}
 	}
 }

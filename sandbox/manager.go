@@ -85,7 +85,10 @@ type Options struct {
 	// at most MaxWorkspaces * WorkspaceBytes); 0 means no cap. A create
 	// that would make one more is ErrFull.
 	MaxWorkspaces int
-	Log           *slog.Logger
+	// ImagesDir holds the images built by `cellvm image build` (one
+	// directory per image, image.go); "" means StateDir/images.
+	ImagesDir string
+	Log       *slog.Logger
 }
 
 // VMManager is the Manager that runs each sandbox in its own microVM.

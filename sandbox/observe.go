@@ -141,10 +141,12 @@ const (
 
 // TemplateInfo describes one template.
 type TemplateInfo struct {
-	VCPUs     int           `json:"vcpus"`
-	MemoryMiB int           `json:"memory_mib"`
-	Root      bool          `json:"root"`
-	State     TemplateState `json:"state"`
+	VCPUs     int  `json:"vcpus"`
+	MemoryMiB int  `json:"memory_mib"`
+	Root      bool `json:"root"`
+	// Image is the root image the template boots.
+	Image string        `json:"image"`
+	State TemplateState `json:"state"`
 	// Key names the guest files (kernel, initramfs, root image, VMM) and
 	// shape the template was built from, or is being built from.
 	Key       string     `json:"key,omitempty"`

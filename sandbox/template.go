@@ -33,8 +33,9 @@ import (
 // The templates type owns the state directory's templates/: one directory
 // per template, named by its key, which hashes the shape and the identity
 // (device, inode, size, mtime, ctime) of the VMM binary, the kernel, the
-// initramfs and the root image, so that a change to any of them makes the
-// template stale; and the directory of the VM a build runs (build-<id>).
+// initramfs and the shape's root image, so that a change to any of them
+// (an image rebuilt by `cellvm image build` is a new file) makes the
+// template stale; templates are per image; and the directory of the VM a build runs (build-<id>).
 // One goroutine builds templates, one at a time, in the background, only
 // for shapes that were asked for: the default shape from the start, any
 // other after its first create. Their number and disk use are bounded
@@ -80,10 +81,17 @@ type templateShape struct {
 	VCPUs     int  `json:"vcpus"`
 	MemoryMiB int  `json:"memory_mib"`
 	Root      bool `json:"root"`
+	// Image is the root image booted ("" for the default): templates are
+	// per image, since the snapshot's memory caches its files.
+	Image string `json:"image,omitempty"`
 }
 
 func shapeOf(cfg Config) templateShape {
-	return templateShape{VCPUs: cfg.VCPUs, MemoryMiB: cfg.MemoryMiB, Root: cfg.Root}
+	sh := templateShape{VCPUs: cfg.VCPUs, MemoryMiB: cfg.MemoryMiB, Root: cfg.Root, Image: cfg.Image}
+	if isDefaultImage(sh.Image) {
+		sh.Image = ""
+	}
+	return sh
 }
 
 // templateMeta is template.json.
@@ -178,7 +186,11 @@ func (ts *templates) key(shape templateShape) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "cellvm template 1\n%d %d %t\n", shape.VCPUs, shape.MemoryMiB, shape.Root)
 	o := ts.m.opt
-	for _, p := range []string{o.Exe, o.Kernel, o.Initrd, o.RootFS} {
+	root, err := ts.m.imagePath(shape.Image)
+	if err != nil {
+		return "", fmt.Errorf("template key: %w", err)
+	}
+	for _, p := range []string{o.Exe, o.Kernel, o.Initrd, root} {
 		var st syscall.Stat_t
 		if err := syscall.Stat(p, &st); err != nil {
 			return "", fmt.Errorf("template key: %s: %w", p, err)
@@ -240,9 +252,8 @@ func stopLeftVM(dir string) {
 // create boots. It records the shape's demand, and a stale template is
 // dropped for a rebuild.
 func (ts *templates) use(cfg Config, policy netpolicy.Policy) *templateUse {
-	if ts == nil || cfg.Start == StartCold || !policy.Empty() || cfg.Workspace != "" || !isDefaultImage(cfg.Image) {
-		// A template's machine has no NIC and no workspace disk, and
-		// boots the default image.
+	if ts == nil || cfg.Start == StartCold || !policy.Empty() || cfg.Workspace != "" {
+		// A template's machine has no NIC and no workspace disk.
 		return nil
 	}
 	shape := shapeOf(cfg)
@@ -309,6 +320,18 @@ func (ts *templates) wantLocked(shape templateShape, now time.Time) {
 	}
 	ts.byShape[shape] = &template{shape: shape, state: TemplatePending, lastUsed: now}
 	ts.kick()
+}
+
+// dropImage drops the templates of a deleted image (one being built
+// fails with it and is dropped at its next use).
+func (ts *templates) dropImage(name string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, t := range ts.byShape {
+		if t.shape.Image == name && t.state != TemplateBuilding {
+			ts.removeLocked(t)
+		}
+	}
 }
 
 // removeLocked drops a template and its files.
@@ -426,7 +449,7 @@ func (ts *templates) buildFiles(ctx context.Context, shape templateShape, key, d
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return templateMeta{}, fmt.Errorf("template directory: %w", err)
 	}
-	cfg := Config{VCPUs: shape.VCPUs, MemoryMiB: shape.MemoryMiB, Root: shape.Root}
+	cfg := Config{VCPUs: shape.VCPUs, MemoryMiB: shape.MemoryMiB, Root: shape.Root, Image: shape.Image}
 	s, err := ts.m.launch(ctx, cfg, netpolicy.Policy{}, nil, true)
 	if err != nil {
 		return templateMeta{}, fmt.Errorf("boot the template's VM: %w", err)
@@ -503,7 +526,11 @@ func (ts *templates) list() []TemplateInfo {
 	defer ts.mu.Unlock()
 	out := make([]TemplateInfo, 0, len(ts.byShape))
 	for _, t := range ts.byShape {
-		in := TemplateInfo{VCPUs: t.shape.VCPUs, MemoryMiB: t.shape.MemoryMiB, Root: t.shape.Root, State: t.state, Key: t.key, Error: t.err}
+		in := TemplateInfo{VCPUs: t.shape.VCPUs, MemoryMiB: t.shape.MemoryMiB, Root: t.shape.Root, Image: t.shape.Image,
+			State: t.state, Key: t.key, Error: t.err}
+		if in.Image == "" {
+			in.Image = DefaultImage
+		}
 		if t.state == TemplateReady {
 			at := t.builtAt
 			in.BuiltAt, in.SizeBytes = &at, t.size

@@ -564,8 +564,11 @@ type Manager interface {
 	// DeleteWorkspace removes one, ErrBusy while a sandbox holds it.
 	Workspaces(ctx context.Context) ([]WorkspaceInfo, error)
 	DeleteWorkspace(ctx context.Context, name string) error
-	// Images lists the root images sandboxes can boot (Config.Image).
+	// Images lists the root images sandboxes can boot (Config.Image);
+	// DeleteImage removes a built one, ErrBusy while a sandbox or a
+	// snapshot uses it.
 	Images(ctx context.Context) ([]ImageInfo, error)
+	DeleteImage(ctx context.Context, name string) error
 }
 
 // GuestPath turns a caller's file path into the cleaned absolute guest path

@@ -67,6 +67,15 @@ func (m *Manager) Images(ctx context.Context) ([]sandbox.ImageInfo, error) {
 	return []sandbox.ImageInfo{{Name: sandbox.DefaultImage, Sandboxes: len(m.boxes)}}, nil
 }
 
+// DeleteImage implements sandbox.Manager: the fake has no image to
+// delete.
+func (m *Manager) DeleteImage(ctx context.Context, name string) error {
+	if name == sandbox.DefaultImage {
+		return fmt.Errorf("%w: the default image is the daemon's own", sandbox.ErrInvalid)
+	}
+	return fmt.Errorf("%w: no image %s", sandbox.ErrNotFound, name)
+}
+
 // DeleteWorkspace implements sandbox.Manager.
 func (m *Manager) DeleteWorkspace(ctx context.Context, name string) error {
 	if !sandbox.ValidWorkspaceName(name) {

@@ -110,3 +110,16 @@ func (m Manifest) Summary() string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+//go:embed collect.py
+var collectScript []byte
+
+//go:embed modules.txt
+var modulesList []byte
+
+// CollectScript is collect.py, which writes an image's manifest inside
+// it, for builds that derive an image from another (package derive).
+func CollectScript() []byte { return append([]byte(nil), collectScript...) }
+
+// ModulesList is modules.txt, the featured modules collect.py imports.
+func ModulesList() []byte { return append([]byte(nil), modulesList...) }
