@@ -145,6 +145,33 @@ func (m *VMManager) Images(ctx context.Context) ([]ImageInfo, error) {
 	return out, nil
 }
 
+// imageUUID is an image file's ext4 UUID, "" when it has none to read.
+func imageUUID(path string) string {
+	u, err := derive.FSUUID(path)
+	if err != nil {
+		return ""
+	}
+	return u
+}
+
+// sameImage says whether image name is still the image a machine booted
+// with UUID booted (by its ext4 UUID; unknown on either side passes), and
+// if not, why not, for what's error.
+func (m *VMManager) sameImage(name, booted, what string) error {
+	path, err := m.imagePath(name)
+	if err != nil {
+		return err
+	}
+	if now := imageUUID(path); booted != "" && now != "" && now != booted {
+		if isDefaultImage(name) {
+			name = DefaultImage
+		}
+		return fmt.Errorf("%w: %s: image %s was rebuilt since (ext4 %s then, %s now), and its memory caches the old image's files; delete it and start anew",
+			ErrInvalid, what, name, booted, now)
+	}
+	return nil
+}
+
 // DeleteImage implements Manager: it removes an image built by `cellvm
 // image build`. An image a sandbox uses (running, paused or lost) or a
 // snapshot was taken of is ErrBusy, naming the first user: their memory

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -205,4 +206,84 @@ func TestTemplatesPerImage(t *testing.T) {
 			t.Errorf("a template of the deleted image is left: %+v", in)
 		}
 	}
+}
+
+// mkfsImage writes a small ext4 with the given UUID at path, as a build
+// would (through a rename, so a sandbox holding the old file keeps it).
+func mkfsImage(t *testing.T, path, uuid string) {
+	t.Helper()
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		t.Skip("no mkfs.ext4 (e2fsprogs)")
+	}
+	tmp := path + ".new"
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-U", uuid, tmp, "4M").CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRebuiltImageRefusesOldMachines, over fake VMMs with real ext4
+// images: a paused sandbox and a snapshot of an image that was rebuilt
+// since (another ext4 UUID) are refused, resume and fork, saying so,
+// since their memory caches the old image's files; a new sandbox boots the
+// new image; before the rebuild both worked.
+func TestRebuiltImageRefusesOldMachines(t *testing.T) {
+	m, state := newPausableManager(t, nil)
+	ctx := context.Background()
+	dir := filepath.Join(state, "images", "team")
+	os.MkdirAll(dir, 0o755)
+	img := filepath.Join(dir, imageFile)
+	mkfsImage(t, img, "11111111-2222-3333-4444-555555555555")
+
+	a, err := m.Create(ctx, Config{Image: "team"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := specOf(t, m, a.ID).ImageUUID; u != "11111111-2222-3333-4444-555555555555" {
+		t.Errorf("the VMM config records image UUID %q", u)
+	}
+	snap, err := m.Snapshot(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := m.Create(ctx, Config{Snapshot: snap.ID})
+	if err != nil {
+		t.Fatalf("a fork before the rebuild: %v", err)
+	}
+	m.Delete(ctx, f.ID)
+	if err := m.Pause(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Resume(ctx, a.ID); err != nil {
+		t.Fatalf("a resume before the rebuild: %v", err)
+	}
+	if err := m.Pause(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	mkfsImage(t, img, "66666666-7777-8888-9999-000000000000")
+	if err := m.Resume(ctx, a.ID); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "rebuilt") {
+		t.Errorf("resume over a rebuilt image: %v, want ErrInvalid saying it was rebuilt", err)
+	}
+	if info, err := m.Get(ctx, a.ID); err != nil || info.State != StatePaused {
+		t.Errorf("after the refused resume: %+v, %v; want it still paused", info.State, err)
+	}
+	if _, err := m.Create(ctx, Config{Snapshot: snap.ID}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "rebuilt") {
+		t.Errorf("a fork over a rebuilt image: %v, want ErrInvalid saying it was rebuilt", err)
+	}
+	b, err := m.Create(ctx, Config{Image: "team"})
+	if err != nil {
+		t.Fatalf("a new sandbox of the rebuilt image: %v", err)
+	}
+	if u := specOf(t, m, b.ID).ImageUUID; u != "66666666-7777-8888-9999-000000000000" {
+		t.Errorf("the new sandbox's image UUID %q", u)
+	}
+	for _, id := range []string{a.ID, b.ID} {
+		if err := m.Delete(ctx, id); err != nil {
+			t.Error(err)
+		}
+	}
+	m.DeleteSnapshot(ctx, snap.ID)
 }

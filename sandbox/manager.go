@@ -376,9 +376,10 @@ func (m *VMManager) launch(ctx context.Context, cfg Config, policy netpolicy.Pol
 	spec := VMSpec{
 		Kernel: m.opt.Kernel, Initrd: m.opt.Initrd, Cmdline: guestCmdline(),
 		VCPUs: cfg.VCPUs, MemoryMiB: uint64(cfg.MemoryMiB),
-		Disks:   []VMDisk{{Path: rootImage, ReadOnly: true}},
-		Vsock:   &VMVsock{CID: cid, UDS: uds},
-		Control: hostControlPath(s.dir),
+		Disks:     []VMDisk{{Path: rootImage, ReadOnly: true}},
+		ImageUUID: imageUUID(rootImage),
+		Vsock:     &VMVsock{CID: cid, UDS: uds},
+		Control:   hostControlPath(s.dir),
 
 		ConsoleMaxBytes: m.opt.ConsoleMaxBytes,
 	}

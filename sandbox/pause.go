@@ -202,6 +202,9 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	if err != nil {
 		return fmt.Errorf("resume sandbox %s: its VMM config: %w", s.id, err)
 	}
+	if err := m.sameImage(s.cfg.Image, spec.ImageUUID, "resume sandbox "+s.id); err != nil {
+		return err
+	}
 	// The restoring VMM listens where the last one did.
 	for _, f := range []string{vsockFile, controlFile} {
 		os.Remove(filepath.Join(runDir(s.dir), f))

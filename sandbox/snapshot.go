@@ -57,6 +57,9 @@ type snapshotMeta struct {
 	// address (the guest's driver read it at boot; a fork's NIC keeps it).
 	Network bool   `json:"network"`
 	MAC     string `json:"mac,omitempty"`
+	// ImageUUID is the root image's ext4 UUID when the machine booted
+	// (VMSpec.ImageUUID): a fork needs the same image.
+	ImageUUID string `json:"image_uuid,omitempty"`
 }
 
 func newSnapshotID() string {
@@ -134,6 +137,10 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (SnapshotInfo, erro
 			VCPUs:     cfg.VCPUs, MemoryMiB: cfg.MemoryMiB,
 		},
 		Config: cfg, Network: s.net != nil,
+	}
+	var spec VMSpec
+	if b, err := os.ReadFile(filepath.Join(s.dir, specFile)); err == nil && json.Unmarshal(b, &spec) == nil {
+		meta.ImageUUID = spec.ImageUUID
 	}
 	if s.net != nil {
 		meta.MAC = s.net.MAC.String()
@@ -292,6 +299,9 @@ func (m *VMManager) forkConfig(cfg Config) (Config, *snapshotMeta, error) {
 		return cfg, nil, fmt.Errorf("%w: image %q: a fork of %s boots nothing; it has its snapshot's image (%q)", ErrInvalid, clip(cfg.Image, 64), cfg.Snapshot, meta.Config.Image)
 	}
 	cfg.Image = meta.Config.Image
+	if err := m.sameImage(cfg.Image, meta.ImageUUID, "snapshot "+cfg.Snapshot); err != nil {
+		return cfg, nil, err
+	}
 	cfg.VCPUs, cfg.MemoryMiB, cfg.Root = meta.Info.VCPUs, meta.Info.MemoryMiB, meta.Config.Root
 	if cfg.Env == nil {
 		cfg.Env = meta.Config.Env

@@ -28,6 +28,11 @@ type VMSpec struct {
 	VCPUs     int      `json:"vcpus"`
 	MemoryMiB uint64   `json:"memory_mib"`
 	Disks     []VMDisk `json:"disks,omitempty"`
+	// ImageUUID is the root image's ext4 UUID when the machine booted
+	// ("" if it has none to read): each image build has its own, and a
+	// machine whose memory caches one image's files must not resume or
+	// fork over another's.
+	ImageUUID string   `json:"image_uuid,omitempty"`
 	Vsock     *VMVsock `json:"vsock,omitempty"`
 	TAP       string   `json:"tap,omitempty"`
 	MAC       [6]byte  `json:"mac,omitempty"`

@@ -31,6 +31,7 @@ type serveOptions struct {
 	guest        *guestFlags
 	socket       string
 	stateDir     string
+	imagesDir    string
 	maxSandboxes int
 	maxMemory    int
 	network      bool
@@ -97,6 +98,7 @@ func (a *app) serveCommand() *cobra.Command {
 	o := &serveOptions{guest: addGuestFlags(fs, "info")}
 	fs.StringVar(&o.socket, "socket", os.Getenv("CELLVM_SOCKET"), "the API socket (default $CELLVM_SOCKET, else "+DefaultSocket+")")
 	fs.StringVar(&o.stateDir, "state-dir", "", "where sandboxes keep their files (default: beside the socket)")
+	fs.StringVar(&o.imagesDir, "images-dir", os.Getenv("CELLVM_IMAGES_DIR"), "where the images built by 'cellvm image build' are (default $CELLVM_IMAGES_DIR, else STATE_DIR/images)")
 	fs.IntVar(&o.maxSandboxes, "max-sandboxes", 64, "cap on sandboxes (0: none)")
 	fs.IntVar(&o.maxMemory, "max-memory", 0, "cap on total guest memory in MiB (default: 3/4 of the host's)")
 	fs.BoolVar(&o.network, "network", os.Geteuid() == 0, "enforce network policies (TAP, iptables, DNS; needs root)")
@@ -317,7 +319,7 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		return nil, nil, err
 	}
 	m, err := sandbox.NewVMManager(sandbox.Options{
-		Exe: exe, Kernel: k, Initrd: i, RootFS: r, StateDir: o.stateDir,
+		Exe: exe, Kernel: k, Initrd: i, RootFS: r, StateDir: o.stateDir, ImagesDir: o.imagesDir,
 		MaxSandboxes: o.maxSandboxes, MaxMemoryMiB: o.maxMemory, Log: log,
 		BootTimeout: bootTimeoutFromEnv(), Net: netHost, Jail: jailOpt, ConsoleMaxBytes: o.consoleMiB << 20,
 		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node, MaxImageBytes: o.snapshotMiB << 20,

@@ -287,9 +287,10 @@ func treeDigest(what, root string, h io.Writer) error {
 	})
 }
 
-// ext4UUID reads an ext4 file system's UUID from its superblock: the
-// base's identity in the key (image/build.sh derives it from its own key).
-func ext4UUID(path string) (string, error) {
+// FSUUID reads an ext4 file system's UUID from its superblock: the
+// base's identity in the key, and an image's identity to the daemon (a
+// build's UUID is derived from its key, here and in image/build.sh).
+func FSUUID(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err
@@ -356,7 +357,7 @@ func Build(ctx context.Context, s Spec, progress io.Writer) (Result, error) {
 	if err := s.check(); err != nil {
 		return Result{}, err
 	}
-	uuid, err := ext4UUID(s.Base)
+	uuid, err := FSUUID(s.Base)
 	if err != nil {
 		return Result{}, err
 	}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cellvm/cellvm/image/derive"
+)
+
+// imageBuildCommand is `cellvm image build NAME`: it builds on this host,
+// as root, into the daemon's images directory, where the daemon finds it
+// at the next create (no restart).
+func (a *app) imageBuildCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "build IMAGE [--apt PKG]... [--pip-wheels DIR] [--requirements FILE] [--files DIR]",
+		Short: "build a root image on top of the default one (Debian packages, Python wheels, files); needs root",
+		Long: "Build a read-only root image on top of the default image: Debian packages from the mirror\n" +
+			"(--apt, --mirror), Python packages from a wheel directory or an index the build may reach\n" +
+			"(--pip-wheels, --requirements, --pip-index; binary wheels only, so nothing runs setup.py\n" +
+			"on this host), and a tree of files copied onto the root (--files). The build runs here, as\n" +
+			"root, and writes IMAGES_DIR/IMAGE/; sandboxes boot it with 'cellvm sandbox create --image\n" +
+			"IMAGE' or {\"image\": \"IMAGE\"}. It is keyed by its inputs: the same build again is a cache\n" +
+			"hit. A failed build says which step failed and leaves the image there was as it was.",
+		Args: exactArgs(1, "one IMAGE"),
+	}
+	fs := cmd.Flags()
+	var spec derive.Spec
+	var socket string
+	fs.StringArrayVar(&spec.Apt, "apt", nil, "a Debian package to install (repeat, or space-separate in one value)")
+	fs.StringVar(&spec.Mirror, "mirror", "", "the Debian mirror for --apt (default: the base image's sources.list, deb.debian.org)")
+	fs.StringVar(&spec.PipWheels, "pip-wheels", "", "a directory of wheels: every *.whl in it is installed, and requirements are found there")
+	fs.StringVar(&spec.Requirements, "requirements", "", "a pip requirements file, found in --pip-wheels and --pip-index")
+	fs.StringVar(&spec.PipIndex, "pip-index", "", "a Python package index (PEP 503) the build may reach for --requirements")
+	fs.StringVar(&spec.Files, "files", "", "a directory copied onto the image's root (DIR/etc/x becomes /etc/x), owned by root")
+	fs.StringVar(&spec.Base, "base", "", "the image built on (default: the default image, build/rootfs.ext4 or $CELLVM_ROOTFS)")
+	fs.StringVar(&spec.ImagesDir, "images-dir", os.Getenv("CELLVM_IMAGES_DIR"), "the daemon's images directory (default $CELLVM_IMAGES_DIR, else the state directory beside --socket, images/)")
+	fs.StringVar(&socket, "socket", os.Getenv("CELLVM_SOCKET"), "the daemon's socket, to find its state directory (default $CELLVM_SOCKET, else "+DefaultSocket+")")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		spec.Name = args[0]
+		if !derive.ValidName(spec.Name) {
+			return usagef("%q is not an image name (1 to %d of a-z, 0-9, '-', '_', '.', starting with a letter or digit; not \"default\")", clipArg(spec.Name), derive.MaxName)
+		}
+		var apt []string
+		for _, v := range spec.Apt {
+			apt = append(apt, strings.Fields(v)...)
+		}
+		spec.Apt = apt
+		if spec.ImagesDir == "" {
+			if socket == "" {
+				socket = DefaultSocket
+			}
+			spec.ImagesDir = filepath.Join(filepath.Dir(socket), "state", "images")
+		}
+		if spec.Base == "" {
+			spec.Base = os.Getenv("CELLVM_ROOTFS")
+		}
+		if spec.Base == "" {
+			if spec.Base = findBuildFile("rootfs.ext4"); spec.Base == "" {
+				return usagef("no base image (build/rootfs.ext4): run 'make image', or give --base or $CELLVM_ROOTFS")
+			}
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		start := time.Now()
+		fmt.Fprintf(a.stderr, "cellvm image build %s: on %s, into %s\n", spec.Name, spec.Base, spec.ImagesDir)
+		res, err := derive.Build(ctx, spec, a.stderr)
+		if err != nil {
+			var se *derive.StepError
+			if errors.As(err, &se) {
+				return fmt.Errorf("cellvm image build %s: %w", spec.Name, err)
+			}
+			return usageError{fmt.Errorf("cellvm image build %s: %w", spec.Name, err)}
+		}
+		if a.jsonOut {
+			return printJSON(a.stdout, res.Record)
+		}
+		verb := "built"
+		if res.CacheHit {
+			verb = "up to date"
+		}
+		fmt.Fprintf(a.stdout, "image %s %s: %s (%d MiB, key %s) in %.1f s; boot it with: cellvm sandbox create --image %s\n",
+			spec.Name, verb, filepath.Join(res.Dir, derive.ImageFile), res.Record.SizeBytes>>20, res.Key[:12], time.Since(start).Seconds(), spec.Name)
+		return nil
+	}
+	return cmd
+}
