@@ -275,6 +275,19 @@ func TestBadArgumentsExitTwoWithoutTheDaemon(t *testing.T) {
 		{"boot", "extra"},
 		{"vmm"},
 		{"vmm", "--config"},
+		{"image"},
+		{"image", "build"},
+		{"image", "build", "a", "b"},
+		{"image", "build", "Bad"},
+		{"image", "build", "default", "--apt", "jq"},
+		{"image", "build", "x", "--apt", "jq;reboot", "--base", "cli_test.go", "--images-dir", "build/none"},
+		{"image", "build", "x", "--apt", "-oDebug=1", "--base", "cli_test.go", "--images-dir", "build/none"},
+		{"image", "build", "x", "--base", "cli_test.go", "--images-dir", "build/none"},
+		{"image", "build", "x", "--apt", "jq", "--base", "no-such.ext4", "--images-dir", "build/none"},
+		{"image", "build", "x", "--apt", "jq", "--base", "cli_test.go", "--images-dir", "build/none"},
+		{"image", "rm"},
+		{"image", "rm", "default"},
+		{"image", "rm", "../x"},
 	}
 	before := d.requests()
 	for _, args := range bad {
@@ -299,6 +312,9 @@ func TestBadArgumentsExitTwoWithoutTheDaemon(t *testing.T) {
 	}
 	if n := d.requests(); n != before {
 		t.Errorf("bad command lines reached the daemon: %d requests", n-before)
+	}
+	if _, err := os.Stat("build/none"); err == nil {
+		t.Errorf("a refused image build made its images directory")
 	}
 }
 

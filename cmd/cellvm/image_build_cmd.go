@@ -76,9 +76,9 @@ func (a *app) imageBuildCommand() *cobra.Command {
 		if err != nil {
 			var se *derive.StepError
 			if errors.As(err, &se) {
-				return fmt.Errorf("cellvm image build %s: %w", spec.Name, err)
+				return fmt.Errorf("image %s: %w", spec.Name, err)
 			}
-			return usageError{fmt.Errorf("cellvm image build %s: %w", spec.Name, err)}
+			return usageError{fmt.Errorf("image %s: %w", spec.Name, err)}
 		}
 		if a.jsonOut {
 			return printJSON(a.stdout, res.Record)
