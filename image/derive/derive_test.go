@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,6 +55,36 @@ func writeWheel(t *testing.T, dir, dist, mod, version, value string) string {
 		t.Fatal(err)
 	}
 	return name
+}
+
+// serveSimpleIndex serves the wheels in dir as a PEP 503 index on the
+// host's loopback, which the build's chroot shares, and returns its URL.
+func serveSimpleIndex(t *testing.T, dir string) string {
+	t.Helper()
+	whls, _ := filepath.Glob(filepath.Join(dir, "*.whl"))
+	mux := http.NewServeMux()
+	projects := map[string][]string{}
+	for _, w := range whls {
+		name := filepath.Base(w)
+		project := strings.ReplaceAll(strings.SplitN(name, "-", 2)[0], "_", "-")
+		projects[project] = append(projects[project], name)
+	}
+	mux.HandleFunc("/simple/{project}/", func(w http.ResponseWriter, r *http.Request) {
+		files, ok := projects[r.PathValue("project")]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, "<!DOCTYPE html><html><body>\n")
+		for _, f := range files {
+			fmt.Fprintf(w, "<a href=\"/files/%s\">%s</a>\n", f, f)
+		}
+		fmt.Fprint(w, "</body></html>\n")
+	})
+	mux.Handle("/files/", http.StripPrefix("/files/", http.FileServer(http.Dir(dir))))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/simple/"
 }
 
 // baseImage is the default image `make image` built, or a skip.
@@ -228,11 +260,12 @@ func TestBuildFromWheelsRequirementsAndFiles(t *testing.T) {
 		t.Errorf("the failed build left %v", left)
 	}
 
-	// Changed inputs (the requirement, from the links directory, and
-	// another file): a new image in place of the old.
+	// Changed inputs (the requirement, from a package index the build
+	// reaches, and another file): a new image in place of the old.
 	good := spec
-	good.PipWheels = reqDir
+	good.PipWheels = ""
 	good.Requirements = reqs
+	good.PipIndex = serveSimpleIndex(t, reqDir)
 	os.WriteFile(filepath.Join(files, "opt", "team", "notes.txt"), []byte("new notes\n"), 0o640)
 	log.Reset()
 	res3, err := Build(context.Background(), good, &log)
