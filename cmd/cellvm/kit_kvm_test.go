@@ -1,12 +1,8 @@
 package main
 
 import (
-	"archive/zip"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -27,6 +23,7 @@ import (
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/test/kvmtest"
 	"github.com/cellvm/cellvm/test/netnstest"
+	"github.com/cellvm/cellvm/test/wheeltest"
 )
 
 // The test package index: a PEP 503 "simple" index on plain HTTP with its
@@ -48,52 +45,15 @@ const (
 )
 
 // buildProbeWheel writes a pure-Python wheel of cellvm_probe 1.0 and the
-// simple index that serves it into dir: no network, no build tools; the
-// WHEEL, METADATA and RECORD files pip checks are written by hand.
+// simple index that serves it into dir: no network, no build tools.
 func buildProbeWheel(t *testing.T, dir string) {
 	t.Helper()
-	const info = "cellvm_probe-1.0.dist-info/"
-	files := []struct{ name, body string }{
-		{probeModule + "/__init__.py", fmt.Sprintf("VALUE = %q\n", probeValue)},
-		{info + "METADATA", "Metadata-Version: 2.1\nName: " + probeDist + "\nVersion: 1.0\nSummary: cellvm's test wheel\n"},
-		{info + "WHEEL", "Wheel-Version: 1.0\nGenerator: cellvm-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
-		{info + "top_level.txt", probeModule + "\n"},
+	w := wheeltest.Wheel{Dist: probeDist, Module: probeModule, Version: "1.0", Init: fmt.Sprintf("VALUE = %q\n", probeValue)}
+	if w.FileName() != probeWheel {
+		t.Fatalf("the probe wheel is %s, want %s", w.FileName(), probeWheel)
 	}
-	var whl bytes.Buffer
-	zw := zip.NewWriter(&whl)
-	var record strings.Builder
-	for _, f := range files {
-		w, err := zw.Create(f.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write([]byte(f.body))
-		sum := sha256.Sum256([]byte(f.body))
-		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f.name, base64.RawURLEncoding.EncodeToString(sum[:]), len(f.body))
-	}
-	record.WriteString(info + "RECORD,,\n")
-	w, err := zw.Create(info + "RECORD")
-	if err != nil {
+	if err := wheeltest.WriteIndex(dir, w); err != nil {
 		t.Fatal(err)
-	}
-	w.Write([]byte(record.String()))
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	const wheel = probeWheel
-	sum := sha256.Sum256(whl.Bytes())
-	for path, body := range map[string]string{
-		"packages/" + wheel:                   whl.String(),
-		"simple/index.html":                   fmt.Sprintf("<!DOCTYPE html>\n<html><body><a href=\"%s/\">%s</a></body></html>\n", probeDist, probeDist),
-		"simple/" + probeDist + "/index.html": fmt.Sprintf("<!DOCTYPE html>\n<html><body><a href=\"/packages/%s#sha256=%s\">%s</a></body></html>\n", wheel, hex.EncodeToString(sum[:]), wheel),
-	} {
-		p := filepath.Join(dir, path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

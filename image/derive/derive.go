@@ -207,22 +207,13 @@ func (s *Spec) check() error {
 	return nil
 }
 
-func regularFile(what, p string) (string, error) {
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return "", fmt.Errorf("%s %s: %w", what, p, err)
-	}
-	fi, err := os.Stat(abs)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", what, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("%s %s is not a regular file", what, abs)
-	}
-	return abs, nil
-}
+func regularFile(what, p string) (string, error) { return statPath(what, p, false) }
 
-func dir(what, p string) (string, error) {
+func dir(what, p string) (string, error) { return statPath(what, p, true) }
+
+// statPath makes p absolute and checks it is a directory (wantDir) or a
+// regular file.
+func statPath(what, p string, wantDir bool) (string, error) {
 	abs, err := filepath.Abs(p)
 	if err != nil {
 		return "", fmt.Errorf("%s %s: %w", what, p, err)
@@ -231,8 +222,11 @@ func dir(what, p string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
-	if !fi.IsDir() {
+	switch {
+	case wantDir && !fi.IsDir():
 		return "", fmt.Errorf("%s %s is not a directory", what, abs)
+	case !wantDir && !fi.Mode().IsRegular():
+		return "", fmt.Errorf("%s %s is not a regular file", what, abs)
 	}
 	return abs, nil
 }

@@ -1,11 +1,9 @@
 package derive
 
 import (
-	"archive/zip"
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,70 +17,28 @@ import (
 	"testing"
 
 	"github.com/cellvm/cellvm/image/manifest"
+	"github.com/cellvm/cellvm/test/wheeltest"
 )
 
 // writeWheel writes a pure-Python wheel of dist (module mod, VALUE=value)
-// into dir, by hand: the METADATA, WHEEL and RECORD files pip checks.
-func writeWheel(t *testing.T, dir, dist, mod, version, value string) string {
+// into dir.
+func writeWheel(t *testing.T, dir, dist, mod, version, value string) {
 	t.Helper()
-	info := fmt.Sprintf("%s-%s.dist-info/", strings.ReplaceAll(dist, "-", "_"), version)
-	files := [][2]string{
-		{mod + "/__init__.py", fmt.Sprintf("VALUE = %q\n", value)},
-		{info + "METADATA", "Metadata-Version: 2.1\nName: " + dist + "\nVersion: " + version + "\n"},
-		{info + "WHEEL", "Wheel-Version: 1.0\nGenerator: cellvm-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
-		{info + "top_level.txt", mod + "\n"},
-	}
-	var whl bytes.Buffer
-	zw := zip.NewWriter(&whl)
-	var record strings.Builder
-	for _, f := range files {
-		w, err := zw.Create(f[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write([]byte(f[1]))
-		sum := sha256.Sum256([]byte(f[1]))
-		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f[0], base64.RawURLEncoding.EncodeToString(sum[:]), len(f[1]))
-	}
-	record.WriteString(info + "RECORD,,\n")
-	w, _ := zw.Create(info + "RECORD")
-	w.Write([]byte(record.String()))
-	if err := zw.Close(); err != nil {
+	w := wheeltest.Wheel{Dist: dist, Module: mod, Version: version, Init: fmt.Sprintf("VALUE = %q\n", value)}
+	if _, err := w.WriteFile(dir); err != nil {
 		t.Fatal(err)
 	}
-	name := fmt.Sprintf("%s-%s-py3-none-any.whl", strings.ReplaceAll(dist, "-", "_"), version)
-	if err := os.WriteFile(filepath.Join(dir, name), whl.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return name
 }
 
-// serveSimpleIndex serves the wheels in dir as a PEP 503 index on the
-// host's loopback, which the build's chroot shares, and returns its URL.
-func serveSimpleIndex(t *testing.T, dir string) string {
+// serveIndex serves wheels as a PEP 503 index on the host's loopback,
+// which the build's chroot shares, and returns its URL.
+func serveIndex(t *testing.T, wheels ...wheeltest.Wheel) string {
 	t.Helper()
-	whls, _ := filepath.Glob(filepath.Join(dir, "*.whl"))
-	mux := http.NewServeMux()
-	projects := map[string][]string{}
-	for _, w := range whls {
-		name := filepath.Base(w)
-		project := strings.ReplaceAll(strings.SplitN(name, "-", 2)[0], "_", "-")
-		projects[project] = append(projects[project], name)
+	dir := t.TempDir()
+	if err := wheeltest.WriteIndex(dir, wheels...); err != nil {
+		t.Fatal(err)
 	}
-	mux.HandleFunc("/simple/{project}/", func(w http.ResponseWriter, r *http.Request) {
-		files, ok := projects[r.PathValue("project")]
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		fmt.Fprint(w, "<!DOCTYPE html><html><body>\n")
-		for _, f := range files {
-			fmt.Fprintf(w, "<a href=\"/files/%s\">%s</a>\n", f, f)
-		}
-		fmt.Fprint(w, "</body></html>\n")
-	})
-	mux.Handle("/files/", http.StripPrefix("/files/", http.FileServer(http.Dir(dir))))
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
 	t.Cleanup(srv.Close)
 	return srv.URL + "/simple/"
 }
@@ -151,13 +107,8 @@ func TestBuildFromWheelsRequirementsAndFiles(t *testing.T) {
 		}
 	}
 	writeWheel(t, wheels, "cellvm-direct", "cellvm_direct", "1.0", "installed as a wheel")
-	// A second wheel only the requirements file names: in the directory,
-	// found through --find-links, not installed for being there.
-	writeWheel(t, wheels, "cellvm-required", "cellvm_required", "2.0", "installed by requirement")
-	os.Remove(filepath.Join(wheels, "cellvm_required-2.0-py3-none-any.whl"))
-	reqDir := filepath.Join(dir, "links")
-	os.MkdirAll(reqDir, 0o755)
-	writeWheel(t, reqDir, "cellvm-required", "cellvm_required", "2.0", "installed by requirement")
+	// A wheel only an index has, which the requirements file names.
+	required := wheeltest.Wheel{Dist: "cellvm-required", Module: "cellvm_required", Version: "2.0", Init: "VALUE = 'installed by requirement'\n"}
 	reqs := filepath.Join(dir, "requirements.txt")
 	os.WriteFile(reqs, []byte("cellvm-required==2.0\n"), 0o644)
 	os.WriteFile(filepath.Join(files, "opt", "team", "notes.txt"), []byte("the team's notes\n"), 0o640)
@@ -188,9 +139,6 @@ func TestBuildFromWheelsRequirementsAndFiles(t *testing.T) {
 	}
 	if got := debugfsCat(t, img, "/usr/local/lib/python3.11/dist-packages/cellvm_direct/__init__.py"); !strings.Contains(got, "installed as a wheel") {
 		t.Errorf("the wheel's module in /usr/local: %q", got)
-	}
-	if got := debugfsStat(t, img, "/usr/local/lib/python3.11/dist-packages/cellvm_required"); got != "" {
-		t.Errorf("a wheel only in the requirements' links was installed without being asked for")
 	}
 	st := debugfsStat(t, img, "/opt/team/notes.txt")
 	if !strings.Contains(st, "User:     0   Group:     0") || !strings.Contains(st, "Mode:  0640") {
@@ -265,7 +213,7 @@ func TestBuildFromWheelsRequirementsAndFiles(t *testing.T) {
 	good := spec
 	good.PipWheels = ""
 	good.Requirements = reqs
-	good.PipIndex = serveSimpleIndex(t, reqDir)
+	good.PipIndex = serveIndex(t, required)
 	os.WriteFile(filepath.Join(files, "opt", "team", "notes.txt"), []byte("new notes\n"), 0o640)
 	log.Reset()
 	res3, err := Build(context.Background(), good, &log)
