@@ -27,7 +27,7 @@ import (
 // fakeImages returns the images a fake manager starts with, by name.
 func fakeImages() map[string]sandbox.ImageInfo {
 	built := time.Unix(1700000000, 0).UTC()
-	modules := []string{"numpy 1.26.4", "pandas 2.2.2", "matplotlib 3.8.4"}
+	modules := []string{"numpy 1.24.2", "pandas 1.5.3", "matplotlib 3.6.3"}
 	return map[string]sandbox.ImageInfo{
 		sandbox.DefaultImage: {Name: sandbox.DefaultImage, SizeBytes: 1 << 30, BuiltAt: built, Python: "3.11.2", Modules: modules},
 		"team": {Name: "team", SizeBytes: 1006 << 20, BuiltAt: built.Add(time.Hour), Python: "3.11.2", Modules: modules,

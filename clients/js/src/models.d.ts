@@ -102,7 +102,7 @@ export interface ImageInfo {
   name: string;
   sizeBytes: number;
   builtAt: string;
-  /** From the image's manifest: the interpreter's version (null when it has none) and the featured modules ('pandas 2.2.2'). */
+  /** From the image's manifest: the interpreter's version (null when it has none) and the featured modules ('pandas 1.5.3'). */
   python: string | null;
   modules: string[];
   /** How many sandboxes use it now. */

@@ -42,7 +42,7 @@ test('listImages describes each image', needsDaemon, async () => {
 
   const team = await listed('team');
   assert.deepEqual([team.sizeBytes, team.python, team.sandboxes], [1006 * 2 ** 20, '3.11.2', 0]);
-  assert.ok(team.modules.includes('pandas 2.2.2'), team.modules);
+  assert.ok(team.modules.includes('pandas 1.5.3'), team.modules);
   assert.deepEqual([team.key, team.apt, team.buildSeconds], ['sha256:5f0c2e8a91d3', ['jq'], 31.5]);
   assert.equal(team.builtAt, '2023-11-14T23:13:20Z');
   assert.deepEqual(team.raw.apt, ['jq']);

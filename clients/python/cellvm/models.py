@@ -287,7 +287,7 @@ class ImageInfo:
     """A root image sandboxes can boot (``Sandbox.create(image=name)``), as
     the daemon describes it: "default" is the daemon's own, the others
     were built with ``cellvm image build``. ``python`` and ``modules``
-    ("pandas 2.2.2", ...) are from the image's manifest (None and [] when
+    ("pandas 1.5.3", ...) are from the image's manifest (None and [] when
     it has none); ``sandboxes`` counts the sandboxes that use it now;
     ``key``, ``apt`` and ``build_seconds`` are from its build (None, []
     and 0.0 for the default image)."""
