@@ -1,10 +1,7 @@
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { test } from 'node:test';
-import { Busy, CellvmError, ConnectError, Invalid, Sandbox } from '../src/index.js';
-import { SOCKET, needsDaemon } from '../test-support/fake.js';
+import { Busy, ConnectError, Invalid, Sandbox } from '../src/index.js';
+import { BAD_NAMES, GOOD_NAMES, SOCKET, fromClient, needsDaemon, nowhere, withSandboxes } from '../test-support/fake.js';
 
 // The fake daemon's images (clients/fakeimages_test.go): 'default', 'team'
 // (built with --apt jq) and 'scratch', which nothing uses and which one
@@ -16,21 +13,6 @@ const opts = { socketPath: SOCKET };
 /** The image of that name in the daemon's list, or undefined. */
 async function listed(name) {
   return (await Sandbox.listImages(opts)).find((i) => i.name === name);
-}
-
-/** Runs fn with a function that creates sandboxes, then kills them. */
-async function withSandboxes(fn) {
-  const made = [];
-  const create = async (o = {}) => {
-    const sbx = await Sandbox.create({ ...opts, ...o });
-    made.push(sbx);
-    return sbx;
-  };
-  try {
-    return await fn(create);
-  } finally {
-    for (const sbx of made) await sbx.kill();
-  }
 }
 
 test('listImages describes each image', needsDaemon, async () => {
@@ -107,11 +89,8 @@ test('deleteImage deletes a built image', needsDaemon, async () => {
 
 // Bad image names are refused before any request: the socket does not
 // exist, so a request would be a ConnectError.
-const nowhere = { socketPath: path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cellvm-js-')), 'none.sock') };
-const fromClient = (cls, pattern) => (e) => e instanceof cls && !(e instanceof CellvmError) && (!pattern || pattern.test(e.message));
-
 test('bad image names are refused before any request', async () => {
-  for (const bad of ['', '-a', '_a', '.a', '..', 'A', 'Team', 'a/b', '../x', 'a b', 'a\n', 'é', 'a'.repeat(65)]) {
+  for (const bad of BAD_NAMES) {
     await assert.rejects(Sandbox.create({ ...nowhere, image: bad }),
       fromClient(RangeError, /is not an image name \(1 to 64 of a-z, 0-9, '-', '_' and '.'/));
     await assert.rejects(Sandbox.deleteImage(bad, nowhere), fromClient(RangeError, /is not an image name/));
@@ -122,7 +101,7 @@ test('bad image names are refused before any request', async () => {
 });
 
 test('good image names are sent', async () => {
-  for (const good of ['a', '0', 'a'.repeat(64), 'team_1.2', '9.-_', 'default']) {
+  for (const good of [...GOOD_NAMES, 'default']) {
     await assert.rejects(Sandbox.create({ ...nowhere, image: good }), ConnectError);
     await assert.rejects(Sandbox.deleteImage(good, nowhere), ConnectError);
   }
