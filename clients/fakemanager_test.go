@@ -47,7 +47,9 @@ import (
 // /workspace/fail-midway sends 100 KiB and then fails. Pause, resume,
 // snapshots and forks keep variables and files (fakesnapshots_test.go).
 // A create with a workspace holds it; its files under /workspace/ are the
-// workspace's, which outlive the sandbox (fakeworkspaces_test.go).
+// workspace's, which outlive the sandbox (fakeworkspaces_test.go). A
+// create boots one of the fake's images, "default", "team" or "scratch"
+// (fakeimages_test.go).
 type fakeManager struct {
 	mu      sync.Mutex
 	next    int
@@ -59,6 +61,8 @@ type fakeManager struct {
 	snaps   map[string]*fakeSnap
 	// workspaces are the named volumes, by name.
 	workspaces map[string]*fakeWorkspace
+	// images are the root images, by name (fakeimages_test.go).
+	images map[string]sandbox.ImageInfo
 }
 
 type fakeBox struct {
@@ -74,7 +78,8 @@ type fakeBox struct {
 }
 
 func newFakeManager() *fakeManager {
-	return &fakeManager{boxes: map[string]*fakeBox{}, snaps: map[string]*fakeSnap{}, workspaces: map[string]*fakeWorkspace{}, chart: fakesandbox.ChartPNG()}
+	return &fakeManager{boxes: map[string]*fakeBox{}, snaps: map[string]*fakeSnap{}, workspaces: map[string]*fakeWorkspace{},
+		images: fakeImages(), chart: fakesandbox.ChartPNG()}
 }
 
 func (f *fakeManager) note(format string, args ...any) {
@@ -139,6 +144,9 @@ func (f *fakeManager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.I
 	if cfg.Network != nil && containsEntry(cfg.Network.Allow, "not-supported.test") {
 		return sandbox.Info{}, fmt.Errorf("%w: this manager has no network policy support", sandbox.ErrNotSupported)
 	}
+	if err := f.checkImage(cfg); err != nil {
+		return sandbox.Info{}, err
+	}
 	id := fmt.Sprintf("sb-fake%d", f.next+1)
 	ws, err := f.holdWorkspace(cfg.Workspace, id)
 	if err != nil {
@@ -157,7 +165,11 @@ func (f *fakeManager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.I
 		b.vars, b.files = from.copyState()
 	}
 	f.boxes[id] = b
-	f.events = append(f.events, "create "+id)
+	if cfg.Image != "" {
+		f.events = append(f.events, "create "+id+" image "+cfg.Image)
+	} else {
+		f.events = append(f.events, "create "+id)
+	}
 	return b.info, nil
 }
 

@@ -47,8 +47,8 @@ func startedFrom(cfg sandbox.Config) string {
 	return sandbox.StartedFromTemplate
 }
 
-// forkConfig gives a fork its snapshot's machine (a different one is
-// refused) and what it does not set itself (env, lifetimes) from the
+// forkConfig gives a fork its snapshot's machine and image (a different
+// one is refused) and what it does not set itself (env, lifetimes) from the
 // snapshot's sandbox; the caller holds f.mu.
 func (f *fakeManager) forkConfig(cfg sandbox.Config) (sandbox.Config, *fakeSnap, error) {
 	sn, err := f.snap(cfg.Snapshot)
@@ -59,7 +59,11 @@ func (f *fakeManager) forkConfig(cfg sandbox.Config) (sandbox.Config, *fakeSnap,
 		return cfg, nil, fmt.Errorf("%w: vcpus %d, memory_mib %d: a fork of %s has the snapshot's %d vCPUs and %d MiB",
 			sandbox.ErrInvalid, cfg.VCPUs, cfg.MemoryMiB, sn.info.ID, sn.info.VCPUs, sn.info.MemoryMiB)
 	}
-	cfg.VCPUs, cfg.MemoryMiB = sn.info.VCPUs, sn.info.MemoryMiB
+	if cfg.Image != "" && imageOf(cfg) != imageOf(sn.cfg) {
+		return cfg, nil, fmt.Errorf("%w: image %q: a fork of %s boots nothing; it has its snapshot's image (%q)",
+			sandbox.ErrInvalid, cfg.Image, sn.info.ID, imageOf(sn.cfg))
+	}
+	cfg.VCPUs, cfg.MemoryMiB, cfg.Image = sn.info.VCPUs, sn.info.MemoryMiB, sn.cfg.Image
 	if cfg.Env == nil {
 		cfg.Env = sn.cfg.Env
 	}

@@ -97,13 +97,3 @@ func (f *fakeManager) DeleteWorkspace(ctx context.Context, name string) error {
 	f.events = append(f.events, "delete workspace "+name)
 	return nil
 }
-
-// DeleteImage: the clients' fake has no image to delete.
-func (f *fakeManager) DeleteImage(ctx context.Context, name string) error {
-	return fmt.Errorf("%w: no image %s", sandbox.ErrNotFound, name)
-}
-
-// Images: the clients' fake has the default image only.
-func (f *fakeManager) Images(ctx context.Context) ([]sandbox.ImageInfo, error) {
-	return []sandbox.ImageInfo{{Name: sandbox.DefaultImage}}, nil
-}

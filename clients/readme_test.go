@@ -121,6 +121,25 @@ func TestPythonReadmeWorkspaceExample(t *testing.T) {
 	}
 }
 
+// TestPythonReadmeImageExample runs the Python client's README example of
+// images against the fake, which has an image "team" built with --apt jq:
+// it prints what its comments say, its sandbox booted the image, and the
+// image is deleted once the sandbox is.
+func TestPythonReadmeImageExample(t *testing.T) {
+	m := newFakeManager()
+	out := runPythonReadmeBlock(t, m, "# Images, root file systems a sandbox boots.\n")
+	if want := "3.11.2 ['jq']\nteam\nTrue\n"; out != want {
+		t.Errorf("the example printed %q, want %q", out, want)
+	}
+	events := strings.Join(m.Happened(), "\n")
+	if want := "create sb-fake1 image team\ndelete sb-fake1\ndelete image team"; !strings.Contains(events, want) {
+		t.Errorf("the fake did not see %q:\n%s", want, events)
+	}
+	if _, ok := m.images["team"]; ok || len(m.boxes) != 0 {
+		t.Errorf("the example left image team (%v) or %d sandboxes", ok, len(m.boxes))
+	}
+}
+
 // runPythonReadmeBlock runs the Python client's README block that starts
 // with first against a daemon over m and returns its output.
 func runPythonReadmeBlock(t *testing.T, m *fakeManager, first string) string {

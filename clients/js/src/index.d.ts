@@ -1,6 +1,6 @@
 export { Sandbox, asyncDispose, DEFAULT_CELL_TIMEOUT_MS, START_ALLOWANCE_MS, CreateOptions, ConnectOptions, RunCodeOptions } from './sandbox.js';
 export { Connection, DEFAULT_SOCKET } from './transport.js';
-export { Execution, Result, ExecutionError, CommandResult, SandboxInfo, SnapshotInfo, Truncated, WorkspaceInfo } from './models.js';
+export { Execution, Result, ExecutionError, CommandResult, SandboxInfo, SnapshotInfo, Truncated, WorkspaceInfo, ImageInfo } from './models.js';
 export {
   CellvmError, Invalid, Unauthorized, Forbidden, NotFound, Busy, Lost, TooLarge, Internal, NotSupported, Full,
   ConnectError, ConnectionLost, Timeout, ProtocolError,

@@ -96,3 +96,20 @@ export interface WorkspaceInfo {
   sandboxId: string | null;
   raw: Record<string, unknown>;
 }
+
+/** A root image sandboxes can boot (Sandbox.create({ image })): 'default' is the daemon's own, the others were built with `cellvm image build`. */
+export interface ImageInfo {
+  name: string;
+  sizeBytes: number;
+  builtAt: string;
+  /** From the image's manifest: the interpreter's version (null when it has none) and the featured modules ('pandas 1.5.3'). */
+  python: string | null;
+  modules: string[];
+  /** How many sandboxes use it now. */
+  sandboxes: number;
+  /** From its build (null, [] and 0 for the default image). */
+  key: string | null;
+  apt: string[];
+  buildSeconds: number;
+  raw: Record<string, unknown>;
+}

@@ -94,3 +94,14 @@ export function workspaceInfo(raw) {
     createdAt: raw.created_at, sandboxId: typeof raw.sandbox === 'string' && raw.sandbox ? raw.sandbox : null, raw,
   };
 }
+
+const strings = (v) => (Array.isArray(v) ? v.filter((x) => typeof x === 'string') : []);
+const textOrNull = (v) => (typeof v === 'string' && v ? v : null);
+
+export function imageInfo(raw) {
+  return {
+    name: String(raw.name ?? ''), sizeBytes: Number(raw.size_bytes ?? 0), builtAt: raw.built_at,
+    python: textOrNull(raw.python), modules: strings(raw.modules), sandboxes: Number(raw.sandboxes ?? 0),
+    key: textOrNull(raw.key), apt: strings(raw.apt), buildSeconds: Number(raw.build_seconds ?? 0), raw,
+  };
+}

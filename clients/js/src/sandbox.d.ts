@@ -1,5 +1,5 @@
 import { Connection } from './transport.js';
-import { CommandResult, Execution, ExecutionError, Result, SandboxInfo, SnapshotInfo, WorkspaceInfo } from './models.js';
+import { CommandResult, Execution, ExecutionError, ImageInfo, Result, SandboxInfo, SnapshotInfo, WorkspaceInfo } from './models.js';
 
 export const DEFAULT_CELL_TIMEOUT_MS: number;
 /** Allowed on top of a cell's limit for the guest to start its interpreter. */
@@ -29,6 +29,11 @@ export interface CreateOptions extends ConnectOptions {
    * sandbox at a time (Busy when another holds it); not with snapshot. 1 to 64 of a-z, 0-9, '-', '_', '.'.
    */
   workspace?: string;
+  /**
+   * Boots this root image (Sandbox.listImages(); 'default', or none, is the daemon's own; Invalid, naming the images,
+   * when there is no such image). A fork has its snapshot's. 1 to 64 of a-z, 0-9, '-', '_', '.'.
+   */
+  image?: string;
   /** How long the boot may take. */
   timeoutMs?: number;
 }
@@ -58,6 +63,10 @@ export class Sandbox {
   static listWorkspaces(opts?: ConnectOptions): Promise<WorkspaceInfo[]>;
   /** Deletes a workspace (Busy while a sandbox holds it); false when it was already gone. */
   static deleteWorkspace(name: string, opts?: ConnectOptions): Promise<boolean>;
+  /** Every root image of the daemon, the default first. */
+  static listImages(opts?: ConnectOptions): Promise<ImageInfo[]>;
+  /** Deletes a built image (Busy while a sandbox or a snapshot uses it, Invalid for 'default'); false when it was already gone. */
+  static deleteImage(name: string, opts?: ConnectOptions): Promise<boolean>;
   readonly sandboxId: string;
   readonly id: string;
   readonly created: SandboxInfo;

@@ -3,9 +3,9 @@
 
 import { Readable } from 'node:stream';
 import { ConnectionLost, NotFound, ProtocolError, TooLarge } from './errors.js';
-import { Execution, Result, commandResult, executionError, sandboxInfo, snapshotInfo, workspaceInfo } from './models.js';
+import { Execution, Result, commandResult, executionError, imageInfo, sandboxInfo, snapshotInfo, workspaceInfo } from './models.js';
 import {
-  Connection, MAX_EVENT_LINE_BYTES, answer, filesPath, jsonCall, readBody, sandboxPath, snapshotPath, workspacePath,
+  Connection, MAX_EVENT_LINE_BYTES, answer, filesPath, imagePath, jsonCall, readBody, sandboxPath, snapshotPath, workspacePath,
 } from './transport.js';
 
 /** A cell's time limit when runCode is given none; the daemon's default. */
@@ -58,14 +58,21 @@ function snapshotId(id) {
   return id;
 }
 
-/** A workspace name, checked before it is sent: 1 to 64 of a-z, 0-9, '-', '_' and '.', starting with a letter or digit. */
-function workspaceName(name) {
-  if (typeof name !== 'string') throw new TypeError(`a workspace name is a string, not ${name === null ? 'null' : typeof name}`);
+/**
+ * A workspace's or an image's name (what: 'a workspace name'), checked before it is sent: 1 to 64 of a-z, 0-9, '-',
+ * '_' and '.', starting with a letter or digit (it names a file or a directory on the daemon's host).
+ */
+function hostName(name, what) {
+  if (typeof name !== 'string') throw new TypeError(`${what} is a string, not ${name === null ? 'null' : typeof name}`);
   if (!/^[a-z0-9][a-z0-9._-]{0,63}$/.test(name)) {
-    throw new RangeError(`${JSON.stringify(clip(name))} is not a workspace name (1 to 64 of a-z, 0-9, '-', '_' and '.', starting with a letter or digit)`);
+    throw new RangeError(`${JSON.stringify(clip(name))} is not ${what} (1 to 64 of a-z, 0-9, '-', '_' and '.', starting with a letter or digit)`);
   }
   return name;
 }
+
+const workspaceName = (name) => hostName(name, 'a workspace name');
+/** An image name ('default' is the daemon's own image). */
+const imageName = (name) => hostName(name, 'an image name');
 
 function startField(start) {
   if (start === undefined || start === null) return undefined;
@@ -254,6 +261,7 @@ export class Sandbox {
     if (start) cfg.start = start;
     if (opts.snapshot !== undefined && opts.snapshot !== null) cfg.snapshot = snapshotId(opts.snapshot);
     if (opts.workspace !== undefined && opts.workspace !== null) cfg.workspace = workspaceName(opts.workspace);
+    if (opts.image !== undefined && opts.image !== null) cfg.image = imageName(opts.image);
     const raw = await jsonCall(c, 'POST', '/v1/sandboxes', cfg, { want: [201], timeoutMs: (opts.timeoutMs ?? DEFAULT_CREATE_TIMEOUT_MS) + c.timeoutMs });
     return new this(c, sandboxInfo(raw));
   }
@@ -299,6 +307,18 @@ export class Sandbox {
   /** Deletes a workspace and its files (Busy while a sandbox holds it); resolves to false when it was already gone. */
   static async deleteWorkspace(name, opts = {}) {
     const path = workspacePath(workspaceName(name));
+    return deleteCall(conn(opts), path);
+  }
+
+  /** Every root image of the daemon, the default first, with its manifest's Python and modules and how many sandboxes use it. */
+  static async listImages(opts = {}) {
+    const v = await jsonCall(conn(opts), 'GET', '/v1/images');
+    return (Array.isArray(v) ? v : []).filter((i) => i && typeof i === 'object').map(imageInfo);
+  }
+
+  /** Deletes a built image (Busy while a sandbox or a snapshot uses it, Invalid for 'default'); resolves to false when it was already gone. */
+  static async deleteImage(name, opts = {}) {
+    const path = imagePath(imageName(name));
     return deleteCall(conn(opts), path);
   }
 

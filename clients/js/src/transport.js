@@ -275,6 +275,11 @@ export function workspacePath(name) {
   return `/v1/workspaces/${encodeURIComponent(name)}`;
 }
 
+/** The route of an image (the name is checked by the caller). */
+export function imagePath(name) {
+  return `/v1/images/${encodeURIComponent(name)}`;
+}
+
 /** The files route of a guest path; a relative path is under /workspace. */
 export function filesPath(id, guestPath) {
   if (typeof guestPath !== 'string' || !guestPath) throw new TypeError('a file path is a non-empty string');

@@ -1,10 +1,7 @@
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { test } from 'node:test';
-import { Busy, CellvmError, ConnectError, Full, Invalid, Lost, NotFound, Sandbox } from '../src/index.js';
-import { SOCKET, needsDaemon } from '../test-support/fake.js';
+import { Busy, ConnectError, Full, Invalid, Lost, NotFound, Sandbox } from '../src/index.js';
+import { SOCKET, fromClient, needsDaemon, nowhere } from '../test-support/fake.js';
 
 const opts = { socketPath: SOCKET };
 
@@ -131,9 +128,6 @@ test('a lost sandbox', needsDaemon, () => withSandbox({}, async (sbx) => {
 
 // Bad snapshot ids and start values are refused before any request: the
 // socket does not exist, so a request would be a ConnectError.
-const nowhere = { socketPath: path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cellvm-js-')), 'none.sock') };
-const fromClient = (cls, pattern) => (e) => e instanceof cls && !(e instanceof CellvmError) && (!pattern || pattern.test(e.message));
-
 test('bad snapshot ids are refused before any request', async () => {
   for (const bad of ['snap-123', 'snap-0123456789AB', 'snap-0123456789abc', 'sb-0123456789ab', '../sandboxes', '', `snap-${'0'.repeat(100)}`]) {
     await assert.rejects(Sandbox.create({ ...nowhere, snapshot: bad }), fromClient(RangeError, /is not a snapshot id \(snap- and 12 hex digits/));

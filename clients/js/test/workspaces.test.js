@@ -1,10 +1,7 @@
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { test } from 'node:test';
-import { Busy, CellvmError, ConnectError, Invalid, NotFound, NotSupported, Sandbox } from '../src/index.js';
-import { SOCKET, needsDaemon } from '../test-support/fake.js';
+import { Busy, ConnectError, Invalid, NotFound, NotSupported, Sandbox } from '../src/index.js';
+import { BAD_NAMES, GOOD_NAMES, SOCKET, fromClient, needsDaemon, nowhere, withSandboxes } from '../test-support/fake.js';
 
 const opts = { socketPath: SOCKET };
 const text = (bytes) => Buffer.from(bytes).toString();
@@ -20,16 +17,9 @@ async function listed(name) {
  * each test has names of its own).
  */
 async function withWorkspace(name, fn) {
-  const made = [];
-  const create = async (o = {}) => {
-    const sbx = await Sandbox.create({ ...opts, ...o });
-    made.push(sbx);
-    return sbx;
-  };
   try {
-    return await fn(create);
+    return await withSandboxes(fn);
   } finally {
-    for (const sbx of made) await sbx.kill();
     await Sandbox.deleteWorkspace(name, opts);
   }
 }
@@ -91,11 +81,8 @@ test('the daemon refuses a workspace for a fork', needsDaemon, () => withWorkspa
 
 // Bad workspace names are refused before any request: the socket does not
 // exist, so a request would be a ConnectError.
-const nowhere = { socketPath: path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cellvm-js-')), 'none.sock') };
-const fromClient = (cls, pattern) => (e) => e instanceof cls && !(e instanceof CellvmError) && (!pattern || pattern.test(e.message));
-
 test('bad workspace names are refused before any request', async () => {
-  for (const bad of ['', '-a', '_a', '.a', '..', 'A', 'Notes', 'a/b', '../x', 'a b', 'a\n', 'é', 'a'.repeat(65)]) {
+  for (const bad of BAD_NAMES) {
     await assert.rejects(Sandbox.create({ ...nowhere, workspace: bad }),
       fromClient(RangeError, /is not a workspace name \(1 to 64 of a-z, 0-9, '-', '_' and '.'/));
     await assert.rejects(Sandbox.deleteWorkspace(bad, nowhere), fromClient(RangeError));
@@ -106,7 +93,7 @@ test('bad workspace names are refused before any request', async () => {
 });
 
 test('good workspace names are sent', async () => {
-  for (const good of ['a', '0', 'a'.repeat(64), 'my-ws_1.2', '9.-_']) {
+  for (const good of GOOD_NAMES) {
     await assert.rejects(Sandbox.create({ ...nowhere, workspace: good }), ConnectError);
     await assert.rejects(Sandbox.deleteWorkspace(good, nowhere), ConnectError);
   }

@@ -27,7 +27,8 @@ from .errors import (
     NotSupported, ProtocolError, Timeout, TooLarge,
 )
 from .models import (
-    CommandResult, Execution, ExecutionError, Logs, Result, SandboxInfo, SnapshotInfo, Truncated, WorkspaceInfo,
+    CommandResult, Execution, ExecutionError, ImageInfo, Logs, Result, SandboxInfo, SnapshotInfo, Truncated,
+    WorkspaceInfo,
 )
 from .sandbox import Sandbox
 
@@ -36,7 +37,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Sandbox", "AsyncSandbox", "Connection", "DEFAULT_SOCKET",
     "Execution", "Result", "Logs", "ExecutionError", "Truncated", "CommandResult", "SandboxInfo", "SnapshotInfo",
-    "WorkspaceInfo",
+    "WorkspaceInfo", "ImageInfo",
     "CellvmError", "Invalid", "Unauthorized", "Forbidden", "NotFound", "Busy", "Lost", "TooLarge", "Internal", "NotSupported",
     "Full", "ConnectError", "ConnectionLost", "Timeout", "ProtocolError",
 ]

@@ -100,6 +100,15 @@ def workspace_path(name: str) -> str:
     return workspaces_path() + "/" + quote(name, safe="")
 
 
+def images_path() -> str:
+    return "/v1/images"
+
+
+def image_path(name: str) -> str:
+    """The path of an image (the name is checked by the caller)."""
+    return images_path() + "/" + quote(name, safe="")
+
+
 def files_path(sandbox_id: str, guest_path: str) -> str:
     """The files route of a guest path. A relative path is taken as
     relative to /workspace, where cells and commands run."""

@@ -18,7 +18,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 from . import _exchange as ex
 from ._transport import Connection
 from .errors import NotFound
-from .models import CommandResult, Execution, ExecutionError, Result, SandboxInfo, SnapshotInfo, WorkspaceInfo
+from .models import (
+    CommandResult, Execution, ExecutionError, ImageInfo, Result, SandboxInfo, SnapshotInfo, WorkspaceInfo,
+)
 
 #: A cell's time limit when run_code is given none (seconds); the same as
 #: the daemon's default.
@@ -105,20 +107,32 @@ def snapshot_id(value: Any) -> str:
     return value
 
 
-#: A workspace's name, as the daemon takes it (it names a file on the host).
-_WORKSPACE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+#: A workspace's or an image's name, as the daemon takes it (it names a
+#: file or a directory on the host).
+_HOST_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
+def _host_name(value: Any, what: str) -> str:
+    """value checked before it is sent as what ("a workspace name"): 1 to
+    64 of a-z, 0-9, '-', '_' and '.', starting with a letter or digit."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} is a str, not {type(value).__name__}")
+    if not _HOST_NAME.fullmatch(value):
+        shown = value if len(value) <= 64 else value[:64] + "..."
+        raise ValueError(f"{shown!r} is not {what} (1 to 64 of a-z, 0-9, '-', '_' and '.', "
+                         "starting with a letter or digit)")
+    return value
 
 
 def workspace_name(value: Any) -> str:
-    """A workspace name as given, checked before it is sent: 1 to 64 of
-    a-z, 0-9, '-', '_' and '.', starting with a letter or digit."""
-    if not isinstance(value, str):
-        raise TypeError(f"a workspace name is a str, not {type(value).__name__}")
-    if not _WORKSPACE_NAME.fullmatch(value):
-        shown = value if len(value) <= 64 else value[:64] + "..."
-        raise ValueError(f"{shown!r} is not a workspace name (1 to 64 of a-z, 0-9, '-', '_' and '.', "
-                         "starting with a letter or digit)")
-    return value
+    """A workspace name as given, checked before it is sent."""
+    return _host_name(value, "a workspace name")
+
+
+def image_name(value: Any) -> str:
+    """An image name as given, checked before it is sent ("default" is
+    the daemon's own image)."""
+    return _host_name(value, "an image name")
 
 
 def _start(start: Any) -> Optional[str]:
@@ -135,7 +149,7 @@ def _start(start: Any) -> Optional[str]:
 def create_plan(conn: Connection, *, vcpus: Optional[int], memory_mib: Optional[int], network: Any,
                 env: Any, ttl_s: Optional[int], idle_timeout_s: Optional[int], timeout: float,
                 start: Optional[str] = None, snapshot: Optional[str] = None,
-                workspace: Optional[str] = None) -> Plan:
+                workspace: Optional[str] = None, image: Optional[str] = None) -> Plan:
     cfg: Dict[str, Any] = {}
     for name, v in (("vcpus", vcpus), ("memory_mib", memory_mib), ("ttl_s", ttl_s), ("idle_timeout_s", idle_timeout_s)):
         if v is not None:
@@ -155,6 +169,8 @@ def create_plan(conn: Connection, *, vcpus: Optional[int], memory_mib: Optional[
         cfg["snapshot"] = snapshot_id(snapshot)
     if workspace is not None:
         cfg["workspace"] = workspace_name(workspace)
+    if image is not None:
+        cfg["image"] = image_name(image)
     return Plan(ex.json_call("POST", ex.sandboxes_path(), cfg, want=(201,)), timeout + conn.timeout, SandboxInfo.from_raw)
 
 
@@ -187,6 +203,15 @@ def list_workspaces_plan(conn: Connection) -> Plan:
 
 def delete_workspace_plan(conn: Connection, name: str) -> Plan:
     return Plan(_delete(ex.workspace_path(workspace_name(name))), conn.timeout)
+
+
+def list_images_plan(conn: Connection) -> Plan:
+    return Plan(ex.json_call("GET", ex.images_path()), conn.timeout,
+                lambda v: [ImageInfo.from_raw(i) for i in v or [] if isinstance(i, dict)])
+
+
+def delete_image_plan(conn: Connection, name: str) -> Plan:
+    return Plan(_delete(ex.image_path(image_name(name))), conn.timeout)
 
 
 def _kill(sandbox_id: str) -> ex.Exchange:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any, Awaitable, Dict, List, Optional
 
 from ._sandbox import (
-    DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, delete_snapshot_plan, delete_workspace_plan,
-    get_snapshot_plan, info_plan, list_plan, list_snapshots_plan, list_workspaces_plan,
+    DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, delete_image_plan, delete_snapshot_plan,
+    delete_workspace_plan, get_snapshot_plan, info_plan, list_images_plan, list_plan, list_snapshots_plan,
+    list_workspaces_plan,
 )
 from ._transport import Connection
-from .models import SandboxInfo, SnapshotInfo, WorkspaceInfo
+from .models import ImageInfo, SandboxInfo, SnapshotInfo, WorkspaceInfo
 
 
 class AsyncSandbox(SandboxCalls):
@@ -27,13 +28,13 @@ class AsyncSandbox(SandboxCalls):
     def create(cls, *, vcpus: Optional[int] = None, memory_mib: Optional[int] = None, network: Any = None,
                env: Optional[Dict[str, str]] = None, ttl_s: Optional[int] = None, idle_timeout_s: Optional[int] = None,
                start: Optional[str] = None, snapshot: Optional[str] = None, workspace: Optional[str] = None,
-               timeout: float = DEFAULT_CREATE_TIMEOUT_S, connection: Optional[Connection] = None,
-               socket_path: Optional[str] = None) -> "_Creating":
+               image: Optional[str] = None, timeout: float = DEFAULT_CREATE_TIMEOUT_S,
+               connection: Optional[Connection] = None, socket_path: Optional[str] = None) -> "_Creating":
         """Creates a sandbox; await the result (or use it in ``async with``)."""
         conn = connection or Connection(socket_path)
         plan = create_plan(conn, vcpus=vcpus, memory_mib=memory_mib, network=network, env=env,
                            ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, timeout=timeout, start=start, snapshot=snapshot,
-                           workspace=workspace)
+                           workspace=workspace, image=image)
         return _Creating(cls, conn, plan)
 
     @classmethod
@@ -83,6 +84,20 @@ class AsyncSandbox(SandboxCalls):
         """Deletes a workspace (Busy while a sandbox holds it); False when it was already gone."""
         conn = connection or Connection(socket_path)
         return await delete_workspace_plan(conn, name).arun(conn)
+
+    @classmethod
+    async def list_images(cls, *, connection: Optional[Connection] = None,
+                          socket_path: Optional[str] = None) -> List[ImageInfo]:
+        """Every root image of the daemon, the default first."""
+        conn = connection or Connection(socket_path)
+        return await list_images_plan(conn).arun(conn)
+
+    @classmethod
+    async def delete_image(cls, name: str, *, connection: Optional[Connection] = None,
+                           socket_path: Optional[str] = None) -> bool:
+        """Deletes a built image (Busy while a sandbox or snapshot uses it); False when it was already gone."""
+        conn = connection or Connection(socket_path)
+        return await delete_image_plan(conn, name).arun(conn)
 
     def _do(self, plan: Plan) -> Awaitable[Any]:
         return plan.arun(self._conn)

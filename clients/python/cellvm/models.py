@@ -280,3 +280,40 @@ class WorkspaceInfo:
         return cls(name=str(raw.get("name", "")), size_bytes=int(raw.get("size_bytes") or 0),
                    disk_bytes=int(raw.get("disk_bytes") or 0), created_at=str(raw.get("created_at", "")),
                    sandbox_id=holder if isinstance(holder, str) and holder else None, raw=raw)
+
+
+@dataclass
+class ImageInfo:
+    """A root image sandboxes can boot (``Sandbox.create(image=name)``), as
+    the daemon describes it: "default" is the daemon's own, the others
+    were built with ``cellvm image build``. ``python`` and ``modules``
+    ("pandas 1.5.3", ...) are from the image's manifest (None and [] when
+    it has none); ``sandboxes`` counts the sandboxes that use it now;
+    ``key``, ``apt`` and ``build_seconds`` are from its build (None, []
+    and 0.0 for the default image)."""
+
+    name: str
+    size_bytes: int
+    built_at: str
+    python: Optional[str] = None
+    modules: List[str] = field(default_factory=list)
+    sandboxes: int = 0
+    key: Optional[str] = None
+    apt: List[str] = field(default_factory=list)
+    build_seconds: float = 0.0
+    raw: Dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def from_raw(cls, raw: Dict[str, Any]) -> "ImageInfo":
+        def text(k: str) -> Optional[str]:
+            v = raw.get(k)
+            return v if isinstance(v, str) and v else None
+
+        def texts(k: str) -> List[str]:
+            v = raw.get(k)
+            return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
+
+        return cls(name=str(raw.get("name", "")), size_bytes=int(raw.get("size_bytes") or 0),
+                   built_at=str(raw.get("built_at", "")), python=text("python"), modules=texts("modules"),
+                   sandboxes=int(raw.get("sandboxes") or 0), key=text("key"), apt=texts("apt"),
+                   build_seconds=float(raw.get("build_seconds") or 0), raw=raw)

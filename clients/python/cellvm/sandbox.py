@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from ._sandbox import (
-    DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, delete_snapshot_plan, delete_workspace_plan,
-    get_snapshot_plan, info_plan, list_plan, list_snapshots_plan, list_workspaces_plan,
+    DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, delete_image_plan, delete_snapshot_plan,
+    delete_workspace_plan, get_snapshot_plan, info_plan, list_images_plan, list_plan, list_snapshots_plan,
+    list_workspaces_plan,
 )
 from ._transport import Connection
-from .models import SandboxInfo, SnapshotInfo, WorkspaceInfo
+from .models import ImageInfo, SandboxInfo, SnapshotInfo, WorkspaceInfo
 
 
 class Sandbox(SandboxCalls):
@@ -29,15 +30,16 @@ class Sandbox(SandboxCalls):
     ``pause``, ``resume``, ``snapshot``, ``info``, ``kill``; snapshots are
     listed, described and deleted with :meth:`list_snapshots`,
     :meth:`get_snapshot` and :meth:`delete_snapshot`, workspaces listed and
-    deleted with :meth:`list_workspaces` and :meth:`delete_workspace`.
+    deleted with :meth:`list_workspaces` and :meth:`delete_workspace`, root
+    images with :meth:`list_images` and :meth:`delete_image`.
     """
 
     @classmethod
     def create(cls, *, vcpus: Optional[int] = None, memory_mib: Optional[int] = None, network: Any = None,
                env: Optional[Dict[str, str]] = None, ttl_s: Optional[int] = None, idle_timeout_s: Optional[int] = None,
                start: Optional[str] = None, snapshot: Optional[str] = None, workspace: Optional[str] = None,
-               timeout: float = DEFAULT_CREATE_TIMEOUT_S, connection: Optional[Connection] = None,
-               socket_path: Optional[str] = None) -> "Sandbox":
+               image: Optional[str] = None, timeout: float = DEFAULT_CREATE_TIMEOUT_S,
+               connection: Optional[Connection] = None, socket_path: Optional[str] = None) -> "Sandbox":
         """Creates a sandbox and returns once it runs. ``network`` is None
         (no network device at all) or an allowlist; ``env`` reaches the
         interpreter and commands; ``timeout`` bounds the boot. ``start`` is
@@ -47,11 +49,14 @@ class Sandbox(SandboxCalls):
         its variables and files, and its vCPUs and memory. ``workspace``
         mounts the named workspace at /workspace: made empty on first use,
         kept when the sandbox is deleted, held by one sandbox at a time
-        (Busy when another holds it); not with ``snapshot``."""
+        (Busy when another holds it); not with ``snapshot``. ``image``
+        boots that root image (:meth:`list_images`; "default", or none, is
+        the daemon's own; Invalid, naming the images, when there is no
+        such image); a fork has its snapshot's image."""
         conn = connection or Connection(socket_path)
         plan = create_plan(conn, vcpus=vcpus, memory_mib=memory_mib, network=network, env=env,
                            ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, timeout=timeout, start=start, snapshot=snapshot,
-                           workspace=workspace)
+                           workspace=workspace, image=image)
         return cls(conn, plan.run(conn))
 
     @classmethod
@@ -104,6 +109,23 @@ class Sandbox(SandboxCalls):
         it). Returns False when it was already gone."""
         conn = connection or Connection(socket_path)
         return delete_workspace_plan(conn, name).run(conn)
+
+    @classmethod
+    def list_images(cls, *, connection: Optional[Connection] = None,
+                    socket_path: Optional[str] = None) -> List[ImageInfo]:
+        """Every root image of the daemon, the default first, with its
+        manifest's Python and modules and how many sandboxes use it."""
+        conn = connection or Connection(socket_path)
+        return list_images_plan(conn).run(conn)
+
+    @classmethod
+    def delete_image(cls, name: str, *, connection: Optional[Connection] = None,
+                     socket_path: Optional[str] = None) -> bool:
+        """Deletes a built image (Busy while a sandbox or a snapshot uses
+        it; Invalid for "default", the daemon's own). Returns False when
+        it was already gone."""
+        conn = connection or Connection(socket_path)
+        return delete_image_plan(conn, name).run(conn)
 
     def _do(self, plan: Plan) -> Any:
         return plan.run(self._conn)

@@ -11,6 +11,11 @@ import cellvm
 SOCKET = os.environ.get("CELLVM_TEST_FAKE_SOCKET", "")
 FORBIDDEN_SOCKET = os.environ.get("CELLVM_TEST_FORBIDDEN_SOCKET", "")
 
+#: Workspace and image names the daemon's rule (1 to 64 of a-z, 0-9, '-',
+#: '_' and '.', starting with a letter or digit) refuses, and some it takes.
+BAD_NAMES = ("", "-a", "_a", ".a", "..", "A", "Notes", "a/b", "../x", "a b", "a\n", "é", "a" * 65)
+GOOD_NAMES = ("a", "0", "a" * 64, "my-ws_1.2", "9.-_")
+
 
 def needs_daemon(cls):
     return unittest.skipUnless(SOCKET, "needs the fake daemon: run 'go test ./clients' (it serves one)")(cls)
