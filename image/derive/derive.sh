@@ -10,7 +10,8 @@
 #                $DERIVE_REQUIREMENTS, binary wheels only (no setup.py runs
 #                on the host), from the wheel directory and, if given,
 #                $DERIVE_PIP_INDEX; into /usr/local, for every user
-#   files        $DERIVE_FILES copied onto the root, owned by root
+#   files        $DERIVE_FILES copied onto the root, owned by root, by cp
+#                inside the chroot (symbolic links resolve in the image)
 #   manifest     collect.py in the image: /etc/cellvm-manifest.json anew
 #   mkfs         mkfs.ext4 -d of the tree, e2fsck, read-only
 #
@@ -49,9 +50,11 @@ in_root() {
 			touch "$root/dev/$d" && mount --bind "/dev/$d" "$root/dev/$d" || exit 1
 		done &&
 		touch "$root/etc/resolv.conf" && mount --bind /etc/resolv.conf "$root/etc/resolv.conf" &&
-		if [ -n "${DERIVE_WHEELS:-}" ]; then
-			mkdir -p "$root/tmp/cellvm-wheels" && mount --bind -o ro "$DERIVE_WHEELS" "$root/tmp/cellvm-wheels" || exit 1
-		fi &&
+		for pair in "cellvm-wheels:${DERIVE_WHEELS:-}" "cellvm-files:${DERIVE_FILES:-}"; do
+			dir=${pair#*:}
+			[ -n "$dir" ] || continue
+			mkdir -p "$root/tmp/${pair%%:*}" && mount --bind -o ro "$dir" "$root/tmp/${pair%%:*}" || exit 1
+		done &&
 		exec env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
 			DEBIAN_FRONTEND=noninteractive PIP_CONFIG_FILE=/dev/null chroot "$root" "$@"
 	' in_root "$root" "$@"
@@ -101,12 +104,17 @@ if [[ -n ${DERIVE_WHEELS:-} || -n ${DERIVE_REQUIREMENTS:-} ]]; then
 	fi
 	in_root "${args[@]}"
 	in_root sh -c 'for d in /usr/local/lib/python3*/dist-packages; do [ -d "$d" ] && python3 -m compileall -q "$d" >/dev/null; done; exit 0'
-	rm -rf "$root/tmp/cellvm-wheels" "$root/tmp/cellvm-requirements.txt"
+	rm -rf "$root/tmp/cellvm-requirements.txt"
+	rmdir "$root/tmp/cellvm-wheels" 2>/dev/null || true
 fi
 
 if [[ -n ${DERIVE_FILES:-} ]]; then
 	step files
-	cp -R --preserve=mode,timestamps,links --no-preserve=ownership --remove-destination "$DERIVE_FILES/." "$root/"
+	# Copied inside the chroot: the tree's absolute symbolic links (the
+	# base's, or ones --files itself brought) then resolve in the image,
+	# never on this host.
+	in_root cp -R --preserve=mode,timestamps,links --no-preserve=ownership --remove-destination /tmp/cellvm-files/. /
+	rmdir "$root/tmp/cellvm-files"
 	echo "files: $(find "$DERIVE_FILES" -mindepth 1 | wc -l) entries"
 fi
 

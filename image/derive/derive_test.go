@@ -112,6 +112,11 @@ func TestBuildFromWheelsRequirementsAndFiles(t *testing.T) {
 	reqs := filepath.Join(dir, "requirements.txt")
 	os.WriteFile(reqs, []byte("cellvm-required==2.0\n"), 0o644)
 	os.WriteFile(filepath.Join(files, "opt", "team", "notes.txt"), []byte("the team's notes\n"), 0o640)
+	// An absolute symbolic link into the image: the rebuild below copies a
+	// file through it, which must land in the image's /srv, not the host's.
+	if err := os.Symlink("/srv", filepath.Join(files, "opt", "escape")); err != nil {
+		t.Fatal(err)
+	}
 	os.Chown(filepath.Join(files, "opt", "team", "notes.txt"), 1234, 1234)
 
 	images := filepath.Join(dir, "images")
@@ -208,13 +213,20 @@ func TestBuildFromWheelsRequirementsAndFiles(t *testing.T) {
 		t.Errorf("the failed build left %v", left)
 	}
 
-	// Changed inputs (the requirement, from a package index the build
-	// reaches, and another file): a new image in place of the old.
+	// Changed inputs (the base: the image itself; the requirement, from
+	// a package index the build reaches; another file; a file under the
+	// base's opt/escape -> /srv): a new image in place of the old.
 	good := spec
+	good.Base = img
 	good.PipWheels = ""
 	good.Requirements = reqs
 	good.PipIndex = serveIndex(t, required)
 	os.WriteFile(filepath.Join(files, "opt", "team", "notes.txt"), []byte("new notes\n"), 0o640)
+	probe := fmt.Sprintf("cellvm-derive-probe-%d.txt", os.Getpid())
+	os.Remove(filepath.Join(files, "opt", "escape"))
+	os.MkdirAll(filepath.Join(files, "opt", "escape"), 0o755)
+	os.WriteFile(filepath.Join(files, "opt", "escape", probe), []byte("in the image\n"), 0o644)
+	t.Cleanup(func() { os.Remove(filepath.Join("/srv", probe)) })
 	log.Reset()
 	res3, err := Build(context.Background(), good, &log)
 	if err != nil || res3.CacheHit || res3.Key == res.Key {
@@ -225,6 +237,15 @@ func TestBuildFromWheelsRequirementsAndFiles(t *testing.T) {
 	}
 	if got := debugfsCat(t, img, "/opt/team/notes.txt"); got != "new notes\n" {
 		t.Errorf("the rebuilt image's file: %q", got)
+	}
+	if _, err := os.Lstat(filepath.Join("/srv", probe)); err == nil {
+		t.Errorf("--files wrote /srv/%s on this host, through the base's symbolic link opt/escape -> /srv", probe)
+	}
+	if got := debugfsCat(t, img, "/srv/"+probe); got != "in the image\n" {
+		t.Errorf("the file copied through the image's opt/escape -> /srv: %q in the image's /srv", got)
+	}
+	if got := debugfsCat(t, img, "/usr/local/lib/python3.11/dist-packages/cellvm_direct/__init__.py"); !strings.Contains(got, "installed as a wheel") {
+		t.Errorf("the rebuild on the image lost what the image had: %q", got)
 	}
 	if left, _ := filepath.Glob(filepath.Join(images, ".build-*")); len(left) != 0 {
 		t.Errorf("the rebuild left %v (the old image's directory?)", left)
