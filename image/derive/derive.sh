@@ -10,7 +10,7 @@
 #                $DERIVE_REQUIREMENTS, binary wheels only (no setup.py runs
 #                on the host), from the wheel directory and, if given,
 #                $DERIVE_PIP_INDEX; into /usr/local, for every user
-#   files        $DERIVE_FILES copied onto the root, owned by root, by cp
+#   files        $DERIVE_FILES copied onto the root, owned by root, by tar
 #                inside the chroot (symbolic links resolve in the image)
 #   manifest     collect.py in the image: /etc/cellvm-manifest.json anew
 #   mkfs         mkfs.ext4 -d of the tree, e2fsck, read-only
@@ -110,10 +110,12 @@ fi
 
 if [[ -n ${DERIVE_FILES:-} ]]; then
 	step files
-	# Copied inside the chroot: the tree's absolute symbolic links (the
-	# base's, or ones --files itself brought) then resolve in the image,
-	# never on this host.
-	in_root cp -R --preserve=mode,timestamps,links --no-preserve=ownership --remove-destination /tmp/cellvm-files/. /
+	# Copied by tar inside the chroot: a directory of the tree goes through
+	# the image's symbolic link of that name (DIR/bin/x lands in /usr/bin
+	# of a merged-/usr image), and links resolve in the image, never on
+	# this host. Files replace what is there (a link is replaced, not
+	# followed); the image's directories keep their owners and modes.
+	in_root sh -c 'tar -C /tmp/cellvm-files -cf - . | tar -C / -xf - --keep-directory-symlink --no-same-owner --no-overwrite-dir'
 	rmdir "$root/tmp/cellvm-files"
 	echo "files: $(find "$DERIVE_FILES" -mindepth 1 | wc -l) entries"
 fi

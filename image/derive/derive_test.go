@@ -112,6 +112,10 @@ func TestBuildFromWheelsRequirementsAndFiles(t *testing.T) {
 	reqs := filepath.Join(dir, "requirements.txt")
 	os.WriteFile(reqs, []byte("cellvm-required==2.0\n"), 0o644)
 	os.WriteFile(filepath.Join(files, "opt", "team", "notes.txt"), []byte("the team's notes\n"), 0o640)
+	// bin/ is a symbolic link to usr/bin in the (merged-/usr) image: a
+	// file under the tree's bin/ lands in /usr/bin.
+	os.MkdirAll(filepath.Join(files, "bin"), 0o755)
+	os.WriteFile(filepath.Join(files, "bin", "cellvm-team-tool"), []byte("#!/bin/sh\necho tool\n"), 0o755)
 	// An absolute symbolic link into the image: the rebuild below copies a
 	// file through it, which must land in the image's /srv, not the host's.
 	if err := os.Symlink("/srv", filepath.Join(files, "opt", "escape")); err != nil {
@@ -148,6 +152,12 @@ func TestBuildFromWheelsRequirementsAndFiles(t *testing.T) {
 	st := debugfsStat(t, img, "/opt/team/notes.txt")
 	if !strings.Contains(st, "User:     0   Group:     0") || !strings.Contains(st, "Mode:  0640") {
 		t.Errorf("--files' file is not root's with its mode kept:\n%s", st)
+	}
+	if st := debugfsStat(t, img, "/usr/bin/cellvm-team-tool"); !strings.Contains(st, "Mode:  0755") {
+		t.Errorf("--files' bin/cellvm-team-tool is not /usr/bin/cellvm-team-tool, mode 0755, through the image's bin -> usr/bin:\n%s", st)
+	}
+	if st := debugfsStat(t, img, "/bin"); !strings.Contains(st, "Type: symlink") {
+		t.Errorf("the image's /bin is no longer a symbolic link:\n%s", st)
 	}
 	marker := debugfsCat(t, img, "/etc/cellvm-image")
 	if !strings.Contains(marker, "key "+res.Key) || !strings.Contains(marker, "name team") {
