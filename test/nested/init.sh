@@ -146,7 +146,29 @@ echo /bin/rig-modprobe >/proc/sys/kernel/modprobe
 mkdir -p $R/.cellvm-rig
 cp /rig/cmd.sh $R/.cellvm-rig/cmd.sh
 
+# The command, and so every KVM_RUN of every L2 vCPU, runs on CPUs 1..N-1,
+# never on CPU 0. QEMU's TCG (10.0.2 and earlier) clears IGNNE on every
+# FPU-environment restore (FLDENV, FRSTOR, FXRSTOR, XRSTOR: each context
+# switch) by a plain read-modify-write of the *first* vCPU's hflags2, from
+# whichever vCPU thread runs it. When CPU 0 is entering or leaving an L2
+# guest at that moment, the write-back puts back the nested-paging and GIF
+# bits that VMRUN or #VMEXIT had just changed. Seen in the rig
+# (2026-12-02, an instrumented QEMU): #VMEXIT ended with nested paging
+# still on, the next exit in L1's own code saved L1's registers as the
+# guest's, and "L2" then ran L1's code at __svm_vcpu_run+0x9c: the hangs
+# and triple faults of this rig's history, and a stuck GIF would also
+# explain L1's wedges and its IPI taken inside VMRUN. CPU 0's flags are
+# only that race's victim when CPU 0 runs guests, so here it does not.
+# cellvm.nopin (RIG_PIN=0) turns this off, to measure it.
+ncpu=$(grep -c '^processor' /proc/cpuinfo)
+pin=""
+case " $(cat /proc/cmdline) " in
+*" cellvm.nopin "*) ;;
+*) if [ "$ncpu" -ge 3 ]; then pin="taskset -c 1-$((ncpu - 1))"; elif [ "$ncpu" = 2 ]; then pin="taskset -c 1"; fi ;;
+esac
+step "command pinned: ${pin:-no}"
+
 t_start=$(cut -d' ' -f1 /proc/uptime)
 echo "cellvm-rig-start $nonce uptime=$t_start"
-env -i chroot $R /bin/sh /.cellvm-rig/cmd.sh </dev/null
+env -i $pin chroot $R /bin/sh /.cellvm-rig/cmd.sh </dev/null
 finish $? ""

@@ -167,6 +167,9 @@ cmdline+=" ${RIG_L1_ARGS:-}"
 if [[ ${RIG_DEBUG:-} == 1 ]]; then
 	cmdline="console=ttyS0 loglevel=7 panic=-1 oops=panic mitigations=off lpj=8000000 tsc=reliable no_timer_check transparent_hugepage=never cellvm.rigdebug ${RIG_L1_ARGS:-}"
 fi
+# RIG_PIN=0: CMD may run on L1's CPU 0 too (init.sh keeps it off CPU 0,
+# where a QEMU TCG race corrupts nested guests; see there).
+[[ ${RIG_PIN:-1} == 0 ]] && cmdline+=" cellvm.nopin"
 # Two output channels, each a file that tail streams to stdout: ttyS0 (kernel
 # and early init messages) and a virtio-serial port that carries CMD's output
 # and the end marker (the emulated UART moves only ~55 KB/s under TCG). They
@@ -182,7 +185,7 @@ qemu_log=$work/qemu.log
 : >"$qemu_log"
 t0=$(date +%s.%N)
 qemu-system-x86_64 \
-	-accel tcg,thread="${RIG_TCG_THREAD:-multi}" -cpu "${RIG_CPU:-max}" -smp "${RIG_SMP:-2}" -m "$mem" -M pc \
+	-accel tcg,thread="${RIG_TCG_THREAD:-multi}" -cpu "${RIG_CPU:-max}" -smp "${RIG_SMP:-3}" -m "$mem" -M pc \
 	-nodefaults -no-user-config -display none -monitor none \
 	-chardev file,id=ser,path="$console",append=on -serial chardev:ser \
 	-device virtio-serial-pci \
