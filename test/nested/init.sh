@@ -147,7 +147,7 @@ mkdir -p $R/.cellvm-rig
 cp /rig/cmd.sh $R/.cellvm-rig/cmd.sh
 
 # The command, and so every KVM_RUN of every L2 vCPU, runs on CPUs 1..N-1,
-# never on CPU 0. QEMU's TCG (10.0.2 and earlier) clears IGNNE on every
+# never on CPU 0. QEMU's TCG (10.0.2, the rig's) clears IGNNE on every
 # FPU-environment restore (FLDENV, FRSTOR, FXRSTOR, XRSTOR: each context
 # switch) by a plain read-modify-write of the *first* vCPU's hflags2, from
 # whichever vCPU thread runs it. When CPU 0 is entering or leaving an L2
