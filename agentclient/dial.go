@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cellvm/cellvm/guestinit/agent"
 	"github.com/cellvm/cellvm/guestinit/proto"
 )
 
@@ -88,7 +87,7 @@ func dial(ctx context.Context, uds string, attempt time.Duration) (*Client, erro
 		// waited on.
 		actx, cancel := context.WithTimeout(ctx, attempt)
 		defer cancel()
-		return DialVsock(actx, uds, agent.Port)
+		return DialVsock(actx, uds, proto.AgentPort)
 	})
 	if err := c.WaitReady(ctx); err != nil {
 		return nil, err

@@ -13,7 +13,7 @@ package virtio
 
 import (
 	"github.com/cellvm/cellvm/virtio/queue"
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 // Device types (virtio 1.x, section 5).

@@ -14,7 +14,7 @@ import (
 
 	"github.com/cellvm/cellvm/kvm"
 	"github.com/cellvm/cellvm/vmm/boot"
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/vmm/loader"
 	"github.com/cellvm/cellvm/vmm/uart"
 )

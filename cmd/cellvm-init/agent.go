@@ -22,6 +22,7 @@ import (
 	"github.com/cellvm/cellvm/guestinit/interp"
 	"github.com/cellvm/cellvm/guestinit/newmachine"
 	"github.com/cellvm/cellvm/guestinit/pid1"
+	"github.com/cellvm/cellvm/guestinit/proto"
 	"github.com/cellvm/cellvm/guestinit/rootfs"
 )
 
@@ -110,9 +111,9 @@ func listenOn(spec string) (net.Listener, error) {
 		// snapshot has a CID of its own, and Linux matches a listener bound
 		// to the old CID against nothing (the transport reset updates only
 		// what it finds).
-		ln, err := vsock.ListenContextID(unix.VMADDR_CID_ANY, agent.Port, nil)
+		ln, err := vsock.ListenContextID(unix.VMADDR_CID_ANY, proto.AgentPort, nil)
 		if err != nil {
-			return nil, fmt.Errorf("vsock port %d: %w", agent.Port, err)
+			return nil, fmt.Errorf("vsock port %d: %w", proto.AgentPort, err)
 		}
 		return ln, nil
 	}

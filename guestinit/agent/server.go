@@ -14,9 +14,6 @@ import (
 	"github.com/cellvm/cellvm/guestinit/proto"
 )
 
-// Port is the vsock port the agent listens on.
-const Port = 1024
-
 // Interpreter is what the agent needs of the interpreter supervisor
 // (*interp.Interp implements it).
 type Interpreter interface {

@@ -230,3 +230,8 @@ func FitEvent(e *cell.Event) bool {
 	}
 	return true
 }
+
+// AgentPort is the vsock port the guest's agent listens on and the host
+// dials. It lives here, beside the frames, so that the host side needs
+// only the protocol, not the agent's implementation.
+const AgentPort = 1024

@@ -19,7 +19,7 @@ import (
 
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/queue"
-	"github.com/cellvm/cellvm/vmm/ratelog"
+	"github.com/cellvm/cellvm/ratelog"
 )
 
 // Feature bits (virtio 1.x, 5.2.3).

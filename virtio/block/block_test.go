@@ -14,7 +14,7 @@ import (
 
 	"github.com/cellvm/cellvm/virtio/block"
 	"github.com/cellvm/cellvm/virtio/virtiotest"
-	"github.com/cellvm/cellvm/vmm/ratelog"
+	"github.com/cellvm/cellvm/ratelog"
 )
 
 const diskSectors = 64

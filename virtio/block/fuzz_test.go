@@ -8,7 +8,7 @@ import (
 
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/queue"
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 // FuzzRequest lays the input over guest memory (byte 0: queue size as

@@ -21,8 +21,8 @@ import (
 
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/queue"
-	"github.com/cellvm/cellvm/vmm/guestmem"
-	"github.com/cellvm/cellvm/vmm/ratelog"
+	"github.com/cellvm/cellvm/guestmem"
+	"github.com/cellvm/cellvm/ratelog"
 )
 
 // MMIOSize is the size of a device's register window.

@@ -10,7 +10,7 @@ import (
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/mmio"
 	"github.com/cellvm/cellvm/virtio/virtiotest"
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 // fakeDevice records what the transport does to it.

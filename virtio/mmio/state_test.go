@@ -9,7 +9,7 @@ import (
 	"github.com/cellvm/cellvm/virtio/mmio"
 	"github.com/cellvm/cellvm/virtio/queue"
 	"github.com/cellvm/cellvm/virtio/virtiotest"
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 // pausable is a fakeDevice that can be paused, counting the calls.

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/cellvm/cellvm/virtio/queue"
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 // fuzzMemSize is the guest memory a fuzz input is laid over.

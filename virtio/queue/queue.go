@@ -17,7 +17,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 // Descriptor flags (virtio 1.x, 2.7.5).

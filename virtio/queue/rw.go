@@ -4,7 +4,7 @@ import (
 	"errors"
 	"io"
 
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 // ErrChainFull is returned by Writer.Write when the chain's writable buffers

@@ -3,7 +3,7 @@ package queue
 import (
 	"fmt"
 
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 // State is where the device side of a queue stands: its configuration and

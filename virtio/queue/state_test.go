@@ -6,7 +6,7 @@ import (
 
 	"github.com/cellvm/cellvm/virtio/queue"
 	"github.com/cellvm/cellvm/virtio/virtiotest"
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 // copyMem is what a snapshot's memory file is: the guest's bytes at the

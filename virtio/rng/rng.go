@@ -12,7 +12,7 @@ import (
 
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/queue"
-	"github.com/cellvm/cellvm/vmm/ratelog"
+	"github.com/cellvm/cellvm/ratelog"
 )
 
 // QueueSize is the largest queue the device accepts.

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/cellvm/cellvm/virtio/queue"
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 // Heap hands out guest memory for buffers and queues, bump-allocated.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/mmio"
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 // Snapshot pauses the harness's device and returns what a snapshot of it

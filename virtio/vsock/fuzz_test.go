@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/cellvm/cellvm/virtio/queue"
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 // FuzzPacket lays the input over guest memory (byte 0: queue size as

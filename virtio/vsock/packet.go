@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/cellvm/cellvm/virtio/queue"
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 // Packet operations (virtio 1.x, 5.10.6).

@@ -30,7 +30,7 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/virtio"
-	"github.com/cellvm/cellvm/vmm/ratelog"
+	"github.com/cellvm/cellvm/ratelog"
 )
 
 // Queue indices and size.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 func read(t *testing.T, m guestmem.Memory, addr, n uint64) []byte {

@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/cellvm/cellvm/vmm/boot"
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 // bzImageLoadAddr is where the protected-mode kernel goes (code32_start's

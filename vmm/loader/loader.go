@@ -17,7 +17,7 @@ import (
 	"os"
 
 	"github.com/cellvm/cellvm/vmm/boot"
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 // Kernel is a loaded kernel.

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/cellvm/cellvm/vmm/boot"
-	"github.com/cellvm/cellvm/vmm/guestmem"
+	"github.com/cellvm/cellvm/guestmem"
 )
 
 // makeELF builds a minimal x86-64 ELF executable with one PT_LOAD segment
