@@ -30,7 +30,6 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/guestinit/cmdline"
-	vnet "github.com/cellvm/cellvm/virtio/net"
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 )
@@ -625,7 +624,7 @@ func TestNamespacesTAP(t *testing.T) {
 			return fmt.Errorf("addresses %v, %v", addrs, err)
 		}
 		// The VMM opens it as its virtio-net backend.
-		f, err := vnet.OpenTAP(a.TAP)
+		f, err := OpenTAP(a.TAP)
 		if err != nil {
 			return fmt.Errorf("OpenTAP: %w", err)
 		}

@@ -65,15 +65,8 @@ func (m *Machine) addDevices() error {
 			return fmt.Errorf("virtio-vsock: %w", err)
 		}
 	}
-	if m.cfg.TAP != "" || m.cfg.TAPFile != nil {
-		tap := m.cfg.TAPFile
-		if tap == nil {
-			var err error
-			if tap, err = vnet.OpenTAP(m.cfg.TAP); err != nil {
-				return err
-			}
-		}
-		if err := m.AddVirtio(vnet.New(tap, m.cfg.MAC, m.log)); err != nil {
+	if m.cfg.TAP != nil {
+		if err := m.AddVirtio(vnet.New(m.cfg.TAP, m.cfg.MAC, m.log)); err != nil {
 			return fmt.Errorf("virtio-net: %w", err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/image/initramfs"
+	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/test/kvmtest"
 	"github.com/cellvm/cellvm/test/netnstest"
 )
@@ -160,9 +161,13 @@ func TestTAPTeardownHasOneOwner(t *testing.T) {
 		return
 	}
 	con := newConsole()
+	tap, err := netpolicy.OpenTAP("cvtap0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	m, err := New(Config{Kernel: kvmtest.BuildFile(t, "kernel/vmlinux"),
 		Initrd: busyboxGuest(t, "#!/bin/busybox sh\n/bin/busybox mount -t sysfs sys /sys\n/bin/busybox ip link set eth0 up\necho NET-UP $(/bin/busybox cat /sys/class/net/eth0/address)\n/bin/busybox sleep 1000\n"),
-		VCPUs:  2, MemoryMiB: 128, TAP: "cvtap0", MAC: [6]byte{0x02, 0xce, 0x11, 0, 0, 1},
+		VCPUs:  2, MemoryMiB: 128, TAP: tap, MAC: [6]byte{0x02, 0xce, 0x11, 0, 0, 1},
 		Console: con, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -12,9 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/kvm"
 	"github.com/cellvm/cellvm/vmm/boot"
-	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/vmm/loader"
 	"github.com/cellvm/cellvm/vmm/uart"
 )
@@ -48,11 +48,11 @@ type Config struct {
 	// Devices.
 	Disks []Disk
 	Vsock *Vsock
-	TAP   string // host TAP device for virtio-net; none when empty
-	// TAPFile is an open, attached TAP (vnet.OpenTAP) for virtio-net,
-	// handed over by whoever had the privilege to open it; it takes the
-	// place of TAP, and the machine owns it from New on.
-	TAPFile *os.File
+	// TAP is an open, attached TAP (netpolicy.OpenTAP) for a virtio-net
+	// NIC, handed over by whoever builds the machine and had the
+	// privilege to open it; no NIC when nil. The machine owns it from New
+	// on.
+	TAP *os.File
 	// BeforeGuest, if set, runs once in Run after every file is loaded and
 	// every vCPU is set up, just before the guest's first instruction: the
 	// VMM's jail drops its privileges and installs its seccomp filter there.
@@ -65,10 +65,17 @@ type Config struct {
 	Pagemap *os.File
 }
 
-// Errors that end a VM badly.
+// Errors that end a VM badly. Run's error is one of them (errors.Is) when
+// the guest brought its end on itself; any other is KVM's or the VMM's.
 var (
 	ErrTripleFault = errors.New("guest triple-faulted (KVM_EXIT_SHUTDOWN)")
 	ErrKernelPanic = errors.New("guest kernel panicked")
+	// ErrGuestCrashed is a crash the guest reported (a KVM system event
+	// other than shutdown or reset).
+	ErrGuestCrashed = errors.New("guest crashed")
+	// ErrGuestHalted is a vCPU halted with interrupts off: nothing can
+	// wake it.
+	ErrGuestHalted = errors.New("guest halted with interrupts off (KVM_EXIT_HLT)")
 )
 
 // Machine is one VM.
@@ -451,10 +458,10 @@ func (m *Machine) handleExit(c *kvm.VCPU, reason kvm.ExitReason) error {
 		case kvm.SystemEventShutdown, kvm.SystemEventReset:
 			m.end(nil, fmt.Sprintf("system event %d", t))
 		default:
-			return fmt.Errorf("guest crashed (system event %d)", t)
+			return fmt.Errorf("%w (system event %d)", ErrGuestCrashed, t)
 		}
 	case kvm.ExitHLT:
-		return errors.New("guest halted with interrupts off (KVM_EXIT_HLT)")
+		return ErrGuestHalted
 	case kvm.ExitIntr:
 	case kvm.ExitFailEntry:
 		return fmt.Errorf("vcpu %d: KVM_EXIT_FAIL_ENTRY, hardware reason %#x", c.ID, c.FailEntryReason())

@@ -12,7 +12,7 @@ import (
 )
 
 // fakeTAPFile is a packet socket pair standing in for a TAP: the device
-// gets one end as a non-blocking *os.File, as OpenTAP returns it, and the
+// gets one end as a non-blocking *os.File, as netpolicy.OpenTAP returns it, and the
 // test plays the host network on the other.
 func fakeTAPFile(t *testing.T) (dev *os.File, peer int) {
 	t.Helper()

@@ -56,9 +56,9 @@ type Net struct {
 }
 
 // New returns a network device over tap (a TAP file descriptor opened with
-// IFF_TAP|IFF_NO_PI|IFF_VNET_HDR and a 12-byte vnet header, as OpenTAP
-// does) with the given MAC address. The device owns tap and closes it in
-// Close.
+// IFF_TAP|IFF_NO_PI|IFF_VNET_HDR and a 12-byte vnet header, as
+// netpolicy.OpenTAP does) with the given MAC address. The device owns tap
+// and closes it in Close.
 func New(tap io.ReadWriteCloser, mac [6]byte, log *slog.Logger) *Net {
 	return &Net{
 		tap: tap, mac: mac,

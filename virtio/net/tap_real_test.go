@@ -1,4 +1,4 @@
-package net
+package net_test
 
 import (
 	"os"
@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellvm/cellvm/netpolicy"
+	vnet "github.com/cellvm/cellvm/virtio/net"
 	"github.com/cellvm/cellvm/virtio/virtiotest"
 )
 
@@ -26,33 +28,33 @@ func TestRealTAPARP(t *testing.T) {
 	defer exec.Command("ip", "link", "del", name).Run()
 	exec.Command("ip", "addr", "add", "10.98.0.1/30", "dev", name).Run()
 	exec.Command("ip", "link", "set", name, "up").Run()
-	tap, err := OpenTAP(name)
+	tap, err := netpolicy.OpenTAP(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mac := [6]byte{2, 0, 0, 0, 0, 2}
-	h := virtiotest.Start(t, New(tap, mac, nil), ^uint64(0), 64)
+	h := virtiotest.Start(t, vnet.New(tap, mac, nil), ^uint64(0), 64)
 	for i := 0; i < 16; i++ {
-		h.Post(rxQueue, virtiotest.W(HeaderLen+1514))
+		h.Post(vnet.RxQueue, virtiotest.W(vnet.HeaderLen+1514))
 	}
 	// Let the device's reader find the TAP empty first: the frame must
 	// wake it through the poller, as in a guest that sends a while after
 	// boot.
 	time.Sleep(300 * time.Millisecond)
-	arp := make([]byte, HeaderLen)
+	arp := make([]byte, vnet.HeaderLen)
 	arp = append(arp, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
 	arp = append(arp, mac[:]...)
 	arp = append(arp, 0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1)
 	arp = append(arp, mac[:]...)
 	arp = append(arp, 10, 98, 0, 2, 0, 0, 0, 0, 0, 0, 10, 98, 0, 1)
-	h.Post(txQueue, virtiotest.R(arp))
+	h.Post(vnet.TxQueue, virtiotest.R(arp))
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		u, ok := h.TryWait(rxQueue, time.Second)
+		u, ok := h.TryWait(vnet.RxQueue, time.Second)
 		if !ok {
 			continue
 		}
-		if len(u.Data) >= HeaderLen+42 && u.Data[HeaderLen+12] == 0x08 && u.Data[HeaderLen+13] == 0x06 && u.Data[HeaderLen+21] == 2 {
+		if len(u.Data) >= vnet.HeaderLen+42 && u.Data[vnet.HeaderLen+12] == 0x08 && u.Data[vnet.HeaderLen+13] == 0x06 && u.Data[vnet.HeaderLen+21] == 2 {
 			return // the ARP reply
 		}
 	}

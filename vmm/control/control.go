@@ -1,13 +1,3 @@
-// Package control is a VMM process's control socket: a Unix socket in the
-// VM's run directory on which whoever started the VMM (the daemon, a test)
-// asks it to take a snapshot.
-//
-// A request is one JSON line sent with the two files the snapshot goes to
-// attached (SCM_RIGHTS): the state file, then the memory file, opened for
-// writing by the requester. The VMM never opens a file itself for a
-// snapshot, which a jailed VMM could not (its seccomp filter refuses open),
-// and writes only where it was handed a descriptor. The answer is one JSON
-// line: {"ok": true} or {"error": "..."}. One request per connection.
 package control
 
 import (
@@ -35,15 +25,22 @@ const (
 	ThenStop Then = "stop"
 )
 
+// Op is a control operation.
+type Op string
+
+// OpSnapshot writes the machine to the two files sent with the request.
+const OpSnapshot Op = "snapshot"
+
 // Request is what the requester asks.
 type Request struct {
-	Op   string `json:"op"` // "snapshot"
-	Then Then   `json:"then"`
+	Op   Op   `json:"op"`
+	Then Then `json:"then"`
 }
 
-// Reply is the VMM's answer.
+// Reply is the VMM's answer: OK, or a Code and the error's text.
 type Reply struct {
 	OK    bool   `json:"ok,omitempty"`
+	Code  Code   `json:"code,omitempty"`
 	Error string `json:"error,omitempty"`
 }
 
@@ -88,7 +85,7 @@ func serveOne(c *net.UnixConn, h Handler, log *slog.Logger) (stop bool) {
 	reply := func(err error) {
 		r := Reply{OK: err == nil}
 		if err != nil {
-			r.Error = err.Error()
+			r.Code, r.Error = codeOf(err), err.Error()
 		}
 		b, _ := json.Marshal(r)
 		c.SetWriteDeadline(time.Now().Add(requestTimeout))
@@ -102,7 +99,7 @@ func serveOne(c *net.UnixConn, h Handler, log *slog.Logger) (stop bool) {
 	}()
 	if err != nil {
 		log.Warn("control socket: bad request", "err", err)
-		reply(err)
+		reply(WithCode(CodeBadRequest, err))
 		return false
 	}
 	start := time.Now()
@@ -139,8 +136,8 @@ func readRequest(c *net.UnixConn) (Request, []*os.File, error) {
 	if err := json.Unmarshal(trimLine(buf[:n]), &req); err != nil {
 		return req, files, fmt.Errorf("request %q: %w", buf[:min(n, 80)], err)
 	}
-	if req.Op != "snapshot" {
-		return req, files, fmt.Errorf("unknown op %q (want snapshot)", req.Op)
+	if req.Op != OpSnapshot {
+		return req, files, fmt.Errorf("unknown op %q (want %s)", req.Op, OpSnapshot)
 	}
 	if req.Then != ThenResume && req.Then != ThenStop {
 		return req, files, fmt.Errorf("then %q: want %q or %q", req.Then, ThenResume, ThenStop)
@@ -174,7 +171,7 @@ func Snapshot(ctx context.Context, socket string, state, memory *os.File, then T
 	}
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
 	defer stop()
-	b, _ := json.Marshal(Request{Op: "snapshot", Then: then})
+	b, _ := json.Marshal(Request{Op: OpSnapshot, Then: then})
 	rights := unix.UnixRights(int(state.Fd()), int(memory.Fd()))
 	if _, _, err := c.WriteMsgUnix(append(b, '\n'), rights, nil); err != nil {
 		return fmt.Errorf("VMM control socket: send request: %w", err)
@@ -187,7 +184,10 @@ func Snapshot(ctx context.Context, socket string, state, memory *os.File, then T
 		return fmt.Errorf("VMM control socket: read reply: %w", err)
 	}
 	if !r.OK {
-		return fmt.Errorf("VMM: snapshot failed: %s", r.Error)
+		if r.Code == "" {
+			r.Code = CodeFailed
+		}
+		return &Error{Code: r.Code, Msg: "VMM: snapshot failed: " + r.Error}
 	}
 	return nil
 }

@@ -1,14 +1,19 @@
-package net
+package netpolicy
 
 import (
 	"fmt"
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	vnet "github.com/cellvm/cellvm/virtio/net"
 )
 
 // OpenTAP attaches to (or creates) the TAP interface name as a virtio-net
-// backend: IFF_TAP|IFF_NO_PI|IFF_VNET_HDR with a 12-byte vnet header.
+// backend: IFF_TAP|IFF_NO_PI|IFF_VNET_HDR with the device's vnet header
+// (virtio/net.HeaderLen). Whoever builds a machine with a NIC opens its
+// TAP and hands it over: the daemon, which keeps the privilege, passes it
+// to its VMM in a slot (vmm/control); `cellvm boot` opens its own.
 //
 // The descriptor is attached (TUNSETIFF) before it is handed to Go's
 // poller. A tun descriptor polled before it is attached reports EPOLLERR
@@ -31,7 +36,7 @@ func OpenTAP(name string) (*os.File, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("TUNSETIFF %s: %w", name, err)
 	}
-	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, HeaderLen); err != nil {
+	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, vnet.HeaderLen); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("TUNSETVNETHDRSZ: %w", err)
 	}
