@@ -9,7 +9,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/vmm"
+	"github.com/cellvm/cellvm/vmm/control"
+	"github.com/cellvm/cellvm/vmm/process"
 )
 
 func (a *app) bootCommand() *cobra.Command {
@@ -30,8 +33,8 @@ func (a *app) bootCommand() *cobra.Command {
 	fs.StringVar(&b.vsock, "vsock", "", "`CID,UDS` virtio-vsock with guest context ID CID and host Unix socket UDS")
 	fs.StringVar(&b.tap, "net", "", "`TAP` host TAP device for a virtio-net NIC")
 	fs.StringVar(&b.control, "control", "", "`SOCKET` control socket on which the VMM takes snapshots (package vmm/control)")
-	fs.StringVar(&b.from.State, "restore-state", "", "start from the snapshot with this state `FILE` (and --restore-memory) instead of booting a kernel")
-	fs.StringVar(&b.from.Memory, "restore-memory", "", "the memory `FILE` of the snapshot to start from")
+	fs.StringVar(&b.restoreState, "restore-state", "", "start from the snapshot with this state `FILE` (and --restore-memory) instead of booting a kernel")
+	fs.StringVar(&b.restoreMemory, "restore-memory", "", "the memory `FILE` of the snapshot to start from")
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
 		// A restored machine has the snapshot's shape unless asked for
 		// one (which must then be the snapshot's).
@@ -50,16 +53,21 @@ type bootArgs struct {
 	disks                   diskFlags
 	vsock, tap              string
 	control                 string
-	from                    SnapshotFiles // --restore-state, --restore-memory
-	shapeSet                bool          // --vcpus or --memory given
+	// restoreState and restoreMemory are --restore-state and
+	// --restore-memory.
+	restoreState, restoreMemory string
+	shapeSet                    bool // --vcpus or --memory given
 }
 
+// bootMAC is the NIC's address under `cellvm boot --net`.
+const bootMAC = "06:ce:11:00:00:01"
+
+// boot runs the machine of b's flags in this process: the Spec a daemon's
+// VMM gets, with the files it would be handed opened here (the TAP, a
+// snapshot's).
 func boot(b *bootArgs, stdin io.Reader, stdout, stderr io.Writer) error {
-	var restore *SnapshotFiles
-	if b.from.State != "" || b.from.Memory != "" {
-		restore = &b.from
-	}
-	if restore != nil && !b.shapeSet {
+	restore := b.restoreState != "" || b.restoreMemory != ""
+	if restore && !b.shapeSet {
 		b.vcpus, b.memory = 0, 0 // the snapshot's
 	} else {
 		if b.vcpus < 1 {
@@ -69,13 +77,16 @@ func boot(b *bootArgs, stdin io.Reader, stdout, stderr io.Writer) error {
 			return usageError{fmt.Errorf("--memory must be positive")}
 		}
 	}
-	var vs *vmm.Vsock
+	spec := control.Spec{
+		Initrd: b.initrd, Cmdline: b.cmdline, VCPUs: b.vcpus, MemoryMiB: b.memory,
+		Disks: b.disks, LogLevel: b.logLevel, Control: b.control,
+	}
 	if b.vsock != "" {
 		v, err := parseVsock(b.vsock)
 		if err != nil {
 			return usageError{err}
 		}
-		vs = v
+		spec.Vsock = v
 	}
 	log, err := newLogger(stderr, b.logLevel)
 	if err != nil {
@@ -84,44 +95,61 @@ func boot(b *bootArgs, stdin io.Reader, stdout, stderr io.Writer) error {
 	if b.kernel == "" {
 		b.kernel = os.Getenv("CELLVM_KERNEL")
 	}
-	if b.kernel == "" && restore == nil {
+	if b.kernel == "" && !restore {
 		b.kernel = findBuildFile("kernel/vmlinux")
 		if b.kernel == "" {
 			return fmt.Errorf("no kernel: pass --kernel, set CELLVM_KERNEL, or build the project's kernel with 'make kernel'")
 		}
 	}
+	spec.Kernel = b.kernel
 	if err := requireKVM(); err != nil {
 		return err
 	}
-	m, err := newMachine(vmm.Config{
-		Kernel:       b.kernel,
-		Initrd:       b.initrd,
-		Cmdline:      b.cmdline,
-		VCPUs:        b.vcpus,
-		MemoryMiB:    b.memory,
-		Console:      stdout,
-		ConsoleInput: stdin,
-		Log:          log,
-		Disks:        b.disks,
-		Vsock:        vs,
-		TAP:          b.tap,
-		MAC:          [6]byte{0x06, 0xce, 0x11, 0x00, 0x00, 0x01},
-	}, restore)
+	files, err := bootFiles(b, &spec)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	stopControl, err := serveControl(m, b.control, log)
-	if err != nil {
-		return err
+	return process.Run(spec, files, process.Options{Stdin: stdin, Stdout: stdout, Stderr: stderr, Log: log})
+}
+
+// bootFiles opens the files the machine of b is handed (a snapshot's, the
+// TAP) and points spec at them.
+func bootFiles(b *bootArgs, spec *control.Spec) (_ control.Files, err error) {
+	files := control.Files{}
+	defer func() {
+		if err != nil {
+			files.Close()
+		}
+	}()
+	if b.restoreState != "" || b.restoreMemory != "" {
+		spec.Restore = &control.Restore{}
+		for _, f := range []struct{ slot, path, what string }{
+			{control.SlotRestoreState, b.restoreState, "state file"},
+			{control.SlotRestoreMemory, b.restoreMemory, "memory file"},
+		} {
+			if f.path == "" {
+				return nil, fmt.Errorf("a snapshot to start from needs its %s (--restore-state and --restore-memory)", f.what)
+			}
+			file, err := os.Open(f.path)
+			if err != nil {
+				return nil, fmt.Errorf("snapshot %s: %w", f.what, err)
+			}
+			files[f.slot] = file
+		}
 	}
-	defer stopControl()
-	defer dumpVCPUsOnSIGUSR1(m)()
-	return m.Run()
+	if b.tap != "" {
+		tap, err := netpolicy.OpenTAP(b.tap)
+		if err != nil {
+			return nil, err
+		}
+		files[control.SlotTAP] = tap
+		spec.Net = &control.Net{MAC: bootMAC}
+	}
+	return files, nil
 }
 
 // diskFlags collects --disk PATH[,ro].
-type diskFlags []vmm.Disk
+type diskFlags []control.Disk
 
 func (d *diskFlags) String() string { return fmt.Sprint(*d) }
 
@@ -132,7 +160,7 @@ func (d *diskFlags) Set(v string) error {
 	if path == "" {
 		return fmt.Errorf("--disk wants PATH[,ro], got %q", v)
 	}
-	disk := vmm.Disk{Path: path}
+	disk := control.Disk{Path: path}
 	switch opt {
 	case "":
 	case "ro":
@@ -145,7 +173,7 @@ func (d *diskFlags) Set(v string) error {
 	return nil
 }
 
-func parseVsock(s string) (*vmm.Vsock, error) {
+func parseVsock(s string) (*control.Vsock, error) {
 	c, uds, ok := strings.Cut(s, ",")
 	if !ok || uds == "" {
 		return nil, fmt.Errorf("--vsock wants CID,UDS, got %q", s)
@@ -154,5 +182,5 @@ func parseVsock(s string) (*vmm.Vsock, error) {
 	if err != nil || cid < 3 {
 		return nil, fmt.Errorf("--vsock: guest CID %q must be a number >= 3", c)
 	}
-	return &vmm.Vsock{CID: cid, UDS: uds}, nil
+	return &control.Vsock{CID: cid, UDS: uds}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,12 +81,32 @@ func TestSnapshotRequest(t *testing.T) {
 	}
 }
 
+// TestHandlerError: the requester gets the handler's error with its code:
+// a full disk anywhere in its chain is no_space, a code the handler gave
+// is kept, anything else is failed.
 func TestHandlerError(t *testing.T) {
-	sock := serve(t, func(*os.File, *os.File, Then) error { return errors.New("the machine is not running") })
-	state, memory := files(t)
-	err := Snapshot(ctx(t), sock, state, memory, ThenResume)
-	if err == nil || !strings.Contains(err.Error(), "the machine is not running") {
-		t.Fatalf("Snapshot = %v, want the handler's error", err)
+	for _, c := range []struct {
+		err  error
+		code Code
+	}{
+		{errors.New("the device would not pause"), CodeFailed},
+		{fmt.Errorf("snapshot: %w", &os.PathError{Op: "write", Path: "vm.mem", Err: syscall.ENOSPC}), CodeNoSpace},
+		{WithCode(CodeNotRunning, errors.New("the machine is not running")), CodeNotRunning},
+	} {
+		sock := serve(t, func(*os.File, *os.File, Then) error { return c.err })
+		state, memory := files(t)
+		err := Snapshot(ctx(t), sock, state, memory, ThenResume)
+		if err == nil || !strings.Contains(err.Error(), c.err.Error()) {
+			t.Errorf("Snapshot = %v, want the handler's error %q", err, c.err)
+		}
+		if !errors.Is(err, c.code) {
+			t.Errorf("Snapshot = %v: not errors.Is %s", err, c.code)
+		}
+		for _, other := range []Code{CodeFailed, CodeNoSpace, CodeNotRunning, CodeBadRequest} {
+			if other != c.code && errors.Is(err, other) {
+				t.Errorf("Snapshot = %v: errors.Is %s as well as %s", err, other, c.code)
+			}
+		}
 	}
 }
 
@@ -124,8 +146,8 @@ func TestBadRequests(t *testing.T) {
 			t.Fatalf("%s: read reply: %v", c.name, err)
 		}
 		conn.Close()
-		if r.OK || !strings.Contains(r.Error, c.want) {
-			t.Errorf("%s: reply %+v, want an error saying %q", c.name, r, c.want)
+		if r.OK || !strings.Contains(r.Error, c.want) || r.Code != CodeBadRequest {
+			t.Errorf("%s: reply %+v, want a bad_request error saying %q", c.name, r, c.want)
 		}
 	}
 	if called {

@@ -1,10 +1,12 @@
-package main
+package process
 
 import (
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/vmm"
 )
 
@@ -27,4 +29,17 @@ func dumpVCPUsOnSIGUSR1(m *vmm.Machine) func() {
 		}
 	}()
 	return func() { signal.Stop(sigs); close(done) }
+}
+
+// forbiddenCallOnSIGUSR2 makes SIGUSR2 issue a system call the jail
+// forbids (Spec.TestHooks): the trigger of the test that a seccomp
+// violation kills the VMM.
+func forbiddenCallOnSIGUSR2(log *slog.Logger) {
+	hook := make(chan os.Signal, 1)
+	signal.Notify(hook, syscall.SIGUSR2)
+	go func() {
+		<-hook
+		log.Warn("test hook: making a forbidden system call")
+		log.Error("test hook", "error", jail.ForbiddenSyscall())
+	}()
 }

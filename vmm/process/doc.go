@@ -1,0 +1,13 @@
+// Package process is the body of a VMM process: it runs the one machine a
+// control.Spec describes, with the files handed to it in the spec's slots,
+// until the guest ends or it is stopped, and says why it ended (the End
+// report). `cellvm vmm --config FILE` (the process the daemon starts per
+// VM) and `cellvm boot` (a machine on the terminal) both run it; the
+// command line only parses flags.
+//
+// The order is the jail's (package jail): open what a jail hides (the page
+// map), Enter the jail, build the machine (Plan, then KVM), serve the
+// control socket, then Drop privileges and install the seccomp filter just
+// before the guest's first instruction. From there the process opens no
+// file and creates no socket: its End report goes to a file it was handed.
+package process

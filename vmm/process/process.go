@@ -1,0 +1,125 @@
+package process
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/cellvm/cellvm/jail"
+	"github.com/cellvm/cellvm/vmm/control"
+)
+
+// Options are what a VMM process has besides its spec: its streams.
+type Options struct {
+	// Stdin feeds the serial console's input (`cellvm boot`); none when
+	// nil.
+	Stdin io.Reader
+	// Stdout receives the console; Stderr the VMM's log.
+	Stdout, Stderr io.Writer
+	// Log, when set, is the VMM's log instead of one on Stderr at the
+	// spec's level.
+	Log *slog.Logger
+	// StopOnSignal makes SIGTERM and SIGINT stop the VM, which is how the
+	// daemon ends a VMM; `cellvm boot` leaves them their default.
+	StopOnSignal bool
+}
+
+// Run runs the machine spec describes, with files in its slots, until the
+// guest ends or the VM is stopped (a signal, a snapshot that ends it). It
+// returns nil when the guest reset or was stopped, and the error that
+// ended it otherwise. When files has SlotEnd, the End report is written
+// there as Run returns, whatever happened.
+func Run(spec control.Spec, files control.Files, o Options) (err error) {
+	var ends ending
+	if f := files[control.SlotEnd]; f != nil {
+		files = copyWithout(files, control.SlotEnd)
+		defer func() {
+			if werr := control.WriteEnd(f, ends.report(err)); werr != nil && err == nil {
+				err = fmt.Errorf("write the end report: %w", werr)
+			}
+		}()
+	}
+	plan, err := NewPlan(spec, files)
+	if err != nil {
+		files.Close()
+		return err
+	}
+	log := o.Log
+	if log == nil {
+		level, _ := spec.Level() // NewPlan validated it
+		log = slog.New(slog.NewTextHandler(o.Stderr, &slog.HandlerOptions{Level: level}))
+	}
+	// The page map lets a save skip the pages the guest never touched; the
+	// jail has no /proc, so it is opened first. Without it saves read
+	// every page.
+	pagemap, err := os.Open("/proc/self/pagemap")
+	if err != nil {
+		log.Debug("no page map: a snapshot will read every page of guest memory", "err", err)
+		pagemap = nil
+	}
+	if spec.Jail != nil {
+		if err := jail.Enter(*spec.Jail); err != nil {
+			return err
+		}
+	}
+	if spec.TestHooks {
+		forbiddenCallOnSIGUSR2(log)
+	}
+	console, err := cappedConsole(o.Stdout, spec.ConsoleMaxBytes)
+	if err != nil {
+		return err
+	}
+	cfg := plan.Config
+	cfg.Console, cfg.ConsoleInput, cfg.Log, cfg.Pagemap = console, o.Stdin, log, pagemap
+	cfg.BeforeGuest = func() error {
+		if j := spec.Jail; j != nil {
+			if err := jail.Drop(*j); err != nil {
+				return err
+			}
+			if err := jail.Install(); err != nil {
+				return err
+			}
+			log.Info("vmm jailed", "uid", j.UID, "root", j.Root, "cgroup", j.Cgroup, "seccomp", "on")
+		}
+		ends.guestRuns()
+		return nil
+	}
+	m, err := plan.build(cfg)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	stopControl, err := serveControl(m, spec.Control, &ends, log)
+	if err != nil {
+		return err
+	}
+	defer stopControl()
+	defer dumpVCPUsOnSIGUSR1(m)()
+	if o.StopOnSignal {
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+		defer signal.Stop(sigs)
+		go func() {
+			if s, ok := <-sigs; ok {
+				log.Info("stopping on signal", "signal", s.String())
+				ends.stopped(s.String())
+				m.Stop()
+			}
+		}()
+	}
+	return m.Run()
+}
+
+// copyWithout is files without slot.
+func copyWithout(files control.Files, slot string) control.Files {
+	out := control.Files{}
+	for s, f := range files {
+		if s != slot {
+			out[s] = f
+		}
+	}
+	return out
+}

@@ -1,0 +1,57 @@
+package process
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+
+	"github.com/cellvm/cellvm/vmm"
+	"github.com/cellvm/cellvm/vmm/control"
+)
+
+// serveControl opens the VMM's control socket at path ("" for none) and
+// takes snapshots of m on the requests that come to it: pause, save, then
+// resume or (once the reply is sent) stop the VM; a snapshot that fails
+// leaves the VM running. It must be called before the jail's seccomp
+// filter is installed, which forbids creating sockets. stop closes the
+// socket.
+func serveControl(m *vmm.Machine, path string, ends *ending, log *slog.Logger) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	go control.Serve(ln, func(state, memory *os.File, then control.Then) error {
+		return snapshot(m, state, memory, then, log)
+	}, func() {
+		ends.snapshotStop()
+		m.Stop()
+	}, log)
+	return func() { ln.Close() }, nil
+}
+
+// snapshot is the control socket's handler: it pauses m, saves it into
+// state and memory, and resumes it unless then is ThenStop (Serve stops
+// it once the reply is sent). A machine that ended answers not_running.
+func snapshot(m *vmm.Machine, state, memory *os.File, then control.Then, log *slog.Logger) error {
+	if err := m.Pause(); err != nil {
+		if errors.Is(err, vmm.ErrNotRunning) {
+			return control.WithCode(control.CodeNotRunning, err)
+		}
+		return err
+	}
+	if err := m.Save(state, memory); err != nil {
+		if rerr := m.Resume(); rerr != nil {
+			log.Error("resume after a failed snapshot", "err", rerr)
+		}
+		return err
+	}
+	if then == control.ThenStop {
+		return nil // paused until Serve has replied and stops it
+	}
+	return m.Resume()
+}
