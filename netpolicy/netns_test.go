@@ -29,6 +29,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellvm/cellvm/sandbox/egress"
+
 	"github.com/cellvm/cellvm/guestinit/cmdline"
 	vnet "github.com/cellvm/cellvm/virtio/net"
 	"github.com/miekg/dns"
@@ -336,9 +338,9 @@ func testHost(t *testing.T, tn *testNet) *Host {
 	return h
 }
 
-func mustParse(t *testing.T, allow ...string) Policy {
+func mustParse(t *testing.T, allow ...string) egress.Policy {
 	t.Helper()
-	p, err := Parse(allow)
+	p, err := egress.Parse(allow)
 	if err != nil {
 		t.Fatal(err)
 	}
