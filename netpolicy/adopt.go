@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cellvm/cellvm/netpolicy/dnsname"
+	"github.com/cellvm/cellvm/sandbox/egress/dnsname"
 )
 
 // Pins across a daemon restart. A pin's rules carry its expiry (xt_time

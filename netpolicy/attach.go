@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cellvm/cellvm/sandbox/egress"
+
 	"github.com/cellvm/cellvm/netpolicy/dnsproxy"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -53,7 +55,7 @@ type Attachment struct {
 	h      *Host
 	names  objectNames
 	addrs  linkAddrs
-	policy atomic.Pointer[Policy]
+	policy atomic.Pointer[egress.Policy]
 	dns    *dnsproxy.Server
 	stop   chan struct{}
 	done   chan struct{}
@@ -75,7 +77,7 @@ func (a *Attachment) KernelArgs() string {
 }
 
 // Policy returns the policy in force.
-func (a *Attachment) Policy() Policy { return *a.policy.Load() }
+func (a *Attachment) Policy() egress.Policy { return *a.policy.Load() }
 
 // Attach gives a sandbox its network: it creates the chains and rules
 // first, then the link (so it never passes a packet unfiltered; the base
@@ -83,7 +85,7 @@ func (a *Attachment) Policy() Policy { return *a.policy.Load() }
 // A failed Attach leaves nothing behind. If Sweep found this sandbox's
 // link alive (the daemon restarted under a running VM), Attach adopts it
 // and replaces its rules.
-func (h *Host) Attach(ctx context.Context, sandboxID string, p Policy, opts ...AttachOption) (*Attachment, error) {
+func (h *Host) Attach(ctx context.Context, sandboxID string, p egress.Policy, opts ...AttachOption) (*Attachment, error) {
 	var o attachOptions
 	for _, f := range opts {
 		f(&o)
@@ -158,7 +160,7 @@ func (h *Host) Attach(ctx context.Context, sandboxID string, p Policy, opts ...A
 	go a.expireLoop()
 	h.checkPosition()
 	h.log.Info("sandbox network attached", "sandbox", sandboxID, "link", n.link,
-		"guest", a.GuestAddr, "entries", len(p.entries), "adopted", adopt)
+		"guest", a.GuestAddr, "entries", len(p.Entries()), "adopted", adopt)
 	return a, nil
 }
 
@@ -320,7 +322,7 @@ func (a *Attachment) startDNS() error {
 // other. Addresses DNS opened stay open only for names still allowed, on
 // the ports now allowed. Then the connections the new policy does not
 // allow are cut (see revoke); those it allows are kept.
-func (a *Attachment) Update(p Policy) error {
+func (a *Attachment) Update(p egress.Policy) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -369,7 +371,7 @@ func (a *Attachment) Update(p Policy) error {
 	}
 	a.revoke("policy update")
 	h.checkPosition()
-	h.log.Info("sandbox network policy replaced", "sandbox", a.SandboxID, "entries", len(p.entries))
+	h.log.Info("sandbox network policy replaced", "sandbox", a.SandboxID, "entries", len(p.Entries()))
 	return nil
 }
 

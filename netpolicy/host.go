@@ -161,7 +161,7 @@ func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 		alloc: alloc, attached: map[string]*Attachment{}, survivors: map[string]int{},
 		closing: make(chan struct{}), holdDone: make(chan struct{}),
 	}
-	// No policy opens IPv6 (Parse refuses IPv6 entries), so IPv6 from
+	// No policy opens IPv6 (egress.Parse refuses IPv6 entries), so IPv6 from
 	// and to the links is dropped; a host whose kernel speaks IPv6 but
 	// whose ip6tables does not work cannot promise that.
 	if err := h.ns.do(func() error { _, err := os.Stat("/proc/sys/net/ipv6"); return err }); err == nil {

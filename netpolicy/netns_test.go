@@ -29,6 +29,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellvm/cellvm/sandbox/egress"
+
 	"github.com/cellvm/cellvm/guestinit/cmdline"
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
@@ -335,9 +337,9 @@ func testHost(t *testing.T, tn *testNet) *Host {
 	return h
 }
 
-func mustParse(t *testing.T, allow ...string) Policy {
+func mustParse(t *testing.T, allow ...string) egress.Policy {
 	t.Helper()
-	p, err := Parse(allow)
+	p, err := egress.Parse(allow)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cellvm/cellvm/netpolicy/dnsname"
+	"github.com/cellvm/cellvm/sandbox/egress"
+
+	"github.com/cellvm/cellvm/sandbox/egress/dnsname"
 )
 
 // Addresses opened by DNS ("pins"). The resolver calls admit before the
@@ -133,7 +135,7 @@ func (a *Attachment) admit(name string, addrs []netip.Addr, ttl time.Duration) (
 
 // pinPorts is the union of the ports the policy gives names (nil: all),
 // and whether any of the names is still allowed.
-func pinPorts(pol *Policy, names map[string]bool) ([]uint16, bool) {
+func pinPorts(pol *egress.Policy, names map[string]bool) ([]uint16, bool) {
 	var ports []uint16
 	any := false
 	for name := range names {
@@ -146,7 +148,9 @@ func pinPorts(pol *Policy, names map[string]bool) ([]uint16, bool) {
 		}
 		any = true
 		for _, p := range ps {
-			ports = appendUnique(ports, p)
+			if !slices.Contains(ports, p) {
+				ports = append(ports, p)
+			}
 		}
 	}
 	return sortPorts(ports), any

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cellvm/cellvm/sandbox/egress"
 )
 
 func testLink() (objectNames, linkAddrs) {
@@ -27,7 +29,7 @@ func specs(rs []rule) []string {
 
 func TestPolicyRules(t *testing.T) {
 	n, l := testLink()
-	p, err := Parse([]string{"pypi.org", "203.0.113.7", "198.51.100.0/24:443", "10.1.2.3", "0.0.0.0/0:22"})
+	p, err := egress.Parse([]string{"pypi.org", "203.0.113.7", "198.51.100.0/24:443", "10.1.2.3", "0.0.0.0/0:22"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +66,7 @@ func TestPolicyRules(t *testing.T) {
 
 func TestPolicyRulesEmptyRefusesAll(t *testing.T) {
 	n, l := testLink()
-	got := specs(policyRules(n, 0, l, policySteps(l, deniedSet(nil), Policy{})))
+	got := specs(policyRules(n, 0, l, policySteps(l, deniedSet(nil), egress.Policy{})))
 	for _, r := range got {
 		if strings.HasSuffix(r, "-j "+n.accept) {
 			t.Errorf("empty policy accepts: %s", r)

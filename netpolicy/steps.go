@@ -3,6 +3,8 @@ package netpolicy
 import (
 	"net/netip"
 	"slices"
+
+	"github.com/cellvm/cellvm/sandbox/egress"
 )
 
 // A policy chain is a list of steps: the first step whose destination
@@ -44,7 +46,7 @@ func (s step) matches(dst netip.Addr, proto uint8, port uint16) bool {
 //
 // What no step decides goes on to the addresses DNS handed out (pins),
 // then is refused.
-func policySteps(l linkAddrs, denied []netip.Prefix, p Policy) []step {
+func policySteps(l linkAddrs, denied []netip.Prefix, p egress.Policy) []step {
 	rest := make([]step, 0, len(p.Nets)+len(denied))
 	for _, r := range p.Nets {
 		rest = append(rest, step{dst: r.Prefix, port: r.Port, accept: true})

@@ -5,8 +5,13 @@
 // manager with no VM, and lets the API's Go client satisfy the same
 // interface, so a caller can swap an in-process manager for a remote daemon.
 //
-// This file is the contract: types, limits, validation and sentinel errors.
-// The real manager lives in other files of this package.
+// This package is the contract only: the Manager interface, its types,
+// limits, validation, sentinel errors, events and observation types, and
+// the image and workspace name rules. It imports nothing of cellvm but
+// cell/ and its own egress/ (the allowlist's syntax), so a front end that
+// links it links no VMM, KVM, device, jail or host-network code. The
+// engine that runs sandboxes in microVMs is package sandbox/engine; the
+// one test double is package sandbox/sandboxtest.
 package sandbox
 
 import (
@@ -21,7 +26,7 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/cell"
-	"github.com/cellvm/cellvm/netpolicy"
+	"github.com/cellvm/cellvm/sandbox/egress"
 )
 
 // Sentinel errors. Managers wrap them with context
@@ -89,7 +94,7 @@ type NetworkPolicy struct {
 }
 
 // Validate checks the entries' count, size and syntax with the same
-// parser the host's network policy uses (netpolicy.Parse), so what passes
+// parser the host's network policy uses (egress.Parse), so what passes
 // here is exactly what the host can enforce.
 func (p NetworkPolicy) Validate() error {
 	if len(p.Allow) > MaxAllowEntries {
@@ -100,7 +105,7 @@ func (p NetworkPolicy) Validate() error {
 			return fmt.Errorf("%w: network.allow[%d] is longer than %d bytes", ErrInvalid, i, MaxAllowEntryBytes+6)
 		}
 	}
-	if _, err := netpolicy.Parse(p.Allow); err != nil {
+	if _, err := egress.Parse(p.Allow); err != nil {
 		return fmt.Errorf("%w: network: %v", ErrInvalid, err)
 	}
 	return nil

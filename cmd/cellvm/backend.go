@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellvm/cellvm/sandbox/engine"
+
 	"github.com/spf13/pflag"
 
 	"github.com/cellvm/cellvm/api"
@@ -123,7 +125,7 @@ const (
 
 // jailOptions turns the jail flags into the manager's options, saying in
 // the log what the VMMs will run under (nil: unjailed).
-func (b *guestFlags) jailOptions(log *slog.Logger) (*sandbox.JailOptions, error) {
+func (b *guestFlags) jailOptions(log *slog.Logger) (*engine.JailOptions, error) {
 	if !b.jail {
 		log.Warn("VMMs run unjailed (--jail=false, or not root): a VMM bug would reach this host as this user")
 		return nil, nil
@@ -134,7 +136,7 @@ func (b *guestFlags) jailOptions(log *slog.Logger) (*sandbox.JailOptions, error)
 	if b.jailUIDBase <= 0 || b.jailUIDBase > 1<<31-1<<20 {
 		return nil, usageError{fmt.Errorf("--jail-uid-base %d: want 1..%d", b.jailUIDBase, 1<<31-1<<20)}
 	}
-	o := &sandbox.JailOptions{UIDBase: b.jailUIDBase, CgroupParent: b.jailCgroup}
+	o := &engine.JailOptions{UIDBase: b.jailUIDBase, CgroupParent: b.jailCgroup}
 	if o.CgroupParent != "" && !jail.CgroupV2(filepath.Dir(o.CgroupParent)) {
 		log.Warn("no cgroup v2 above --jail-cgroup: jailed VMMs get no cgroup of their own (no cpu, memory or pids limit)",
 			"jail_cgroup", o.CgroupParent)
@@ -197,7 +199,7 @@ func newEmbeddedManager(b *guestFlags, log *slog.Logger) (sandbox.Manager, func(
 		os.RemoveAll(dir)
 		return nil, nil, err
 	}
-	m, err := sandbox.NewVMManager(sandbox.Options{
+	m, err := engine.NewVMManager(engine.Options{
 		Exe: exe, Kernel: k, Initrd: i, RootFS: r, StateDir: dir, Log: log,
 		BootTimeout: bootTimeoutFromEnv(), Jail: jailOpt, TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1",
 	})

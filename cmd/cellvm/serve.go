@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellvm/cellvm/sandbox/engine"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -180,9 +182,9 @@ func (o *serveOptions) check() error {
 	if o.mcpSession <= 0 {
 		return usagef("--mcp-idle-timeout must be positive")
 	}
-	if o.workspaceMiB < 16 || o.workspaceMiB > sandbox.MaxWorkspaceBytes>>20 {
+	if o.workspaceMiB < 16 || o.workspaceMiB > engine.MaxWorkspaceBytes>>20 {
 		// The jailed VMM's RLIMIT_FSIZE bounds the offsets it can write.
-		return usagef("--workspace-mib %d: want 16 to %d", o.workspaceMiB, sandbox.MaxWorkspaceBytes>>20)
+		return usagef("--workspace-mib %d: want 16 to %d", o.workspaceMiB, engine.MaxWorkspaceBytes>>20)
 	}
 	if o.maxWorkspace < 0 {
 		return usagef("--max-workspaces %d is negative", o.maxWorkspace)
@@ -318,13 +320,13 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		closeNet()
 		return nil, nil, err
 	}
-	m, err := sandbox.NewVMManager(sandbox.Options{
+	m, err := engine.NewVMManager(engine.Options{
 		Exe: exe, Kernel: k, Initrd: i, RootFS: r, StateDir: o.stateDir, ImagesDir: o.imagesDir,
 		MaxSandboxes: o.maxSandboxes, MaxMemoryMiB: o.maxMemory, Log: log,
 		BootTimeout: bootTimeoutFromEnv(), Net: netHost, Jail: jailOpt, ConsoleMaxBytes: o.consoleMiB << 20,
 		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node, MaxImageBytes: o.snapshotMiB << 20,
 		WorkspaceBytes: o.workspaceMiB << 20, MaxWorkspaces: o.maxWorkspace,
-		Templates: sandbox.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20},
+		Templates: engine.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20},
 	})
 	if err != nil {
 		closeNet()

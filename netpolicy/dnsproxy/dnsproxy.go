@@ -35,7 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cellvm/cellvm/netpolicy/dnsname"
+	"github.com/cellvm/cellvm/sandbox/egress/dnsname"
 	"github.com/miekg/dns"
 )
 

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/cellvm/cellvm/sandbox/engine"
+
 	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/sandbox"
 )
@@ -20,21 +22,21 @@ import (
 func benchSandbox(cellvm, build string) error {
 	variants := []struct {
 		name string
-		jail *sandbox.JailOptions
+		jail *engine.JailOptions
 	}{{"unjailed", nil}}
 	if os.Geteuid() == 0 {
-		j := &sandbox.JailOptions{UIDBase: 200_000_000, CgroupParent: "/sys/fs/cgroup/cellvm"}
+		j := &engine.JailOptions{UIDBase: 200_000_000, CgroupParent: "/sys/fs/cgroup/cellvm"}
 		if !jail.CgroupV2("/sys/fs/cgroup") {
 			j.CgroupParent = ""
 		}
 		variants = append(variants, struct {
 			name string
-			jail *sandbox.JailOptions
+			jail *engine.JailOptions
 		}{"jailed", j})
 	}
-	managers := make([]*sandbox.VMManager, len(variants))
+	managers := make([]*engine.VMManager, len(variants))
 	for i, v := range variants {
-		m, done, err := newBenchManager(cellvm, build, v.jail, sandbox.TemplateOptions{})
+		m, done, err := newBenchManager(cellvm, build, v.jail, engine.TemplateOptions{})
 		if err != nil {
 			return err
 		}
@@ -86,12 +88,12 @@ func benchSandbox(cellvm, build string) error {
 // newBenchManager returns a manager over a fresh state directory, and a
 // function that closes it (destroying what it still holds) and removes the
 // directory.
-func newBenchManager(cellvm, build string, j *sandbox.JailOptions, tpl sandbox.TemplateOptions) (*sandbox.VMManager, func(), error) {
+func newBenchManager(cellvm, build string, j *engine.JailOptions, tpl engine.TemplateOptions) (*engine.VMManager, func(), error) {
 	state, err := os.MkdirTemp("", "cellvm-bench-state")
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := sandbox.NewVMManager(sandbox.Options{
+	m, err := engine.NewVMManager(engine.Options{
 		Exe: cellvm, Kernel: filepath.Join(build, "kernel/vmlinux"), Initrd: filepath.Join(build, "initramfs.cpio"),
 		RootFS: filepath.Join(build, "rootfs.ext4"), StateDir: state, BootTimeout: 5 * time.Minute,
 		Log: slog.New(slog.DiscardHandler), Jail: j, Templates: tpl,

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellvm/cellvm/sandbox/engine"
+
 	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/sandbox"
 )
@@ -48,7 +50,7 @@ func benchSnapshots(cellvm, build string) error {
 // benchForks runs the cold baseline, the snapshot, pause and resume and the
 // forks on a manager without templates, and returns the cold baseline.
 func benchForks(ctx context.Context, cellvm, build string) (time.Duration, error) {
-	m, done, err := newBenchManager(cellvm, build, nil, sandbox.TemplateOptions{})
+	m, done, err := newBenchManager(cellvm, build, nil, engine.TemplateOptions{})
 	if err != nil {
 		return 0, err
 	}
@@ -81,7 +83,7 @@ const (
 // snapBench holds what the bench made, so that all of it is deleted
 // however it ends.
 type snapBench struct {
-	m         *sandbox.VMManager
+	m         *engine.VMManager
 	sandboxes []string
 	snapshots []string
 	// kept is the cold sandbox that imported the stack and set x.
@@ -258,7 +260,7 @@ func (b *snapBench) forksAndPause(ctx context.Context, coldFirst time.Duration) 
 // benchTemplate runs a manager with templates on, waits for the shape's
 // template and times plain creates from it to the import cell's result.
 func benchTemplate(ctx context.Context, cellvm, build string, coldFirst time.Duration) error {
-	m, done, err := newBenchManager(cellvm, build, nil, sandbox.TemplateOptions{Enabled: true, BuildTimeout: templateWait})
+	m, done, err := newBenchManager(cellvm, build, nil, engine.TemplateOptions{Enabled: true, BuildTimeout: templateWait})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,193 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/guestinit/agent"
+	"github.com/cellvm/cellvm/sandbox"
+)
+
+// fakeAgentVMM is the test binary's role as `cellvm vmm --config PATH` with
+// no KVM: it serves a real agent on the spec's vsock socket (Firecracker's
+// CONNECT handshake included) over diesInterp. It returns the exit code.
+func fakeAgentVMM(args []string) int {
+	spec, ln, err := fakeVMMStart(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fake vmm:", err)
+		return 1
+	}
+	if spec.Restore != nil {
+		if err := fakeRestore(spec.Restore); err != nil {
+			fmt.Fprintln(os.Stderr, "fake vmm: restore:", err)
+			return 1
+		}
+		fmt.Println("fake guest: restored") // the console
+	} else {
+		fmt.Println("fake guest: booted") // the console
+	}
+	if spec.Control != "" {
+		if err := fakeControl(spec.Control); err != nil {
+			fmt.Fprintln(os.Stderr, "fake vmm: control socket:", err)
+			return 1
+		}
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	dying := func() { // the agent dies first; the kernel panics a second later
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	}
+	srv := agent.NewServer(agent.Config{Interp: &envInterp{diesInterp: diesInterp{dying: dying}, restored: spec.Restore != nil},
+		Software: "fake-agent", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), NewMachine: fakeNewMachine,
+		OnShutdown: func() { os.Exit(0) }})
+	return fakeVMMServe(ln, func(nc net.Conn) {
+		mu.Lock()
+		conns = append(conns, nc)
+		mu.Unlock()
+		srv.ServeConn(nc)
+	})
+}
+
+// fakeVMMStart reads the spec of `cellvm vmm --config PATH` and listens on
+// its vsock socket.
+func fakeVMMStart(args []string) (VMSpec, net.Listener, error) {
+	var spec VMSpec
+	if len(args) != 3 || args[0] != "vmm" || args[1] != "--config" {
+		return spec, nil, fmt.Errorf("unexpected arguments %q", args)
+	}
+	b, err := os.ReadFile(args[2])
+	if err != nil {
+		return spec, nil, err
+	}
+	if err := json.Unmarshal(b, &spec); err != nil || spec.Vsock == nil {
+		return spec, nil, fmt.Errorf("bad spec: %v", err)
+	}
+	ln, err := net.Listen("unix", spec.Vsock.UDS)
+	return spec, ln, err
+}
+
+// fakeVMMServe accepts host connections on ln, does Firecracker's CONNECT
+// handshake and hands each to serve, until ln fails.
+func fakeVMMServe(ln net.Listener, serve func(net.Conn)) int {
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			return 1
+		}
+		go func() {
+			r := bufio.NewReader(nc)
+			if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "CONNECT ") {
+				nc.Close()
+				return
+			}
+			nc.Write([]byte("OK 1\n"))
+			serve(nc)
+		}()
+	}
+}
+
+// diesInterp answers "1 + 1" with 2; any other cell brings the whole
+// fake VM down as a real one goes when the OOM killer takes its init: the
+// agent's connections end, and the VMM exits a second later (panic=1).
+type diesInterp struct{ dying func() }
+
+func (d diesInterp) Run(ctx context.Context, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+	if code == "1 + 1" {
+		return cell.Result{Status: cell.StatusOK, Results: []cell.Display{{Main: true, Data: map[string]string{"text/plain": "2"}}}}, nil
+	}
+	fmt.Println("fake guest: Kernel panic - not syncing: the cell killed the VM")
+	d.dying()
+	time.Sleep(time.Second)
+	os.Exit(3)
+	return cell.Result{}, nil
+}
+func (diesInterp) Interrupt() bool { return false }
+func (diesInterp) Restart() error  { return nil }
+func (diesInterp) Exec(context.Context, []string, io.Reader, time.Duration) (cell.ExecResult, error) {
+	return cell.ExecResult{}, errors.New("no exec in the fake VM")
+}
+
+// TestVMThatDiesDuringACellIsLost: the cell's result says the sandbox was
+// lost (not a bare transport error), the sandbox says lost, the log says
+// why with the console's end, and deleting it leaves nothing.
+func TestVMThatDiesDuringACellIsLost(t *testing.T) {
+	t.Setenv("CELLVM_TEST_FAKE_VMM", "agent")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, state := newFakeManager(t, exe, 30*time.Second)
+	var logs lockedBuffer
+	m.log = slog.New(slog.NewTextHandler(&logs, nil))
+	ctx := context.Background()
+	info, err := m.Create(ctx, sandbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.RunCell(ctx, info.ID, "1 + 1", time.Minute, nil)
+	if err != nil || r.Status != cell.StatusOK {
+		t.Fatalf("first cell: %+v, %v", r, err)
+	}
+	r, err = m.RunCell(ctx, info.ID, "crash()", time.Minute, nil)
+	if err != nil {
+		t.Fatalf("cell that kills the VM: error %v, want a result with status lost", err)
+	}
+	if r.Status != cell.StatusLost || r.StateKept {
+		t.Errorf("cell that kills the VM: status %s state_kept %v, want lost and false", r.Status, r.StateKept)
+	}
+	got, err := m.Get(ctx, info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != sandbox.StateLost {
+		t.Errorf("sandbox state %s after its VM died, want %s", got.State, sandbox.StateLost)
+	}
+	if _, err := m.RunCell(ctx, info.ID, "1 + 1", time.Minute, nil); !errors.Is(err, sandbox.ErrLost) {
+		t.Errorf("cell on a lost sandbox: %v, want ErrLost", err)
+	}
+	if err := m.Delete(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "sandbox lost"); n != 1 {
+		t.Errorf("logged 'sandbox lost' %d times, want once:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "Kernel panic") {
+		t.Errorf("the lost log lacks the console's end:\n%s", logs.String())
+	}
+	assertNothingLeft(t, m, state)
+}
+
+// lockedBuffer is a log sink safe to read while the manager's goroutines
+// write to it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

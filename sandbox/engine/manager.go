@@ -1,0 +1,1099 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cellvm/cellvm/agentclient"
+	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/guestinit/proto"
+	"github.com/cellvm/cellvm/jail"
+	"github.com/cellvm/cellvm/netpolicy"
+	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/sandbox/egress"
+	vnet "github.com/cellvm/cellvm/virtio/net"
+	"github.com/cellvm/cellvm/vmm"
+	"github.com/cellvm/cellvm/vmm/consolelog"
+)
+
+// Options configure a VMManager.
+type Options struct {
+	// Exe is the cellvm binary started as `cellvm vmm` for each VM.
+	Exe string
+	// Kernel, Initrd and RootFS are the guest's kernel, initramfs (with
+	// cellvm-init) and read-only root image.
+	Kernel, Initrd, RootFS string
+	// StateDir holds one directory per sandbox (its VMM config, console,
+	// log and vsock socket). A restarted manager finds its sandboxes here.
+	StateDir string
+	// MaxSandboxes and MaxMemoryMiB cap the host; 0 means no cap.
+	MaxSandboxes int
+	MaxMemoryMiB int
+	// BootTimeout bounds the wait for a new guest's agent (default 60 s).
+	BootTimeout time.Duration
+	// MaxUploadBytes bounds one upload (default 1 GiB).
+	MaxUploadBytes int64
+	// MaxDownloadBytes bounds one download (default 4 GiB): a file the
+	// guest announces as larger is refused with ErrTooLarge.
+	MaxDownloadBytes int64
+	// CallGrace is how long past a cell's or a command's own timeout the
+	// host waits for the guest's answer before it stops waiting (default
+	// 15 s): the guest enforces the timeout, but the host does not rely
+	// on it.
+	CallGrace time.Duration
+	// ConsoleMaxBytes caps each sandbox's console log: the VMM keeps the
+	// newest output within it (default consolelog.DefaultMax; at least
+	// consolelog.MinMax).
+	ConsoleMaxBytes int64
+	// Net enforces network policies; without it a sandbox asking for
+	// network is refused (ErrNotSupported).
+	Net *netpolicy.Host
+	// Jail confines every VMM process (see JailOptions); nil runs them
+	// unjailed.
+	Jail *JailOptions
+	// TestHooks arms each VMM's test-only seccomp trigger (SIGUSR2 makes a
+	// forbidden system call). Only tests set it.
+	TestHooks bool
+	// Node, when set, is written into every sandbox id ("sb-NODE-<hex>"),
+	// so a router in front of many daemons can tell from an id alone
+	// which daemon holds it (see ValidNode).
+	Node string
+	// Templates configures warm starts from templates (template.go);
+	// off unless Enabled.
+	Templates TemplateOptions
+	// MaxImageBytes caps the disk that machine images take (snapshots,
+	// paused sandboxes; diskcap.go); 0 means no cap.
+	MaxImageBytes int64
+	// WorkspaceBytes is the size of a workspace made from now on
+	// (workspace.go), the most it can hold; 0 means
+	// sandbox.DefaultWorkspaceBytes.
+	WorkspaceBytes int64
+	// MaxWorkspaces caps how many workspaces there are (so their disk is
+	// at most MaxWorkspaces * WorkspaceBytes); 0 means no cap. A create
+	// that would make one more is ErrFull.
+	MaxWorkspaces int
+	// ImagesDir holds the images built by `cellvm image build` (one
+	// directory per image, image.go); "" means StateDir/images.
+	ImagesDir string
+	Log       *slog.Logger
+}
+
+// VMManager is the Manager that runs each sandbox in its own microVM.
+type VMManager struct {
+	opt Options
+	log *slog.Logger
+
+	mu        sync.Mutex
+	sandboxes map[string]*vmSandbox
+	nextCID   uint64
+	closed    bool
+	stopReap  chan struct{}
+	reapDone  chan struct{}
+	// templates owns the warm-start templates (template.go); nil when
+	// they are off.
+	templates *templates
+
+	events sandbox.EventHub
+	disk   diskCap // reservations under Options.MaxImageBytes
+}
+
+type vmSandbox struct {
+	id      string
+	dir     string
+	cfg     sandbox.Config
+	created time.Time
+	cid     uint64
+	proc    *vmProc
+	agent   *agentclient.Client
+	net     *netpolicy.Attachment // nil: no network device
+	cgroup  *jail.Cgroup          // the jailed VMM's cgroup; nil: none
+	lost    atomic.Pointer[sandbox.LostInfo]
+
+	// netMu guards cfg.Network, which SetNetwork replaces, and proc once
+	// the sandbox runs, which a resume replaces (pause.go).
+	netMu sync.Mutex
+	// life serialises pause, resume and destroy (pause.go).
+	life        sync.Mutex
+	state       atomic.Value // State
+	cellRunning atomic.Bool
+	// cellDeadline is when the running cell's host deadline passes (unix
+	// nanoseconds): a cell still "running" after it is stuck on the host
+	// side and no longer holds off idle reaping.
+	cellDeadline atomic.Int64
+	// violation is set (once) when the guest broke the agent protocol and
+	// its VM was stopped for it.
+	violation atomic.Pointer[error]
+	cells     atomic.Int64
+	lastUsed  atomic.Int64 // unix nanoseconds
+	bootMS    atomic.Int64 // how long Create took to boot the VM
+	// startedFrom is Info.StartedFrom.
+	startedFrom string
+	// internal: a template build's VM, which no caller sees.
+	internal bool
+}
+
+func (s *vmSandbox) State() sandbox.State { return s.state.Load().(sandbox.State) }
+
+// NewVMManager returns a manager and takes back (or cleans up) what an
+// earlier manager left in opt.StateDir.
+func NewVMManager(opt Options) (*VMManager, error) {
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	if opt.BootTimeout == 0 {
+		opt.BootTimeout = 60 * time.Second
+	}
+	if opt.MaxUploadBytes == 0 {
+		opt.MaxUploadBytes = 1 << 30
+	}
+	if opt.MaxDownloadBytes == 0 {
+		opt.MaxDownloadBytes = 4 << 30
+	}
+	if opt.CallGrace == 0 {
+		opt.CallGrace = DefaultCallGrace
+	}
+	if opt.ConsoleMaxBytes == 0 {
+		opt.ConsoleMaxBytes = consolelog.DefaultMax
+	}
+	if opt.ConsoleMaxBytes < consolelog.MinMax {
+		return nil, fmt.Errorf("console log cap %d bytes is below the minimum %d", opt.ConsoleMaxBytes, consolelog.MinMax)
+	}
+	for name, p := range map[string]string{"cellvm binary": opt.Exe, "kernel": opt.Kernel, "initramfs": opt.Initrd, "root image": opt.RootFS} {
+		if p == "" {
+			return nil, fmt.Errorf("no %s configured", name)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("%s: %w (run 'make setup')", name, err)
+		}
+	}
+	if err := sandbox.ValidNode(opt.Node); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(opt.StateDir, "sandboxes"), 0o700); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	m := &VMManager{
+		opt: opt, log: opt.Log, sandboxes: map[string]*vmSandbox{}, nextCID: 3,
+		stopReap: make(chan struct{}), reapDone: make(chan struct{}),
+	}
+	if err := m.checkNetworkState(); err != nil {
+		return nil, err
+	}
+	m.recover()
+	if opt.Templates.Enabled {
+		m.templates = newTemplates(m, opt.Templates)
+		m.templates.start()
+	}
+	go m.reapLoop()
+	return m, nil
+}
+
+func newID(node string) string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	if node != "" {
+		return "sb-" + node + "-" + hex.EncodeToString(b)
+	}
+	return "sb-" + hex.EncodeToString(b)
+}
+
+func (m *VMManager) sandboxDir(id string) string {
+	return filepath.Join(m.opt.StateDir, "sandboxes", id)
+}
+
+// reserve checks the caps and claims an id and a CID. An internal
+// sandbox (a template build's) counts against the memory cap only.
+func (m *VMManager) reserve(cfg sandbox.Config, internal bool) (*vmSandbox, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, fmt.Errorf("%w: manager is shutting down", sandbox.ErrBusy)
+	}
+	if n := m.countSandboxes(); !internal && m.opt.MaxSandboxes > 0 && n >= m.opt.MaxSandboxes {
+		return nil, fmt.Errorf("%w: %d sandboxes running, the cap is %d", sandbox.ErrFull, n, m.opt.MaxSandboxes)
+	}
+	if m.opt.MaxMemoryMiB > 0 {
+		used := 0
+		for _, s := range m.sandboxes {
+			used += s.heldMemoryMiB()
+		}
+		if used+cfg.MemoryMiB > m.opt.MaxMemoryMiB {
+			return nil, fmt.Errorf("%w: %d MiB of guest memory in use, %d more would pass the cap of %d MiB",
+				sandbox.ErrFull, used, cfg.MemoryMiB, m.opt.MaxMemoryMiB)
+		}
+	}
+	if cfg.Workspace != "" {
+		if s := m.workspaceHolder(cfg.Workspace, nil); s != nil {
+			return nil, fmt.Errorf("%w: workspace %s is mounted by sandbox %s (%s); one sandbox at a time can hold a workspace", sandbox.ErrBusy, cfg.Workspace, s.id, s.State())
+		}
+	}
+	used := map[uint64]bool{}
+	for _, s := range m.sandboxes {
+		used[s.cid] = true
+	}
+	for used[m.nextCID] {
+		m.nextCID++
+	}
+	cid := m.nextCID
+	m.nextCID++
+	id := newID(m.opt.Node)
+	// Hold the slot while the VM boots, so concurrent creates count it.
+	s := &vmSandbox{id: id, cfg: cfg, cid: cid, created: time.Now(), dir: m.sandboxDir(id), internal: internal}
+	if internal {
+		s.dir = m.templates.buildDir(id)
+	}
+	s.state.Store(sandbox.StateStarting)
+	m.sandboxes[id] = s
+	return s, nil
+}
+
+// countSandboxes counts the sandboxes callers see (not template builds).
+// Caller holds m.mu.
+func (m *VMManager) countSandboxes() int {
+	n := 0
+	for _, s := range m.sandboxes {
+		if !s.internal {
+			n++
+		}
+	}
+	return n
+}
+
+// guestCmdline is the kernel command line of a sandbox's guest.
+func guestCmdline() string {
+	return fmt.Sprintf("console=ttyS0 %s 8250.nr_uarts=1 nomodule quiet cellvm.time=%d", vmm.RebootArgs, time.Now().Unix())
+}
+
+// Create implements Manager.
+func (m *VMManager) Create(ctx context.Context, cfg sandbox.Config) (info sandbox.Info, err error) {
+	var from *restoreSource // a fork of a snapshot (snapshot.go) or a template
+	if cfg.Snapshot != "" {
+		var fork *snapshotMeta
+		if cfg, fork, err = m.forkConfig(cfg); err != nil {
+			return sandbox.Info{}, err
+		}
+		from = &restoreSource{dir: m.snapshotDir(fork.Info.ID), name: "snapshot " + fork.Info.ID, startedFrom: sandbox.StartedFromSnapshot, env: fork.Config.Env}
+		if fork.Network {
+			from.mac, _ = net.ParseMAC(fork.MAC) // forkConfig checked it
+		}
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return sandbox.Info{}, err
+	}
+	if _, err := m.imagePath(cfg.Image); err != nil {
+		return sandbox.Info{}, err
+	}
+	var policy egress.Policy
+	if cfg.Network != nil && len(cfg.Network.Allow) > 0 {
+		if m.opt.Net == nil {
+			return sandbox.Info{}, fmt.Errorf("%w: this manager has no network policy support (run the daemon as root with iptables)", sandbox.ErrNotSupported)
+		}
+		if policy, err = egress.Parse(cfg.Network.Allow); err != nil {
+			return sandbox.Info{}, fmt.Errorf("%w: network: %v", sandbox.ErrInvalid, err)
+		}
+	}
+	var tpl *templateUse
+	if from == nil {
+		tpl = m.templates.use(cfg, policy)
+		if tpl != nil {
+			from = &tpl.source
+		}
+	}
+	s, err := m.launch(ctx, cfg, policy, from, false)
+	if err != nil && tpl != nil && ctx.Err() == nil && !errors.Is(err, sandbox.ErrFull) && !errors.Is(err, sandbox.ErrBusy) {
+		// A create never fails for its template: it boots.
+		m.templates.broken(tpl, err)
+		s, err = m.launch(ctx, cfg, policy, nil, false)
+	}
+	if err != nil {
+		return sandbox.Info{}, err
+	}
+	m.log.Info("sandbox created", "id", s.id, "vcpus", cfg.VCPUs, "memory_mib", cfg.MemoryMiB, "started_from", s.startedFrom, "boot_ms", s.bootMS.Load())
+	m.events.Publish(sandbox.Event{Type: sandbox.EventCreated, Sandbox: s.id})
+	return m.info(s), nil
+}
+
+// restoreSource is a snapshot directory (a user's snapshot or a template)
+// that a VM restores instead of booting.
+type restoreSource struct {
+	dir         string
+	name        string // for errors: "snapshot snap-...", "template ..."
+	startedFrom string
+	mac         net.HardwareAddr  // the machine's NIC's, when it has one
+	env         map[string]string // the env its guest has (a snapshot's sandbox's)
+}
+
+// launch starts a running sandbox of cfg: booted, or restored from from.
+// An internal sandbox (a template build's) lives under the templates'
+// directory, is neither listed nor watched, and does not count against
+// the cap on sandboxes. A failed launch leaves nothing behind.
+func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egress.Policy, from *restoreSource, internal bool) (_ *vmSandbox, err error) {
+	s, err := m.reserve(cfg, internal)
+	if err != nil {
+		return nil, err
+	}
+	id, cid := s.id, s.cid
+	defer func() {
+		if err != nil {
+			m.destroy(s)
+		}
+	}()
+	s.startedFrom = sandbox.StartedFromBoot
+	if from != nil {
+		s.startedFrom = from.startedFrom
+	}
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox directory: %w", err)
+	}
+	if err := writeConfig(s.dir, cfg); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, startedFromFile), []byte(s.startedFrom), 0o600); err != nil {
+		return nil, fmt.Errorf("sandbox directory: %w", err)
+	}
+	if err := os.Mkdir(runDir(s.dir), 0o755); err != nil {
+		return nil, fmt.Errorf("sandbox run directory: %w", err)
+	}
+	rootImage, err := m.imagePath(cfg.Image)
+	if err != nil {
+		return nil, err
+	}
+	uds := filepath.Join(runDir(s.dir), vsockFile)
+	spec := VMSpec{
+		Kernel: m.opt.Kernel, Initrd: m.opt.Initrd, Cmdline: guestCmdline(),
+		VCPUs: cfg.VCPUs, MemoryMiB: uint64(cfg.MemoryMiB),
+		Disks:     []VMDisk{{Path: rootImage, ReadOnly: true}},
+		ImageUUID: imageUUID(rootImage),
+		Vsock:     &VMVsock{CID: cid, UDS: uds},
+		Control:   hostControlPath(s.dir),
+
+		ConsoleMaxBytes: m.opt.ConsoleMaxBytes,
+	}
+	if cfg.Root {
+		spec.Cmdline += " cellvm.cellsroot=1"
+	}
+	var launch vmLaunch
+	if cfg.Workspace != "" {
+		ws, err := m.openWorkspace(ctx, cfg.Workspace, true)
+		if err != nil {
+			return nil, err
+		}
+		defer ws.Close()
+		launch.files = append(launch.files, ws)
+		spec.Disks = append(spec.Disks, VMDisk{Path: "workspace " + cfg.Workspace, FD: 2 + len(launch.files)})
+		spec.Cmdline += " cellvm.workspace=" + workspaceDisk
+	}
+	if !policy.Empty() {
+		if s.net, err = m.opt.Net.Attach(ctx, id, policy); err != nil {
+			return nil, fmt.Errorf("network: %w", err)
+		}
+		copy(spec.MAC[:], s.net.MAC)
+		if from != nil && from.mac != nil {
+			// The restored NIC is the snapshot's: the guest's driver
+			// read its MAC at boot. Each TAP is a link of its own, so
+			// forks sharing it never meet; the address is the fork's
+			// (newMachine).
+			copy(spec.MAC[:], from.mac)
+		}
+		spec.Cmdline += " " + s.net.KernelArgs()
+	}
+	if s.net != nil {
+		// The daemon opens the TAP and hands the VMM the descriptor: the
+		// VMM needs neither /dev/net/tun nor CAP_NET_ADMIN.
+		tap, err := vnet.OpenTAP(s.net.TAP)
+		if err != nil {
+			return nil, fmt.Errorf("network: %w", err)
+		}
+		defer tap.Close()
+		launch.files = append(launch.files, tap)
+		spec.TAPFD = 2 + len(launch.files)
+	}
+	if from != nil {
+		files, err := restoreFiles(from, &spec, &launch)
+		if err != nil {
+			return nil, err
+		}
+		defer closeFiles(files)
+	}
+	if m.opt.Jail != nil {
+		if s.cgroup, err = m.opt.Jail.jailVM(id, s.dir, cid, &spec); err != nil {
+			return nil, fmt.Errorf("jail the VMM: %w", err)
+		}
+		launch.cgroup = s.cgroup
+	}
+	spec.TestHooks = m.opt.TestHooks
+	start := time.Now()
+	if s.proc, err = startVM(m.opt.Exe, s.dir, spec, launch); err != nil {
+		return nil, err
+	}
+	bootCtx, cancel := context.WithTimeout(ctx, m.opt.BootTimeout)
+	defer cancel()
+	ready := make(chan error, 1)
+	go func() {
+		c, err := agentclient.Dial(bootCtx, uds)
+		if err == nil {
+			s.agent = c
+		}
+		ready <- err
+	}()
+	select {
+	case err = <-ready:
+		if err != nil && ctx.Err() == nil && bootCtx.Err() != nil {
+			err = fmt.Errorf("guest agent did not answer within %v: %w; vmm log: %s; console: %s", m.opt.BootTimeout, err,
+				lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 2048), 5), lastLines(consoleTail(s.dir, 4096), 15))
+		}
+	case <-s.proc.done:
+		cancel()
+		<-ready
+		vmmLog := readTail(filepath.Join(s.dir, vmmLogFile), 8192)
+		why := lostInfo(s.proc.err, vmmLog)
+		err = fmt.Errorf("the VM exited while booting (%s; %s); vmm log: %s; console: %s", why.Exit, why.Reason,
+			lastLines(vmmLog, 12), lastLines(consoleTail(s.dir, 4096), 15))
+	}
+	if err == nil && len(cfg.Env) > 0 && !(from != nil && maps.Equal(cfg.Env, from.env)) {
+		// The guest's processes get the sandbox's env from its agent,
+		// before the first cell starts the interpreter. A restored guest
+		// whose interpreter runs starts a new one for it, so a fork whose
+		// env is its snapshot's (the guest has it already) is not sent
+		// it: its variables stay.
+		if err = s.agent.SetEnv(bootCtx, cfg.Env); err != nil {
+			err = fmt.Errorf("giving the guest its env: %w", err)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if from != nil {
+		if err := m.newMachine(ctx, s); err != nil {
+			return nil, err
+		}
+	}
+	s.bootMS.Store(time.Since(start).Milliseconds())
+	s.state.Store(sandbox.StateRunning)
+	s.lastUsed.Store(time.Now().UnixNano())
+	if !internal {
+		go m.watch(s)
+	}
+	return s, nil
+}
+
+// watch marks a sandbox lost when its VMM process dies on its own (not
+// when a pause ended it).
+func (m *VMManager) watch(s *vmSandbox) {
+	s.netMu.Lock()
+	p := s.proc
+	s.netMu.Unlock()
+	<-p.done
+	if !p.ended.Load() {
+		m.markLost(s)
+	}
+}
+
+// markLost moves a running or paused sandbox whose VMM has exited to
+// StateLost and logs why with the ends of its VMM log and console: they are
+// the only account of what happened, and deleting the sandbox removes them.
+// Call it only after the VMM exited. It acts once per VMM process, and not
+// for one a pause ended; a concurrent caller returns only when the first
+// is done, so that whoever saw the VM go (a cell, a delete) never races
+// the log against the sandbox's removal.
+func (m *VMManager) markLost(s *vmSandbox) {
+	s.netMu.Lock()
+	p := s.proc
+	s.netMu.Unlock()
+	if p == nil || p.ended.Load() {
+		return
+	}
+	p.exitSeen.Do(func() {
+		for _, st := range []sandbox.State{sandbox.StateRunning, sandbox.StatePaused} {
+			if s.state.CompareAndSwap(st, sandbox.StateLost) {
+				why := lostInfo(p.err, readTail(filepath.Join(s.dir, vmmLogFile), 4096))
+				why.Console = lostConsole(s.dir)
+				msg := "sandbox lost: its VM exited"
+				if v := s.violation.Load(); v != nil {
+					why.KilledBy = sandbox.KilledByProtocol
+					why.Reason = fmt.Sprintf("the guest broke the agent protocol (%v), so the host stopped its VM", *v)
+					msg = "sandbox lost: the guest broke the agent protocol, so its VM was stopped"
+				}
+				s.lost.Store(&why)
+				m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: s.id, Lost: &why})
+				m.log.Warn(msg, "id", s.id, "error", p.err, "reason", why.Reason, "killed_by", why.KilledBy,
+					"vmm_log", lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 4096), 10),
+					"console", lastLines(consoleTail(s.dir, 8192), 30))
+				return
+			}
+		}
+		// Stopping: it was stopped on purpose.
+	})
+}
+
+// condemn stops the VM of a sandbox whose guest broke the agent protocol
+// (agentclient.ErrProtocol: too much, more than announced, malformed):
+// nothing it says can be believed any more, so nothing more is read from
+// it. The VMM is killed at once and the sandbox reads lost, with the
+// violation in the log; Delete removes the rest.
+func (m *VMManager) condemn(s *vmSandbox, why error) {
+	s.violation.CompareAndSwap(nil, &why)
+	if s.proc != nil {
+		syscall.Kill(s.proc.pid, syscall.SIGKILL)
+		<-s.proc.done
+	}
+	m.markLost(s)
+}
+
+// vmGone reports whether the sandbox's VMM has exited, waiting up to wait
+// for it: a VM that is going down closes its agent connection a moment
+// before its process ends.
+func vmGone(s *vmSandbox, wait time.Duration) bool {
+	if s.proc == nil {
+		return false
+	}
+	select {
+	case <-s.proc.done:
+		return true
+	default:
+	}
+	if wait <= 0 {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-s.proc.done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// lostGrace is how long a call whose agent stream ended waits for the VMM
+// to exit before it reports an agent error instead of a lost sandbox.
+const lostGrace = 3 * time.Second
+
+// streamEnded reports whether err says the agent's connection ended, as it
+// does when the VM goes down.
+func streamEnded(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
+}
+
+// destroy stops the VM and removes everything the sandbox had.
+func (m *VMManager) destroy(s *vmSandbox) {
+	s.life.Lock() // a pause or resume in progress ends first
+	defer s.life.Unlock()
+	if s.proc != nil {
+		select {
+		case <-s.proc.done: // died on its own before watch noticed: say so
+			if !s.internal {
+				m.markLost(s)
+			}
+		default:
+		}
+	}
+	s.state.Store(sandbox.StateStopping)
+	if s.proc != nil {
+		if s.agent != nil && s.proc.alive() {
+			ask, wait := 2*time.Second, 3*time.Second
+			if s.cfg.Workspace != "" {
+				// The guest's shutdown writes its page cache to the
+				// workspace and unmounts it: worth waiting for.
+				ask, wait = 10*time.Second, 30*time.Second
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), ask)
+			s.agent.Shutdown(ctx)
+			cancel()
+			select {
+			case <-s.proc.done:
+			case <-time.After(wait):
+				if s.cfg.Workspace != "" {
+					m.log.Warn("the guest did not shut down in time; its last writes to the workspace may be lost (the journal keeps the volume consistent)", "id", s.id, "workspace", s.cfg.Workspace)
+				}
+			}
+		}
+		s.proc.stop(5 * time.Second)
+	}
+	if s.agent != nil {
+		s.agent.Close()
+	}
+	if s.net != nil {
+		if err := s.net.Close(); err != nil {
+			m.log.Error("remove sandbox network", "id", s.id, "error", err)
+		}
+	}
+	if err := s.cgroup.Close(); err != nil {
+		m.log.Error("remove the VMM's cgroup", "id", s.id, "error", err)
+	}
+	if err := os.RemoveAll(s.dir); err != nil {
+		m.log.Error("remove sandbox directory", "id", s.id, "error", err)
+	}
+	m.mu.Lock()
+	delete(m.sandboxes, s.id)
+	m.mu.Unlock()
+}
+
+func (m *VMManager) get(id string) (*vmSandbox, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sandboxes[id]
+	if !ok || s.internal || s.State() == sandbox.StateStopping {
+		return nil, fmt.Errorf("%w: no sandbox %q", sandbox.ErrNotFound, clip(id, 64))
+	}
+	return s, nil
+}
+
+// ready returns the sandbox if it can take a request now.
+func (m *VMManager) ready(id string) (*vmSandbox, error) {
+	s, err := m.get(id)
+	if err != nil {
+		return nil, err
+	}
+	switch s.State() {
+	case sandbox.StateRunning:
+		s.lastUsed.Store(time.Now().UnixNano())
+		return s, nil
+	case sandbox.StateLost:
+		return nil, fmt.Errorf("%w: sandbox %s's VM exited; delete it", sandbox.ErrLost, id)
+	case sandbox.StatePaused: // a call that needs the guest resumes it
+		if err := m.autoResume(s); err != nil {
+			return nil, err
+		}
+		s.lastUsed.Store(time.Now().UnixNano())
+		return s, nil
+	default:
+		return nil, fmt.Errorf("%w: sandbox %s is %s", sandbox.ErrBusy, id, s.State())
+	}
+}
+
+// Delete implements Manager.
+func (m *VMManager) Delete(ctx context.Context, id string) error {
+	s, err := m.get(id)
+	if err != nil {
+		return err
+	}
+	if s.State() == sandbox.StateStarting {
+		return fmt.Errorf("%w: sandbox %s is still starting", sandbox.ErrBusy, id)
+	}
+	m.destroy(s)
+	m.log.Info("sandbox deleted", "id", id)
+	m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: id, Reason: sandbox.DeletedByRequest})
+	return nil
+}
+
+func (m *VMManager) info(s *vmSandbox) sandbox.Info {
+	s.netMu.Lock()
+	cfg, proc := s.cfg, s.proc
+	s.netMu.Unlock()
+	in := sandbox.Info{
+		ID: s.id, State: s.State(), Config: cfg, CreatedAt: s.created,
+		UptimeS: time.Since(s.created).Seconds(), Cells: int(s.cells.Load()), CellRunning: s.cellRunning.Load(),
+		BootMS: s.bootMS.Load(), StartedFrom: s.startedFrom,
+	}
+	if proc != nil && proc.alive() {
+		in.Usage = procUsage(proc.pid)
+	}
+	if s.net != nil {
+		in.Network.AllowedPackets, in.Network.DroppedPackets = s.net.Counters()
+	}
+	in.Lost = s.lost.Load()
+	return in
+}
+
+// Get implements Manager.
+func (m *VMManager) Get(ctx context.Context, id string) (sandbox.Info, error) {
+	s, err := m.get(id)
+	if err != nil {
+		return sandbox.Info{}, err
+	}
+	return m.info(s), nil
+}
+
+// List implements Manager.
+func (m *VMManager) List(ctx context.Context) ([]sandbox.Info, error) {
+	m.mu.Lock()
+	ss := make([]*vmSandbox, 0, len(m.sandboxes))
+	for _, s := range m.sandboxes {
+		if !s.internal {
+			ss = append(ss, s)
+		}
+	}
+	m.mu.Unlock()
+	out := make([]sandbox.Info, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, m.info(s))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// agentErr maps an agent or transport error onto the sentinels. A
+// protocol violation condemns the sandbox.
+func (m *VMManager) agentErr(s *vmSandbox, err error) error {
+	if errors.Is(err, agentclient.ErrProtocol) {
+		m.condemn(s, err)
+		return fmt.Errorf("%w: sandbox %s's guest broke the agent protocol (%v); its VM was stopped", sandbox.ErrLost, s.id, err)
+	}
+	if errors.Is(err, agentclient.ErrTooLarge) {
+		return fmt.Errorf("%w: %v", sandbox.ErrTooLarge, err)
+	}
+	var pe *proto.Error
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case proto.CodeNotFound:
+			return fmt.Errorf("%w: %s", sandbox.ErrNotFound, pe.Message)
+		case proto.CodeBadPath, proto.CodeBadRequest:
+			return fmt.Errorf("%w: %s", sandbox.ErrInvalid, pe.Message)
+		case proto.CodeTooLarge:
+			return fmt.Errorf("%w: %s", sandbox.ErrTooLarge, pe.Message)
+		}
+		return err
+	}
+	if !s.proc.alive() {
+		return fmt.Errorf("%w: sandbox %s's VM exited", sandbox.ErrLost, s.id)
+	}
+	return err
+}
+
+// RunCell implements Manager.
+func (m *VMManager) RunCell(ctx context.Context, id, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+	if timeout <= 0 {
+		return cell.Result{}, fmt.Errorf("%w: timeout must be positive", sandbox.ErrInvalid)
+	}
+	if len(code) > sandbox.MaxCodeBytes {
+		return cell.Result{}, fmt.Errorf("%w: code is %d bytes, at most %d", sandbox.ErrTooLarge, len(code), sandbox.MaxCodeBytes)
+	}
+	s, err := m.ready(id)
+	if err != nil {
+		return cell.Result{}, err
+	}
+	if !s.cellRunning.CompareAndSwap(false, true) {
+		return cell.Result{}, fmt.Errorf("%w: a cell is already running in sandbox %s", sandbox.ErrBusy, id)
+	}
+	defer func() {
+		s.lastUsed.Store(time.Now().UnixNano())
+		s.cellRunning.Store(false)
+	}()
+	s.cells.Add(1)
+	start := time.Now()
+	// The guest times the cell out itself; the host does not rely on it.
+	callCtx, cancel := context.WithTimeout(ctx, timeout+m.opt.CallGrace)
+	defer cancel()
+	s.cellDeadline.Store(start.Add(timeout + m.opt.CallGrace).UnixNano())
+	res, err := s.agent.RunCell(callCtx, code, timeout, onEvent)
+	if err != nil {
+		if ctx.Err() != nil {
+			return cell.Result{}, ctx.Err()
+		}
+		end := func(r cell.Result) (cell.Result, error) {
+			r.DurationMS = time.Since(start).Milliseconds()
+			if onEvent != nil {
+				onEvent(cell.Event{Type: cell.EventEnd, End: &r})
+			}
+			return r, nil
+		}
+		if errors.Is(err, agentclient.ErrProtocol) {
+			m.condemn(s, err)
+			return end(cell.Result{Status: cell.StatusLost,
+				Stderr: fmt.Sprintf("cellvm: the guest broke the agent protocol (%v); its VM was stopped and the sandbox is lost\n", err)})
+		}
+		if callCtx.Err() != nil {
+			m.log.Warn("guest did not answer a cell by its host deadline", "id", id, "timeout", timeout, "grace", m.opt.CallGrace)
+			return end(hostDeadlineResult(timeout, m.opt.CallGrace))
+		}
+		// A VM going down ends the agent's stream first (EOF); give the
+		// process a moment to end so that the result says "lost", not a
+		// bare EOF.
+		wait := time.Duration(0)
+		if streamEnded(err) {
+			wait = lostGrace
+		}
+		gone := vmGone(s, wait)
+		if gone {
+			m.markLost(s)
+		}
+		if gone || errors.Is(err, io.ErrUnexpectedEOF) {
+			return end(cell.Result{Status: cell.StatusLost, StateKept: false,
+				Stderr: "the sandbox's VM stopped while the cell ran; its state is gone"})
+		}
+		return cell.Result{}, m.agentErr(s, err)
+	}
+	return res, nil
+}
+
+// Interrupt implements Manager.
+func (m *VMManager) Interrupt(ctx context.Context, id string) error {
+	s, err := m.ready(id)
+	if err != nil {
+		return err
+	}
+	callCtx, cancel := context.WithTimeout(ctx, interruptDeadline)
+	defer cancel()
+	if _, err = s.agent.Interrupt(callCtx); err != nil {
+		return m.deadlineErr(ctx, callCtx, "interrupt", interruptDeadline, m.agentErr(s, err))
+	}
+	return nil
+}
+
+// Host deadlines of the calls that have no timeout of their own: the
+// guest answers an interrupt at once, and a restart within the
+// interpreter's start-up timeout (30 s).
+const (
+	interruptDeadline = 10 * time.Second
+	restartDeadline   = 60 * time.Second
+)
+
+// deadlineErr says that the guest did not answer op within d when the
+// host's deadline (callCtx), not the caller (ctx), ended the call.
+func (m *VMManager) deadlineErr(ctx, callCtx context.Context, op string, d time.Duration, err error) error {
+	if ctx.Err() == nil && callCtx.Err() != nil && !errors.Is(err, sandbox.ErrLost) {
+		return fmt.Errorf("the guest did not answer the %s within %v: %w", op, d, err)
+	}
+	return err
+}
+
+// Restart implements Manager.
+func (m *VMManager) Restart(ctx context.Context, id string) error {
+	s, err := m.ready(id)
+	if err != nil {
+		return err
+	}
+	callCtx, cancel := context.WithTimeout(ctx, restartDeadline)
+	defer cancel()
+	if err := s.agent.Restart(callCtx); err != nil {
+		return m.deadlineErr(ctx, callCtx, "restart", restartDeadline, m.agentErr(s, err))
+	}
+	return nil
+}
+
+// Exec implements Manager.
+func (m *VMManager) Exec(ctx context.Context, id string, req sandbox.ExecRequest) (cell.ExecResult, error) {
+	if err := req.Validate(); err != nil {
+		return cell.ExecResult{}, err
+	}
+	s, err := m.ready(id)
+	if err != nil {
+		return cell.ExecResult{}, err
+	}
+	start := time.Now()
+	callCtx, cancel := context.WithTimeout(ctx, req.Timeout+m.opt.CallGrace)
+	defer cancel()
+	r, err := s.agent.Exec(callCtx, req.Argv, req.Stdin, req.Timeout)
+	if err != nil && ctx.Err() == nil && callCtx.Err() != nil && !errors.Is(err, agentclient.ErrProtocol) {
+		m.log.Warn("guest did not answer a command by its host deadline", "id", id, "timeout", req.Timeout, "grace", m.opt.CallGrace)
+		return cell.ExecResult{ExitCode: -1, TimedOut: true, DurationMS: time.Since(start).Milliseconds(),
+			Stderr: hostDeadlineMessage("command", req.Timeout, m.opt.CallGrace) + "\n"}, nil
+	}
+	if err != nil {
+		return cell.ExecResult{}, m.agentErr(s, err)
+	}
+	return r, nil
+}
+
+// DefaultCallGrace is Options.CallGrace's default.
+const DefaultCallGrace = 15 * time.Second
+
+// hostDeadlineResult is a cell's result when the guest did not answer by
+// the host's deadline. Whether the interpreter kept its state is unknown,
+// so the result does not promise it.
+func hostDeadlineResult(timeout, grace time.Duration) cell.Result {
+	return cell.Result{Status: cell.StatusTimeout, KilledBy: cell.KilledByTimeout, StateKept: false,
+		Error: &cell.Error{Name: "TimeoutError", Value: hostDeadlineMessage("cell", timeout, grace) + "; its variables may be gone"}}
+}
+
+func hostDeadlineMessage(what string, timeout, grace time.Duration) string {
+	return fmt.Sprintf("cellvm: the guest did not answer within the %s's time limit (%v) plus %v, so the host stopped waiting", what, timeout, grace)
+}
+
+// limitReader fails with ErrTooLarge past n bytes instead of ending quietly.
+type limitReader struct {
+	r io.Reader
+	n int64
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.n < 0 {
+		return 0, fmt.Errorf("%w: upload is larger than the limit", sandbox.ErrTooLarge)
+	}
+	if int64(len(p)) > l.n+1 {
+		p = p[:l.n+1]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	if l.n < 0 {
+		return n, fmt.Errorf("%w: upload is larger than the limit", sandbox.ErrTooLarge)
+	}
+	return n, err
+}
+
+// Upload implements Manager.
+func (m *VMManager) Upload(ctx context.Context, id, guestPath string, r io.Reader) (int64, error) {
+	p, err := sandbox.GuestPath(guestPath)
+	if err != nil {
+		return 0, err
+	}
+	s, err := m.ready(id)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.agent.Upload(ctx, p, &limitReader{r: r, n: m.opt.MaxUploadBytes}, 0o644)
+	if err != nil {
+		if errors.Is(err, sandbox.ErrTooLarge) {
+			return n, err
+		}
+		return n, m.agentErr(s, err)
+	}
+	return n, nil
+}
+
+// Download implements Manager.
+func (m *VMManager) Download(ctx context.Context, id, guestPath string, w io.Writer) (int64, error) {
+	p, err := sandbox.GuestPath(guestPath)
+	if err != nil {
+		return 0, err
+	}
+	s, err := m.ready(id)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.agent.Download(ctx, p, w, m.opt.MaxDownloadBytes)
+	if err != nil {
+		return n, m.agentErr(s, err)
+	}
+	return n, nil
+}
+
+// SetNetwork implements Manager.
+func (m *VMManager) SetNetwork(ctx context.Context, id string, p sandbox.NetworkPolicy) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	s, err := m.get(id)
+	if err != nil {
+		return err
+	}
+	pol, err := egress.Parse(p.Allow)
+	if err != nil {
+		return fmt.Errorf("%w: network: %v", sandbox.ErrInvalid, err)
+	}
+	if s.net == nil {
+		if pol.Empty() {
+			return nil
+		}
+		return fmt.Errorf("%w: sandbox %s was created without network and has no network device; create it with a network policy", sandbox.ErrNotSupported, id)
+	}
+	if err := m.setNetwork(s, pol); err != nil {
+		return err
+	}
+	m.events.Publish(sandbox.Event{Type: sandbox.EventPolicyChanged, Sandbox: id, Network: &sandbox.NetworkPolicy{Allow: pol.Entries()}})
+	return nil
+}
+
+// reapLoop deletes sandboxes past their TTL or idle timeout.
+func (m *VMManager) reapLoop() {
+	defer close(m.reapDone)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stopReap:
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		expired := map[*vmSandbox]string{}
+		now := time.Now()
+		for _, s := range m.sandboxes {
+			if s.internal || s.State() == sandbox.StateStarting || s.State() == sandbox.StateStopping {
+				continue
+			}
+			// A TTL holds whatever the sandbox is doing. A running cell
+			// keeps a sandbox from being idle only until its host
+			// deadline: a call stuck past it does not.
+			busy := s.cellRunning.Load() && now.UnixNano() < s.cellDeadline.Load()
+			if s.cfg.TTL > 0 && now.Sub(s.created) > s.cfg.TTL {
+				expired[s] = sandbox.DeletedByTTL
+			} else if s.cfg.IdleTimeout > 0 && !busy && now.Sub(time.Unix(0, s.lastUsed.Load())) > s.cfg.IdleTimeout {
+				expired[s] = sandbox.DeletedByIdle
+			}
+		}
+		m.mu.Unlock()
+		m.pauseIdle(now)
+		for s, why := range expired {
+			m.log.Info("sandbox expired", "id", s.id, "reason", why)
+			m.destroy(s)
+			m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: s.id, Reason: why})
+		}
+	}
+}
+
+// Close destroys every sandbox.
+func (m *VMManager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+	close(m.stopReap)
+	<-m.reapDone
+	// The template builder ends its build, if any, and removes its VM.
+	m.templates.Close()
+	m.mu.Lock()
+	ss := make([]*vmSandbox, 0, len(m.sandboxes))
+	for _, s := range m.sandboxes {
+		ss = append(ss, s)
+	}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range ss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.destroy(s)
+			if !s.internal {
+				m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: s.id, Reason: sandbox.DeletedByShutdown})
+			}
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func readTail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(fi.Size()-n, 0)
+	b := make([]byte, fi.Size()-off)
+	f.ReadAt(b, off)
+	return string(b)
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}

@@ -1,0 +1,443 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cellvm/cellvm/agentclient"
+	"github.com/cellvm/cellvm/jail"
+	"github.com/cellvm/cellvm/sandbox"
+	vnet "github.com/cellvm/cellvm/virtio/net"
+	"github.com/cellvm/cellvm/vmm/control"
+)
+
+// Pause to disk. A paused sandbox has no VMM process: its VMM wrote the
+// machine (a snapshot, as in snapshot.go) into the sandbox's directory and
+// ended, so its memory went back to the host. Resume starts a new VMM
+// process that restores those files: same sandbox id, vsock CID and
+// socket, TAP, jail and cgroup, and the guest's interpreter with its
+// variables; the agent reconnects and the guest is reseeded as a fork is
+// (its clock above all: time passed while it was on disk). A call that
+// needs the guest (a cell, a command, a file) resumes a paused sandbox by
+// itself (ready), and Config.IdlePause pauses an idle one (reapLoop).
+//
+// The machine image lives in the sandbox directory:
+//
+//	paused.partial/  being written; never restored, removed on failure
+//	paused/          the image of a paused sandbox (its presence, with no
+//	                 live VMM, is what a restarted daemon takes back as
+//	                 paused: recover)
+//	backing/         the image a resumed VMM restored from: it maps the
+//	                 memory file copy-on-write, so the file stays until the
+//	                 next pause replaces it or the sandbox is deleted
+//
+// Images count against the snapshot disk cap (diskcap.go), like snapshots.
+//
+// A sandbox's life lock (vmSandbox.life) serialises pause, resume and
+// destroy. A pause holds the sandbox busy as a cell does, so it is refused
+// while a cell runs; the state reads paused from the pause's start, and a
+// call arriving meanwhile waits on the lock and then resumes it.
+
+const (
+	pausedDir  = "paused"
+	backingDir = "backing"
+)
+
+// vmmExitTimeout bounds the wait for a VMM to end after it wrote its image.
+const vmmExitTimeout = 30 * time.Second
+
+// Pause implements Manager: the sandbox's VMM writes the machine to disk
+// and ends.
+func (m *VMManager) Pause(ctx context.Context, id string) error {
+	s, err := m.get(id)
+	if err != nil {
+		return err
+	}
+	s.life.Lock()
+	defer s.life.Unlock()
+	return m.pauseLocked(ctx, s)
+}
+
+// pauseLocked pauses s; the caller holds s.life.
+func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
+	switch st := s.State(); st {
+	case sandbox.StateRunning:
+	case sandbox.StatePaused:
+		return fmt.Errorf("%w: sandbox %s is already paused", sandbox.ErrBusy, s.id)
+	case sandbox.StateLost:
+		return fmt.Errorf("%w: sandbox %s's VM exited; delete it", sandbox.ErrLost, s.id)
+	default:
+		return fmt.Errorf("%w: sandbox %s is %s", sandbox.ErrBusy, s.id, st)
+	}
+	if !s.cellRunning.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: a cell is running in sandbox %s; interrupt it or wait, then pause", sandbox.ErrBusy, s.id)
+	}
+	s.cellDeadline.Store(time.Now().Add(snapshotTimeout).UnixNano())
+	defer s.cellRunning.Store(false)
+	if _, err := os.Stat(hostControlPath(s.dir)); err != nil {
+		return fmt.Errorf("%w: sandbox %s's VMM has no control socket (it was started by an older cellvm)", sandbox.ErrNotSupported, s.id)
+	}
+	release, err := m.disk.reserve(m, "pause", s.id, imageBound(s.cfg.MemoryMiB))
+	if err != nil {
+		return err
+	}
+	defer release()
+	tmp := filepath.Join(s.dir, pausedDir+partialSuffix)
+	os.RemoveAll(tmp)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return fmt.Errorf("pause directory: %w", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			os.RemoveAll(tmp)
+		}
+	}()
+	start := time.Now()
+	p := s.proc
+	// From here the VMM's exit is the pause's, not a lost VM (markLost),
+	// and calls wait for the pause and then resume (ready).
+	p.ended.Store(true)
+	s.state.Store(sandbox.StatePaused)
+	// A pause once asked for is carried through: the VMM ends after its
+	// save whether or not the caller still waits.
+	if err := m.takeSnapshot(context.WithoutCancel(ctx), s, tmp, control.ThenStop); err != nil {
+		p.ended.Store(false)
+		s.state.Store(sandbox.StateRunning)
+		wait := time.Duration(0) // a VMM that went down ends the exchange first
+		if streamEnded(err) {
+			wait = lostGrace
+		}
+		if vmGone(s, wait) {
+			m.markLost(s)
+			return fmt.Errorf("%w: sandbox %s's VM exited during the pause", sandbox.ErrLost, s.id)
+		}
+		if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left") {
+			return fmt.Errorf("%w: the host's disk is full, sandbox %s keeps running: %v", sandbox.ErrFull, s.id, err)
+		}
+		return fmt.Errorf("pause sandbox %s (it keeps running): %w", s.id, err)
+	}
+	// The image is complete: the VMM ends on its own (control.ThenStop);
+	// one that hangs is killed, since nothing of it is needed any more.
+	select {
+	case <-p.done:
+	case <-time.After(vmmExitTimeout):
+		m.log.Warn("a paused sandbox's VMM did not exit; killing it", "id", s.id, "pid", p.pid)
+		syscall.Kill(p.pid, syscall.SIGKILL)
+		<-p.done
+	}
+	// The VMM's cgroup goes with it; a resume makes it again.
+	if err := s.cgroup.Close(); err != nil {
+		m.log.Warn("remove a paused sandbox's VMM cgroup", "id", s.id, "error", err)
+	}
+	s.cgroup = nil
+	if err := os.RemoveAll(filepath.Join(s.dir, backingDir)); err != nil {
+		m.log.Warn("remove the image a resumed VMM restored from", "id", s.id, "error", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, pausedDir)); err != nil {
+		// The VM is gone and its image cannot be named: it is lost.
+		m.loseOnPurpose(s, fmt.Sprintf("its pause image could not be kept: %v", err))
+		return fmt.Errorf("pause sandbox %s: %w", s.id, err)
+	}
+	done = true
+	s.agent.DropIdle()
+	m.log.Info("sandbox paused to disk", "id", s.id, "took_ms", time.Since(start).Milliseconds(),
+		"image_bytes", dirUsage(filepath.Join(s.dir, pausedDir)))
+	m.events.Publish(sandbox.Event{Type: sandbox.EventPaused, Sandbox: s.id})
+	return nil
+}
+
+// Resume implements Manager.
+func (m *VMManager) Resume(ctx context.Context, id string) error {
+	s, err := m.get(id)
+	if err != nil {
+		return err
+	}
+	s.life.Lock()
+	defer s.life.Unlock()
+	if st := s.State(); st != sandbox.StatePaused {
+		return fmt.Errorf("%w: sandbox %s is %s, not paused", sandbox.ErrBusy, id, st)
+	}
+	return m.resumeLocked(ctx, s)
+}
+
+// autoResume resumes a paused sandbox for a call that needs its guest
+// (ready); a pause in progress is waited for first.
+func (m *VMManager) autoResume(s *vmSandbox) error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	switch st := s.State(); st {
+	case sandbox.StateRunning:
+		return nil // resumed meanwhile, or the pause failed
+	case sandbox.StatePaused:
+		ctx, cancel := context.WithTimeout(context.Background(), m.opt.BootTimeout)
+		defer cancel()
+		return m.resumeLocked(ctx, s)
+	case sandbox.StateLost:
+		return fmt.Errorf("%w: sandbox %s's VM exited; delete it", sandbox.ErrLost, s.id)
+	default:
+		return fmt.Errorf("%w: sandbox %s is %s", sandbox.ErrBusy, s.id, st)
+	}
+}
+
+// resumeLocked starts a VMM that restores s's image; the caller holds
+// s.life and s is paused. A resume that fails leaves s paused, with its
+// image, and says why.
+func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) {
+	if err := m.memoryForResume(s); err != nil {
+		return err
+	}
+	image := filepath.Join(s.dir, pausedDir)
+	var spec VMSpec
+	b, err := os.ReadFile(filepath.Join(s.dir, specFile))
+	if err == nil {
+		err = json.Unmarshal(b, &spec)
+	}
+	if err != nil {
+		return fmt.Errorf("resume sandbox %s: its VMM config: %w", s.id, err)
+	}
+	if err := m.sameImage(s.cfg.Image, spec.ImageUUID, "resume sandbox "+s.id); err != nil {
+		return err
+	}
+	// The restoring VMM listens where the last one did.
+	for _, f := range []string{vsockFile, controlFile} {
+		os.Remove(filepath.Join(runDir(s.dir), f))
+	}
+	launch := vmLaunch{keepLogs: true}
+	if spec.Jail != nil && spec.Jail.Cgroup != "" {
+		// The cgroup the jail names, made again (a pause removed it).
+		cg := spec.Jail.Cgroup
+		if launch.cgroup, err = jail.NewCgroup(filepath.Dir(cg), filepath.Base(cg), vmCgroupLimits(&spec)); err != nil {
+			return fmt.Errorf("resume sandbox %s: the VMM's cgroup: %w", s.id, err)
+		}
+		defer func() {
+			if err != nil {
+				launch.cgroup.Close()
+			}
+		}()
+	}
+	for i := range spec.Disks {
+		if spec.Disks[i].FD == 0 {
+			continue
+		}
+		// The workspace, held by s all the while it was paused.
+		ws, err := m.openWorkspace(ctx, s.cfg.Workspace, false)
+		if err != nil {
+			return fmt.Errorf("resume sandbox %s: %w", s.id, err)
+		}
+		defer ws.Close()
+		launch.files = append(launch.files, ws)
+		spec.Disks[i].FD = 2 + len(launch.files)
+	}
+	spec.TAPFD = 0
+	if s.net != nil {
+		tap, err := vnet.OpenTAP(s.net.TAP)
+		if err != nil {
+			return fmt.Errorf("resume sandbox %s: network: %w", s.id, err)
+		}
+		defer tap.Close()
+		launch.files = append(launch.files, tap)
+		spec.TAPFD = 2 + len(launch.files)
+	}
+	files, err := openImage(image, &spec, &launch)
+	if err != nil {
+		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
+	}
+	defer closeFiles(files)
+	start := time.Now()
+	p, err := startVM(m.opt.Exe, s.dir, spec, launch)
+	if err != nil {
+		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
+	}
+	defer func() {
+		if err != nil {
+			p.ended.Store(true)
+			p.stop(5 * time.Second)
+		}
+	}()
+	bootCtx, cancel := context.WithTimeout(ctx, m.opt.BootTimeout)
+	defer cancel()
+	if err := m.awaitAgent(bootCtx, s, p); err != nil {
+		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
+	}
+	if err := m.newMachine(bootCtx, s); err != nil {
+		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
+	}
+	if err := os.Rename(image, filepath.Join(s.dir, backingDir)); err != nil {
+		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
+	}
+	s.netMu.Lock()
+	s.proc = p
+	s.netMu.Unlock()
+	s.cgroup = launch.cgroup
+	s.lastUsed.Store(time.Now().UnixNano())
+	s.state.Store(sandbox.StateRunning)
+	go m.watch(s)
+	m.log.Info("sandbox resumed from disk", "id", s.id, "took_ms", time.Since(start).Milliseconds(), "pid", p.pid)
+	m.events.Publish(sandbox.Event{Type: sandbox.EventResumed, Sandbox: s.id})
+	return nil
+}
+
+// openImage opens the two files of an image (a snapshot's, a paused
+// sandbox's) for the restoring VMM, which inherits them after the
+// descriptors already in l (ExtraFiles[i] is its descriptor 3+i), and
+// points spec at them. The caller closes the files once the VMM has
+// started.
+func openImage(dir string, spec *VMSpec, l *vmLaunch) ([]*os.File, error) {
+	state, err := os.Open(filepath.Join(dir, snapStateFile))
+	if err != nil {
+		return nil, fmt.Errorf("machine image: %w", err)
+	}
+	mem, err := os.Open(filepath.Join(dir, snapMemFile))
+	if err != nil {
+		state.Close()
+		return nil, fmt.Errorf("machine image: %w", err)
+	}
+	spec.Restore = &VMRestore{StateFD: 3 + len(l.files), MemoryFD: 4 + len(l.files)}
+	l.files = append(l.files, state, mem)
+	return []*os.File{state, mem}, nil
+}
+
+// awaitAgent waits for the agent of s's restored VM (process p) to answer,
+// and sets s.agent if s has none yet (a sandbox taken back paused).
+func (m *VMManager) awaitAgent(ctx context.Context, s *vmSandbox, p *vmProc) error {
+	ready := make(chan error, 1)
+	var c *agentclient.Client
+	go func() {
+		var err error
+		c, err = agentclient.Dial(ctx, hostVsockPath(s.dir))
+		ready <- err
+	}()
+	var err error
+	select {
+	case err = <-ready:
+	case <-p.done:
+		<-ready
+		vmmLog := readTail(filepath.Join(s.dir, vmmLogFile), 8192)
+		why := lostInfo(p.err, vmmLog)
+		err = fmt.Errorf("the restored VM exited (%s; %s); vmm log: %s", why.Exit, why.Reason, lastLines(vmmLog, 12))
+	}
+	if err != nil {
+		if c != nil {
+			c.Close()
+		}
+		return err
+	}
+	if s.agent == nil {
+		s.agent = c
+		return nil
+	}
+	// The sandbox's client dials the new VM afresh; the probe's goes.
+	c.Close()
+	s.agent.DropIdle()
+	return nil
+}
+
+// loseOnPurpose marks s lost after its VMM was ended by a pause that could
+// not keep the image.
+func (m *VMManager) loseOnPurpose(s *vmSandbox, reason string) {
+	why := sandbox.LostInfo{Reason: "the sandbox was being paused and " + reason}
+	if s.state.CompareAndSwap(sandbox.StatePaused, sandbox.StateLost) {
+		s.lost.Store(&why)
+		m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: s.id, Lost: &why})
+		m.log.Error("sandbox lost in a pause", "id", s.id, "reason", why.Reason)
+	}
+}
+
+// pauseIdle pauses, each on a goroutine of its own, the running sandboxes
+// idle for longer than their Config.IdlePause (reapLoop calls it).
+func (m *VMManager) pauseIdle(now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	for _, s := range m.sandboxes {
+		if s.internal || s.cfg.IdlePause <= 0 || s.State() != sandbox.StateRunning || s.cellRunning.Load() ||
+			now.Sub(time.Unix(0, s.lastUsed.Load())) <= s.cfg.IdlePause {
+			continue
+		}
+		go func() {
+			s.life.Lock()
+			defer s.life.Unlock()
+			// Used since it was found idle: leave it running.
+			if time.Since(time.Unix(0, s.lastUsed.Load())) <= s.cfg.IdlePause {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), snapshotTimeout)
+			defer cancel()
+			if err := m.pauseLocked(ctx, s); err != nil {
+				if s.State() != sandbox.StatePaused {
+					m.log.Warn("idle sandbox not paused", "id", s.id, "error", err)
+				}
+				return
+			}
+			m.log.Info("idle sandbox paused", "id", s.id, "idle_pause", s.cfg.IdlePause)
+		}()
+	}
+}
+
+// heldMemoryMiB is the guest memory s holds on the host: none while it is
+// paused to disk.
+func (s *vmSandbox) heldMemoryMiB() int {
+	if s.State() == sandbox.StatePaused {
+		return 0
+	}
+	return s.cfg.MemoryMiB
+}
+
+// memoryForResume checks the host's memory cap for s's resume.
+func (m *VMManager) memoryForResume(s *vmSandbox) error {
+	if m.opt.MaxMemoryMiB <= 0 {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	used := 0
+	for _, o := range m.sandboxes {
+		used += o.heldMemoryMiB()
+	}
+	if used+s.cfg.MemoryMiB > m.opt.MaxMemoryMiB {
+		return fmt.Errorf("%w: sandbox %s stays paused: %d MiB of guest memory in use, its %d MiB would pass the cap of %d MiB",
+			sandbox.ErrFull, s.id, used, s.cfg.MemoryMiB, m.opt.MaxMemoryMiB)
+	}
+	return nil
+}
+
+// takeBackPaused takes back, as paused, a sandbox an earlier daemon left
+// with its image on disk and no VMM process (recover), and reports
+// whether it did.
+func (m *VMManager) takeBackPaused(s *vmSandbox, spec VMSpec) bool {
+	if spec.Vsock == nil {
+		return false
+	}
+	for _, f := range []string{snapStateFile, snapMemFile} {
+		if _, err := os.Stat(filepath.Join(s.dir, pausedDir, f)); err != nil {
+			return false
+		}
+	}
+	os.RemoveAll(filepath.Join(s.dir, pausedDir+partialSuffix))
+	os.RemoveAll(filepath.Join(s.dir, backingDir))
+	s.cid = spec.Vsock.CID
+	s.proc = nil
+	s.state.Store(sandbox.StatePaused)
+	return true
+}
+
+// keepBacking tidies the image directories of a sandbox taken back
+// running: an image it was resumed from is its backing now, and a pause
+// cut short by the daemon's end is removed.
+func keepBacking(dir string) {
+	os.RemoveAll(filepath.Join(dir, pausedDir+partialSuffix))
+	if _, err := os.Stat(filepath.Join(dir, pausedDir)); err == nil {
+		os.RemoveAll(filepath.Join(dir, backingDir))
+		os.Rename(filepath.Join(dir, pausedDir), filepath.Join(dir, backingDir))
+	}
+}

@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cellvm/cellvm/agentclient"
+	"github.com/cellvm/cellvm/jail"
+	"github.com/cellvm/cellvm/netpolicy"
+	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/sandbox/egress"
+)
+
+// recover takes back the sandboxes an earlier manager (a daemon that died
+// or was restarted) left in the state directory: a VMM process that still
+// runs and whose agent answers is adopted as a running sandbox; anything
+// else (a dead process, a half-made directory) is cleaned up, so nothing
+// leaks across daemon restarts.
+func (m *VMManager) recover() {
+	defer m.recoverNetwork()
+	m.sweepPartialSnapshots()
+	dirs, _ := filepath.Glob(filepath.Join(m.opt.StateDir, "sandboxes", "sb-*"))
+	for _, dir := range dirs {
+		id := filepath.Base(dir)
+		s := &vmSandbox{id: id, dir: dir, created: time.Now()}
+		var spec VMSpec
+		b, err := os.ReadFile(filepath.Join(dir, specFile))
+		if err == nil {
+			err = json.Unmarshal(b, &spec)
+		}
+		if err == nil {
+			s.proc, err = adoptVM(dir)
+		}
+		if err == nil && spec.Vsock != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			// spec.Vsock.UDS is the VMM's own path (the jail's, if jailed).
+			s.agent, err = agentclient.Dial(ctx, hostVsockPath(dir))
+			cancel()
+			s.cid = spec.Vsock.CID
+		}
+		if spec.Jail != nil && spec.Jail.Cgroup != "" {
+			s.cgroup = jail.CgroupAt(spec.Jail.Cgroup)
+		}
+		pausedBack := s.proc == nil && m.takeBackPaused(s, spec)
+		if pausedBack {
+			err = nil
+		} else if err == nil {
+			keepBacking(dir)
+		}
+		if err != nil || spec.Vsock == nil {
+			m.log.Warn("cleaning up a sandbox left by an earlier daemon", "id", id, "reason", err)
+			if s.proc != nil {
+				s.proc.stop(3 * time.Second)
+			}
+			s.cgroup.Close()
+			os.RemoveAll(dir)
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(dir, specFile)); err == nil {
+			s.created = fi.ModTime()
+		}
+		s.cfg = sandbox.Config{VCPUs: spec.VCPUs, MemoryMiB: int(spec.MemoryMiB)}
+		if b, err := os.ReadFile(filepath.Join(dir, configFile)); err == nil {
+			json.Unmarshal(b, &s.cfg)
+		}
+		s.cfg = s.cfg.WithDefaults()
+		if b, err := os.ReadFile(filepath.Join(dir, startedFromFile)); err == nil {
+			switch from := string(b); from {
+			case sandbox.StartedFromBoot, sandbox.StartedFromTemplate, sandbox.StartedFromSnapshot:
+				s.startedFrom = from
+			}
+		}
+		s.lastUsed.Store(time.Now().UnixNano())
+		m.sandboxes[id] = s
+		if s.cid >= m.nextCID {
+			m.nextCID = s.cid + 1
+		}
+		if pausedBack {
+			m.log.Info("took back a paused sandbox", "id", id)
+			continue
+		}
+		s.state.Store(sandbox.StateRunning)
+		go m.watch(s)
+		m.log.Info("took back a running sandbox", "id", id, "pid", s.proc.pid)
+	}
+}
+
+// recoverNetwork removes the network objects of sandboxes that are gone and
+// re-attaches the policies of those taken back (their TAPs survive).
+func (m *VMManager) recoverNetwork() {
+	if m.opt.Net == nil {
+		return
+	}
+	var live []string
+	for id := range m.sandboxes {
+		live = append(live, id)
+	}
+	if err := m.opt.Net.Sweep(live); err != nil {
+		m.log.Error("sweep stale sandbox networks", "error", err)
+	}
+	for id, s := range m.sandboxes {
+		if s.cfg.Network == nil || len(s.cfg.Network.Allow) == 0 {
+			continue
+		}
+		p, err := egress.Parse(s.cfg.Network.Allow)
+		if err == nil {
+			s.net, err = m.opt.Net.Attach(context.Background(), id, p)
+		}
+		if err != nil {
+			m.log.Error("re-attach a taken-back sandbox's network; it has none now", "id", id, "error", err)
+		}
+	}
+}
+
+// checkNetworkState refuses a manager without network support over a
+// state directory whose sandboxes have network: it could neither enforce
+// their policies nor remove their links and rules, which would stay as
+// they are, half open, for as long as it ran.
+func (m *VMManager) checkNetworkState() error {
+	if m.opt.Net != nil {
+		return nil
+	}
+	dirs, _ := filepath.Glob(filepath.Join(m.opt.StateDir, "sandboxes", "sb-*"))
+	var found []string
+	for _, dir := range dirs {
+		var cfg sandbox.Config
+		b, err := os.ReadFile(filepath.Join(dir, configFile))
+		if err != nil || json.Unmarshal(b, &cfg) != nil || cfg.Network == nil || len(cfg.Network.Allow) == 0 {
+			continue
+		}
+		id := filepath.Base(dir)
+		found = append(found, fmt.Sprintf("%s (link cvm-%s, chains CELLVM-%s-*)", id, netpolicy.Tag(id), netpolicy.Tag(id)))
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: the state directory %s holds sandboxes with network: %s; a daemon without network support can "+
+		"neither enforce their policies nor remove their network. Start the daemon once with network support (as root, "+
+		"--network) on this state directory: it takes the running ones back and removes what the others left (SIGTERM "+
+		"then destroys them all). Or remove them by hand: stop their VMMs, delete the links and chains named above "+
+		"(ip link delete cvm-<tag>; iptables-save | grep CELLVM-<tag>) and their directories",
+		sandbox.ErrNotSupported, m.opt.StateDir, strings.Join(found, ", "))
+}

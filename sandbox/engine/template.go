@@ -1,0 +1,565 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/jail"
+	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/sandbox/egress"
+	"github.com/cellvm/cellvm/vmm/control"
+)
+
+// Templates are warm starts. Most of a cold sandbox's wait for its first
+// result is Python importing numpy, pandas and matplotlib, not the boot.
+// A template is a snapshot (snapshot.go) of a VM that booted, started its
+// interpreter and imported them; a plain create of the same machine shape
+// (vCPUs, memory, root) restores it as a fork does, with fresh entropy,
+// the host's clock and reseeded generators, and is up with the imports
+// done.
+//
+// The templates type owns the state directory's templates/: one directory
+// per template, named by its key, which hashes the shape and the identity
+// (device, inode, size, mtime, ctime) of the VMM binary, the kernel, the
+// initramfs and the shape's root image, so that a change to any of them
+// (an image rebuilt by `cellvm image build` is a new file) makes the
+// template stale; templates are per image; and the directory of the VM a build runs (build-<id>).
+// One goroutine builds templates, one at a time, in the background, only
+// for shapes that were asked for: the default shape from the start, any
+// other after its first create. Their number and disk use are bounded
+// (the least recently used go first).
+//
+// A create never fails for a template: none ready, a stale one, or a
+// restore that fails (the template is marked failed, the failure logged,
+// rate-limited) all boot the sandbox instead. Sandboxes with a network
+// policy always boot: a fork would keep the template's network setup.
+// A create's env reaches a template-started guest as a booted one's does:
+// the agent sets it and starts a fresh interpreter to see it, so such a
+// sandbox is up as fast but its first cell imports what it needs itself.
+
+// TemplateOptions configure templates.
+type TemplateOptions struct {
+	Enabled bool
+	// MaxTemplates bounds the templates kept, one per shape (default 4).
+	MaxTemplates int
+	// MaxBytes bounds their disk use (default 8 GiB).
+	MaxBytes int64
+	// Retry is how long after a failure a template is built again
+	// (default 10 min).
+	Retry time.Duration
+	// BuildTimeout bounds one build (default 10 min).
+	BuildTimeout time.Duration
+}
+
+// templateWarmCode is the cell a template's interpreter runs before its
+// snapshot: the imports land in sys.modules without binding a name in
+// the user's namespace, which stays as a booted sandbox's.
+const templateWarmCode = `exec("for m in ('numpy', 'pandas', 'matplotlib', 'matplotlib.pyplot'): __import__(m)", {})`
+
+const (
+	templateMetaFile  = "template.json"
+	templateBuildPref = "build-"
+	// templateLogEvery rate-limits the log of creates that booted
+	// because their template failed.
+	templateLogEvery = time.Minute
+)
+
+// templateShape is the machine a template is for.
+type templateShape struct {
+	VCPUs     int  `json:"vcpus"`
+	MemoryMiB int  `json:"memory_mib"`
+	Root      bool `json:"root"`
+	// Image is the root image booted ("" for the default): templates are
+	// per image, since the snapshot's memory caches its files.
+	Image string `json:"image,omitempty"`
+}
+
+func shapeOf(cfg sandbox.Config) templateShape {
+	sh := templateShape{VCPUs: cfg.VCPUs, MemoryMiB: cfg.MemoryMiB, Root: cfg.Root, Image: cfg.Image}
+	if isDefaultImage(sh.Image) {
+		sh.Image = ""
+	}
+	return sh
+}
+
+// templateMeta is template.json.
+type templateMeta struct {
+	Key       string        `json:"key"`
+	Shape     templateShape `json:"shape"`
+	BuiltAt   time.Time     `json:"built_at"`
+	SizeBytes int64         `json:"size_bytes"`
+}
+
+// template is one shape's entry. Its state says what its fields mean:
+// ready: key, builtAt and size are its files'; building: key is what is
+// being built; failed: err and failedAt say why and when.
+type template struct {
+	shape    templateShape
+	state    sandbox.TemplateState
+	key      string
+	builtAt  time.Time
+	size     int64
+	err      string
+	failedAt time.Time
+	lastUsed time.Time
+}
+
+// templateUse is a create restoring from a ready template.
+type templateUse struct {
+	t      *template
+	key    string
+	source restoreSource
+}
+
+type templates struct {
+	m   *VMManager
+	opt TemplateOptions
+	dir string
+	log *slog.Logger
+
+	mu      sync.Mutex
+	byShape map[templateShape]*template
+	// lastLog and unlogged rate-limit the fallback log.
+	lastLog  time.Time
+	unlogged int
+
+	wake      chan struct{}
+	ctx       context.Context
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// newTemplates takes over the state directory's templates/ (keeping the
+// templates still current, removing the rest and any build an earlier
+// daemon left) and asks for the default shape's template; start starts
+// the builder.
+func newTemplates(m *VMManager, opt TemplateOptions) *templates {
+	if opt.MaxTemplates <= 0 {
+		opt.MaxTemplates = 4
+	}
+	if opt.MaxBytes <= 0 {
+		opt.MaxBytes = 8 << 30
+	}
+	if opt.Retry <= 0 {
+		opt.Retry = 10 * time.Minute
+	}
+	if opt.BuildTimeout <= 0 {
+		opt.BuildTimeout = 10 * time.Minute
+	}
+	ts := &templates{
+		m: m, opt: opt, dir: filepath.Join(m.opt.StateDir, "templates"), log: m.log,
+		byShape: map[templateShape]*template{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	ts.ctx, ts.cancel = context.WithCancel(context.Background())
+	if err := os.MkdirAll(ts.dir, 0o700); err != nil {
+		ts.log.Error("templates directory; sandboxes will boot cold", "error", err)
+	}
+	ts.load()
+	ts.mu.Lock()
+	ts.wantLocked(shapeOf(sandbox.Config{}.WithDefaults()), time.Now())
+	ts.mu.Unlock()
+	return ts
+}
+
+// start starts the builder, once the manager holds ts.
+func (ts *templates) start() { go ts.run() }
+
+func (ts *templates) templateDir(key string) string { return filepath.Join(ts.dir, key) }
+
+func (ts *templates) buildDir(id string) string { return filepath.Join(ts.dir, templateBuildPref+id) }
+
+// key is the key of shape's template over the current guest files.
+func (ts *templates) key(shape templateShape) (string, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "cellvm template 1\n%d %d %t\n", shape.VCPUs, shape.MemoryMiB, shape.Root)
+	o := ts.m.opt
+	root, err := ts.m.imagePath(shape.Image)
+	if err != nil {
+		return "", fmt.Errorf("template key: %w", err)
+	}
+	for _, p := range []string{o.Exe, o.Kernel, o.Initrd, root} {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			return "", fmt.Errorf("template key: %s: %w", p, err)
+		}
+		fmt.Fprintf(h, "%s %d %d %d %d.%d %d.%d\n", p, st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// load takes stock of templates/ at start.
+func (ts *templates) load() {
+	ents, _ := os.ReadDir(ts.dir)
+	for _, e := range ents {
+		p := filepath.Join(ts.dir, e.Name())
+		if strings.HasPrefix(e.Name(), templateBuildPref) {
+			ts.log.Warn("removing a template build an earlier daemon left", "dir", p)
+			stopLeftVM(p)
+			os.RemoveAll(p)
+			continue
+		}
+		var meta templateMeta
+		b, err := os.ReadFile(filepath.Join(p, templateMetaFile))
+		if err == nil {
+			err = json.Unmarshal(b, &meta)
+		}
+		if err == nil {
+			var key string
+			if key, err = ts.key(meta.Shape); err == nil && (key != meta.Key || e.Name() != key) {
+				err = errors.New("its guest files changed")
+			}
+		}
+		if err == nil && len(ts.byShape) >= ts.opt.MaxTemplates {
+			err = errors.New("more templates than the cap")
+		}
+		if err != nil {
+			ts.log.Info("removing a template", "dir", p, "reason", err)
+			os.RemoveAll(p)
+			continue
+		}
+		ts.byShape[meta.Shape] = &template{shape: meta.Shape, state: sandbox.TemplateReady, key: meta.Key,
+			builtAt: meta.BuiltAt, size: meta.SizeBytes, lastUsed: meta.BuiltAt}
+	}
+}
+
+// stopLeftVM stops the VMM a build of an earlier daemon left in dir and
+// removes its cgroup.
+func stopLeftVM(dir string) {
+	if p, err := adoptVM(dir); err == nil {
+		p.stop(3 * time.Second)
+	}
+	var spec VMSpec
+	if b, err := os.ReadFile(filepath.Join(dir, specFile)); err == nil && json.Unmarshal(b, &spec) == nil &&
+		spec.Jail != nil && spec.Jail.Cgroup != "" {
+		jail.CgroupAt(spec.Jail.Cgroup).Close()
+	}
+}
+
+// use returns the ready template a create of cfg restores, or nil: the
+// create boots. It records the shape's demand, and a stale template is
+// dropped for a rebuild.
+func (ts *templates) use(cfg sandbox.Config, policy egress.Policy) *templateUse {
+	if ts == nil || cfg.Start == sandbox.StartCold || !policy.Empty() || cfg.Workspace != "" {
+		// A template's machine has no NIC and no workspace disk.
+		return nil
+	}
+	shape := shapeOf(cfg)
+	key, keyErr := ts.key(shape)
+	now := time.Now()
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t := ts.byShape[shape]
+	if t == nil {
+		ts.wantLocked(shape, now)
+		return nil
+	}
+	t.lastUsed = now
+	if t.state != sandbox.TemplateReady {
+		return nil
+	}
+	if keyErr != nil || key != t.key {
+		ts.log.Info("template out of date (the guest files changed); building it anew", "template", t.key, "shape", shape)
+		ts.dropFilesLocked(t)
+		t.state = sandbox.TemplatePending
+		ts.kick()
+		return nil
+	}
+	return &templateUse{t: t, key: key, source: restoreSource{
+		dir: ts.templateDir(key), name: "template " + key, startedFrom: sandbox.StartedFromTemplate}}
+}
+
+// broken records that a create could not start from u's template (it
+// then boots): the template is failed until its next build.
+func (ts *templates) broken(u *templateUse, err error) {
+	now := time.Now()
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if t := ts.byShape[u.t.shape]; t == u.t && t.state == sandbox.TemplateReady && t.key == u.key {
+		ts.dropFilesLocked(t)
+		t.state, t.err, t.failedAt = sandbox.TemplateFailed, clip("restore: "+err.Error(), 2048), now
+	}
+	if now.Sub(ts.lastLog) < templateLogEvery {
+		ts.unlogged++
+		return
+	}
+	ts.log.Warn("a sandbox could not start from its template and boots instead", "template", u.key,
+		"shape", u.t.shape, "error", clip(err.Error(), 2048), "earlier_failures_not_logged", ts.unlogged)
+	ts.lastLog, ts.unlogged = now, 0
+}
+
+// wantLocked records demand for shape's template, making room within the
+// cap by dropping the least recently used one that is not building.
+func (ts *templates) wantLocked(shape templateShape, now time.Time) {
+	if _, ok := ts.byShape[shape]; ok {
+		return
+	}
+	if len(ts.byShape) >= ts.opt.MaxTemplates {
+		var lru *template
+		for _, t := range ts.byShape {
+			if t.state != sandbox.TemplateBuilding && (lru == nil || t.lastUsed.Before(lru.lastUsed)) {
+				lru = t
+			}
+		}
+		if lru == nil {
+			return
+		}
+		ts.removeLocked(lru)
+	}
+	ts.byShape[shape] = &template{shape: shape, state: sandbox.TemplatePending, lastUsed: now}
+	ts.kick()
+}
+
+// dropImage drops the templates of a deleted image (one being built
+// fails with it and is dropped at its next use).
+func (ts *templates) dropImage(name string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, t := range ts.byShape {
+		if t.shape.Image == name && t.state != sandbox.TemplateBuilding {
+			ts.removeLocked(t)
+		}
+	}
+}
+
+// removeLocked drops a template and its files.
+func (ts *templates) removeLocked(t *template) {
+	ts.dropFilesLocked(t)
+	delete(ts.byShape, t.shape)
+	ts.log.Info("template dropped", "shape", t.shape, "key", t.key)
+}
+
+func (ts *templates) dropFilesLocked(t *template) {
+	if t.state == sandbox.TemplateReady && t.key != "" {
+		if err := os.RemoveAll(ts.templateDir(t.key)); err != nil {
+			ts.log.Error("remove a template's files", "key", t.key, "error", err)
+		}
+	}
+}
+
+func (ts *templates) kick() {
+	select {
+	case ts.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is the builder: one template at a time, until Close.
+func (ts *templates) run() {
+	defer close(ts.done)
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	for {
+		if t, key := ts.next(); t != nil {
+			ts.build(t, key)
+			continue
+		}
+		select {
+		case <-ts.ctx.Done():
+			return
+		case <-ts.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// next picks the template to build now, if any, and marks it building:
+// one asked for and not built, one whose files went stale, or one that
+// failed long enough ago.
+func (ts *templates) next() (*template, string) {
+	if ts.ctx.Err() != nil {
+		return nil, ""
+	}
+	now := time.Now()
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	all := make([]*template, 0, len(ts.byShape))
+	for _, t := range ts.byShape {
+		all = append(all, t)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].lastUsed.After(all[j].lastUsed) })
+	for _, t := range all {
+		key, err := ts.key(t.shape)
+		switch t.state {
+		case sandbox.TemplateReady:
+			if err != nil || key == t.key {
+				continue
+			}
+			ts.dropFilesLocked(t)
+		case sandbox.TemplateFailed:
+			if now.Sub(t.failedAt) < ts.opt.Retry {
+				continue
+			}
+		case sandbox.TemplateBuilding:
+			continue
+		}
+		if err != nil {
+			t.state, t.err, t.failedAt = sandbox.TemplateFailed, err.Error(), now
+			continue
+		}
+		t.state, t.key, t.err = sandbox.TemplateBuilding, key, ""
+		return t, key
+	}
+	return nil, ""
+}
+
+// build builds t's template under key.
+func (ts *templates) build(t *template, key string) {
+	ctx, cancel := context.WithTimeout(ts.ctx, ts.opt.BuildTimeout)
+	defer cancel()
+	start := time.Now()
+	ts.log.Info("building a template", "shape", t.shape, "key", key)
+	tmp := ts.templateDir(key) + partialSuffix
+	meta, err := ts.buildFiles(ctx, t.shape, key, tmp)
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if err == nil {
+		err = os.Rename(tmp, ts.templateDir(key))
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		if ts.ctx.Err() != nil {
+			return // shutting down
+		}
+		t.state, t.err, t.failedAt = sandbox.TemplateFailed, clip(err.Error(), 2048), time.Now()
+		ts.log.Warn("template build failed; sandboxes of its shape boot cold", "shape", t.shape, "error", t.err, "retry_in", ts.opt.Retry)
+		return
+	}
+	t.state, t.builtAt, t.size = sandbox.TemplateReady, meta.BuiltAt, meta.SizeBytes
+	ts.log.Info("template ready", "shape", t.shape, "key", key, "size_bytes", t.size, "took_ms", time.Since(start).Milliseconds())
+	ts.boundBytesLocked(t)
+}
+
+// buildFiles boots a VM of shape, imports the data stack in its
+// interpreter, and snapshots it into dir; the VM is then removed.
+func (ts *templates) buildFiles(ctx context.Context, shape templateShape, key, dir string) (templateMeta, error) {
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return templateMeta{}, fmt.Errorf("template directory: %w", err)
+	}
+	cfg := sandbox.Config{VCPUs: shape.VCPUs, MemoryMiB: shape.MemoryMiB, Root: shape.Root, Image: shape.Image}
+	s, err := ts.m.launch(ctx, cfg, egress.Policy{}, nil, true)
+	if err != nil {
+		return templateMeta{}, fmt.Errorf("boot the template's VM: %w", err)
+	}
+	defer ts.m.destroy(s)
+	ts.log.Info("template VM booted; importing the data stack", "shape", shape, "boot_ms", s.bootMS.Load())
+	imports := time.Now()
+	r, err := s.agent.RunCell(ctx, templateWarmCode, ts.opt.BuildTimeout, nil)
+	if err == nil && r.Status != cell.StatusOK {
+		err = fmt.Errorf("status %s: %s", r.Status, cellError(r))
+	}
+	if err != nil {
+		return templateMeta{}, fmt.Errorf("import numpy, pandas and matplotlib in the template's VM: %w", err)
+	}
+	ts.log.Info("template VM imported the data stack; taking its snapshot", "shape", shape, "import_ms", time.Since(imports).Milliseconds())
+	if err := ts.m.takeSnapshot(ctx, s, dir, control.ThenResume); err != nil {
+		return templateMeta{}, fmt.Errorf("snapshot the template's VM: %w", err)
+	}
+	meta := templateMeta{Key: key, Shape: shape, BuiltAt: time.Now().UTC(),
+		SizeBytes: diskUsage(filepath.Join(dir, snapStateFile)) + diskUsage(filepath.Join(dir, snapMemFile))}
+	b, err := json.MarshalIndent(meta, "", "  ")
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, templateMetaFile), b, 0o600)
+	}
+	if err != nil {
+		return templateMeta{}, fmt.Errorf("template metadata: %w", err)
+	}
+	return meta, nil
+}
+
+func cellError(r cell.Result) string {
+	if r.Error != nil {
+		return clip(r.Error.Name+": "+r.Error.Value, 512)
+	}
+	return clip(r.Stderr, 512)
+}
+
+// boundBytesLocked keeps the templates' disk use within the cap, dropping
+// the least recently used others first; a template over the cap by itself
+// fails.
+func (ts *templates) boundBytesLocked(keep *template) {
+	for {
+		var total int64
+		var lru *template
+		for _, t := range ts.byShape {
+			if t.state != sandbox.TemplateReady {
+				continue
+			}
+			total += t.size
+			if t != keep && (lru == nil || t.lastUsed.Before(lru.lastUsed)) {
+				lru = t
+			}
+		}
+		if total <= ts.opt.MaxBytes {
+			return
+		}
+		if lru == nil {
+			ts.dropFilesLocked(keep)
+			keep.state, keep.failedAt = sandbox.TemplateFailed, time.Now()
+			keep.err = fmt.Sprintf("the template takes %d bytes, more than the cap of %d", keep.size, ts.opt.MaxBytes)
+			ts.log.Warn("template over the disk cap", "shape", keep.shape, "size_bytes", keep.size, "cap_bytes", ts.opt.MaxBytes)
+			return
+		}
+		ts.removeLocked(lru)
+	}
+}
+
+// list reports the templates, for Capacity.
+func (ts *templates) list() []sandbox.TemplateInfo {
+	if ts == nil {
+		return nil
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	out := make([]sandbox.TemplateInfo, 0, len(ts.byShape))
+	for _, t := range ts.byShape {
+		in := sandbox.TemplateInfo{VCPUs: t.shape.VCPUs, MemoryMiB: t.shape.MemoryMiB, Root: t.shape.Root, Image: t.shape.Image,
+			State: t.state, Key: t.key, Error: t.err}
+		if in.Image == "" {
+			in.Image = sandbox.DefaultImage
+		}
+		if t.state == sandbox.TemplateReady {
+			at := t.builtAt
+			in.BuiltAt, in.SizeBytes = &at, t.size
+		}
+		out = append(out, in)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.VCPUs != b.VCPUs {
+			return a.VCPUs < b.VCPUs
+		}
+		if a.MemoryMiB != b.MemoryMiB {
+			return a.MemoryMiB < b.MemoryMiB
+		}
+		return !a.Root && b.Root
+	})
+	return out
+}
+
+// Close stops the builder and waits for it: a build in flight is cut
+// short, its VM and partial files removed. Ready templates stay on disk
+// for the next daemon. Idempotent.
+func (ts *templates) Close() {
+	if ts == nil {
+		return
+	}
+	ts.closeOnce.Do(func() {
+		ts.cancel()
+		<-ts.done
+	})
+}
