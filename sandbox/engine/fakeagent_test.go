@@ -3,7 +3,6 @@ package engine
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,19 +17,20 @@ import (
 	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/guestinit/agent"
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/vmm/control"
 )
 
 // fakeAgentVMM is the test binary's role as `cellvm vmm --config PATH` with
 // no KVM: it serves a real agent on the spec's vsock socket (Firecracker's
 // CONNECT handshake included) over diesInterp. It returns the exit code.
 func fakeAgentVMM(args []string) int {
-	spec, ln, err := fakeVMMStart(args)
+	spec, files, ln, err := fakeVMMStart(args)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fake vmm:", err)
 		return 1
 	}
 	if spec.Restore != nil {
-		if err := fakeRestore(spec.Restore); err != nil {
+		if err := fakeRestore(files); err != nil {
 			fmt.Fprintln(os.Stderr, "fake vmm: restore:", err)
 			return 1
 		}
@@ -64,22 +64,25 @@ func fakeAgentVMM(args []string) int {
 	})
 }
 
-// fakeVMMStart reads the spec of `cellvm vmm --config PATH` and listens on
-// its vsock socket.
-func fakeVMMStart(args []string) (VMSpec, net.Listener, error) {
-	var spec VMSpec
-	if len(args) != 3 || args[0] != "vmm" || args[1] != "--config" {
-		return spec, nil, fmt.Errorf("unexpected arguments %q", args)
+// fakeVMMStart reads the spec of `cellvm vmm --config PATH` as the VMM
+// does (control.Load: its files by slot) and listens on its vsock socket.
+func fakeVMMStart(args []string) (control.Spec, control.Files, net.Listener, error) {
+	if len(args) < 1 || args[0] != control.Command {
+		return control.Spec{}, nil, nil, fmt.Errorf("unexpected arguments %q", args)
 	}
-	b, err := os.ReadFile(args[2])
+	path, err := control.ConfigPath(args[1:])
 	if err != nil {
-		return spec, nil, err
+		return control.Spec{}, nil, nil, err
 	}
-	if err := json.Unmarshal(b, &spec); err != nil || spec.Vsock == nil {
-		return spec, nil, fmt.Errorf("bad spec: %v", err)
+	spec, files, err := control.Load(path)
+	if err != nil {
+		return spec, nil, nil, err
+	}
+	if spec.Vsock == nil {
+		return spec, nil, nil, fmt.Errorf("a spec without vsock")
 	}
 	ln, err := net.Listen("unix", spec.Vsock.UDS)
-	return spec, ln, err
+	return spec, files, ln, err
 }
 
 // fakeVMMServe accepts host connections on ln, does Firecracker's CONNECT

@@ -24,7 +24,7 @@ import (
 // misbehaves on command. Its console is capped the way `cellvm vmm` caps
 // it, from the spec the daemon wrote.
 func fakeHostileVMM(args []string) int {
-	spec, ln, err := fakeVMMStart(args)
+	spec, _, ln, err := fakeVMMStart(args)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fake vmm:", err)
 		return 1

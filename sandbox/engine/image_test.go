@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -12,16 +11,13 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/vmm/control"
 )
 
 // specOf reads sandbox id's VMM config.
-func specOf(t *testing.T, m *VMManager, id string) VMSpec {
+func specOf(t *testing.T, m *VMManager, id string) control.Spec {
 	t.Helper()
-	var spec VMSpec
-	b, err := os.ReadFile(filepath.Join(m.sandboxDir(id), specFile))
-	if err == nil {
-		err = json.Unmarshal(b, &spec)
-	}
+	spec, err := control.ReadSpec(filepath.Join(m.sandboxDir(id), specFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/kvm"
+	"github.com/cellvm/cellvm/vmm/control"
 )
 
 // JailOptions turn on the VMM jail (package jail) for every sandbox: each
@@ -61,7 +62,7 @@ func hostVsockPath(dir string) string {
 // sandbox id with vsock CID cid, prepares the jail's root in dir, and makes
 // the VM's cgroup. The cgroup (nil without one) is the caller's to close
 // once the VMM is gone.
-func (o *JailOptions) jailVM(id, dir string, cid uint64, spec *VMSpec) (*jail.Cgroup, error) {
+func (o *JailOptions) jailVM(id, dir string, cid uint64, spec *control.Spec) (*jail.Cgroup, error) {
 	uid := o.UIDBase + int(cid)
 	j := jail.Spec{
 		Root: filepath.Join(dir, "jail"), UID: uid, GID: uid, Hostname: "cellvm-vmm",
@@ -78,7 +79,7 @@ func (o *JailOptions) jailVM(id, dir string, cid uint64, spec *VMSpec) (*jail.Cg
 		spec.Initrd = jailInitrd
 	}
 	for i := range spec.Disks {
-		if spec.Disks[i].FD > 0 {
+		if spec.Disks[i].Passed {
 			continue // passed open: nothing to bind in
 		}
 		if !spec.Disks[i].ReadOnly {
@@ -115,6 +116,6 @@ func (o *JailOptions) jailVM(id, dir string, cid uint64, spec *VMSpec) (*jail.Cg
 }
 
 // vmCgroupLimits are the limits of the cgroup of a VMM for spec.
-func vmCgroupLimits(spec *VMSpec) jail.CgroupLimits {
+func vmCgroupLimits(spec *control.Spec) jail.CgroupLimits {
 	return jail.CgroupLimits{VCPUs: spec.VCPUs, MemoryBytes: int64(spec.MemoryMiB+jailMemOverheadMiB) << 20, Pids: jailPids}
 }

@@ -4,18 +4,33 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	"regexp"
-	"strings"
+	"path/filepath"
 	"syscall"
 
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/vmm/control"
 )
 
-var vmEndedRe = regexp.MustCompile(`msg="vm ended" reason=("[^"]*"|\S+)(?: error=("[^"]*"|\S+))?`)
+// errAdoptedExited is the exit of a VMM process taken back from an earlier
+// daemon: not our child, so its wait status is not known.
+var errAdoptedExited = errors.New("vmm process exited")
 
-// lostInfo says why a VMM process ended with err, from its exit status and,
-// when it exited by itself, the "vm ended" line of its log.
-func lostInfo(err error, vmmLog string) sandbox.LostInfo {
+// lostInfo says why p's VM went: from its wait status and its End report
+// (control.End), which it wrote as it exited. Call it once p has exited.
+func (p *vmProc) lostInfo() sandbox.LostInfo {
+	end, err := control.ReadEnd(filepath.Join(p.dir, endFile))
+	if err != nil {
+		end = nil // a report that is not one says nothing
+	}
+	return lostInfo(p.err, end)
+}
+
+// lostInfo combines a VMM process's wait error (err, from exec.Cmd.Wait)
+// with its End report (nil when it wrote none). A signal that killed it
+// is the cause, report or not: SIGSYS is its seccomp filter's, any other
+// (SIGKILL) the host's; neither leaves the VMM time to write a report. A
+// process that exited says in its report how its VM ended.
+func lostInfo(err error, end *control.End) sandbox.LostInfo {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -35,14 +50,8 @@ func lostInfo(err error, vmmLog string) sandbox.LostInfo {
 	} else if err == nil {
 		exit = "exit status 0"
 	}
-	reason := "the VMM exited"
-	if m := vmEndedRe.FindAllStringSubmatch(vmmLog, -1); len(m) > 0 {
-		last := m[len(m)-1]
-		how := strings.Trim(last[1], `"`)
-		if e := strings.Trim(last[2], `"`); e != "" && e != "<nil>" {
-			how = e
-		}
-		reason = "the VM ended: " + how
+	if end == nil {
+		return sandbox.LostInfo{Exit: exit, Reason: "the VMM exited without an end report (it failed before it could write one; its log says more)"}
 	}
-	return sandbox.LostInfo{Exit: exit, Reason: reason}
+	return sandbox.LostInfo{Exit: exit, Reason: "the VM ended: " + end.Describe()}
 }

@@ -26,9 +26,9 @@ import (
 	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/sandbox/egress"
-	vnet "github.com/cellvm/cellvm/virtio/net"
 	"github.com/cellvm/cellvm/vmm"
 	"github.com/cellvm/cellvm/vmm/consolelog"
+	"github.com/cellvm/cellvm/vmm/control"
 )
 
 // Options configure a VMManager.
@@ -374,110 +374,84 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 	if err != nil {
 		return nil, err
 	}
-	uds := filepath.Join(runDir(s.dir), vsockFile)
-	spec := VMSpec{
+	st := vmStart{files: control.Files{}, spec: control.Spec{
 		Kernel: m.opt.Kernel, Initrd: m.opt.Initrd, Cmdline: guestCmdline(),
 		VCPUs: cfg.VCPUs, MemoryMiB: uint64(cfg.MemoryMiB),
-		Disks:     []VMDisk{{Path: rootImage, ReadOnly: true}},
+		Disks:     []control.Disk{{Path: rootImage, ReadOnly: true}},
 		ImageUUID: imageUUID(rootImage),
-		Vsock:     &VMVsock{CID: cid, UDS: uds},
+		Vsock:     &control.Vsock{CID: cid, UDS: filepath.Join(runDir(s.dir), vsockFile)},
 		Control:   hostControlPath(s.dir),
 
 		ConsoleMaxBytes: m.opt.ConsoleMaxBytes,
-	}
+	}}
+	defer st.files.Close() // startVMM's once it is called
+	spec := &st.spec
 	if cfg.Root {
 		spec.Cmdline += " cellvm.cellsroot=1"
 	}
-	var launch vmLaunch
 	if cfg.Workspace != "" {
 		ws, err := m.openWorkspace(ctx, cfg.Workspace, true)
 		if err != nil {
 			return nil, err
 		}
-		defer ws.Close()
-		launch.files = append(launch.files, ws)
-		spec.Disks = append(spec.Disks, VMDisk{Path: "workspace " + cfg.Workspace, FD: 2 + len(launch.files)})
+		st.files[control.DiskSlot(len(spec.Disks))] = ws
+		spec.Disks = append(spec.Disks, control.Disk{Path: "workspace " + cfg.Workspace, Passed: true})
 		spec.Cmdline += " cellvm.workspace=" + workspaceDisk
 	}
 	if !policy.Empty() {
 		if s.net, err = m.opt.Net.Attach(ctx, id, policy); err != nil {
 			return nil, fmt.Errorf("network: %w", err)
 		}
-		copy(spec.MAC[:], s.net.MAC)
+		mac := s.net.MAC
 		if from != nil && from.mac != nil {
 			// The restored NIC is the snapshot's: the guest's driver
 			// read its MAC at boot. Each TAP is a link of its own, so
 			// forks sharing it never meet; the address is the fork's
 			// (newMachine).
-			copy(spec.MAC[:], from.mac)
+			mac = from.mac
 		}
+		spec.Net = &control.Net{MAC: mac.String()}
 		spec.Cmdline += " " + s.net.KernelArgs()
-	}
-	if s.net != nil {
 		// The daemon opens the TAP and hands the VMM the descriptor: the
 		// VMM needs neither /dev/net/tun nor CAP_NET_ADMIN.
-		tap, err := vnet.OpenTAP(s.net.TAP)
+		tap, err := netpolicy.OpenTAP(s.net.TAP)
 		if err != nil {
 			return nil, fmt.Errorf("network: %w", err)
 		}
-		defer tap.Close()
-		launch.files = append(launch.files, tap)
-		spec.TAPFD = 2 + len(launch.files)
+		st.files[control.SlotTAP] = tap
 	}
 	if from != nil {
-		files, err := restoreFiles(from, &spec, &launch)
-		if err != nil {
+		if err := restoreFiles(from, &st); err != nil {
 			return nil, err
 		}
-		defer closeFiles(files)
 	}
 	if m.opt.Jail != nil {
-		if s.cgroup, err = m.opt.Jail.jailVM(id, s.dir, cid, &spec); err != nil {
+		if s.cgroup, err = m.opt.Jail.jailVM(id, s.dir, cid, spec); err != nil {
 			return nil, fmt.Errorf("jail the VMM: %w", err)
 		}
-		launch.cgroup = s.cgroup
+		st.cgroup = s.cgroup
 	}
 	spec.TestHooks = m.opt.TestHooks
-	start := time.Now()
-	if s.proc, err = startVM(m.opt.Exe, s.dir, spec, launch); err != nil {
-		return nil, err
+	st.spawned = func(p *vmProc) {
+		s.netMu.Lock()
+		s.proc = p
+		s.netMu.Unlock()
 	}
 	bootCtx, cancel := context.WithTimeout(ctx, m.opt.BootTimeout)
 	defer cancel()
-	ready := make(chan error, 1)
-	go func() {
-		c, err := agentclient.Dial(bootCtx, uds)
-		if err == nil {
-			s.agent = c
-		}
-		ready <- err
-	}()
-	select {
-	case err = <-ready:
-		if err != nil && ctx.Err() == nil && bootCtx.Err() != nil {
-			err = fmt.Errorf("guest agent did not answer within %v: %w; vmm log: %s; console: %s", m.opt.BootTimeout, err,
-				lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 2048), 5), lastLines(consoleTail(s.dir, 4096), 15))
-		}
-	case <-s.proc.done:
-		cancel()
-		<-ready
-		vmmLog := readTail(filepath.Join(s.dir, vmmLogFile), 8192)
-		why := lostInfo(s.proc.err, vmmLog)
-		err = fmt.Errorf("the VM exited while booting (%s; %s); vmm log: %s; console: %s", why.Exit, why.Reason,
-			lastLines(vmmLog, 12), lastLines(consoleTail(s.dir, 4096), 15))
+	start := time.Now()
+	if _, s.agent, err = m.startVMM(ctx, s.dir, st, "booting"); err != nil {
+		return nil, err
 	}
-	if err == nil && len(cfg.Env) > 0 && !(from != nil && maps.Equal(cfg.Env, from.env)) {
+	if len(cfg.Env) > 0 && !(from != nil && maps.Equal(cfg.Env, from.env)) {
 		// The guest's processes get the sandbox's env from its agent,
 		// before the first cell starts the interpreter. A restored guest
 		// whose interpreter runs starts a new one for it, so a fork whose
 		// env is its snapshot's (the guest has it already) is not sent
 		// it: its variables stay.
-		if err = s.agent.SetEnv(bootCtx, cfg.Env); err != nil {
-			err = fmt.Errorf("giving the guest its env: %w", err)
+		if err := s.agent.SetEnv(bootCtx, cfg.Env); err != nil {
+			return nil, fmt.Errorf("giving the guest its env: %w", err)
 		}
-	}
-	if err != nil {
-		return nil, err
 	}
 	if from != nil {
 		if err := m.newMachine(ctx, s); err != nil {
@@ -522,7 +496,7 @@ func (m *VMManager) markLost(s *vmSandbox) {
 	p.exitSeen.Do(func() {
 		for _, st := range []sandbox.State{sandbox.StateRunning, sandbox.StatePaused} {
 			if s.state.CompareAndSwap(st, sandbox.StateLost) {
-				why := lostInfo(p.err, readTail(filepath.Join(s.dir, vmmLogFile), 4096))
+				why := p.lostInfo()
 				why.Console = lostConsole(s.dir)
 				msg := "sandbox lost: its VM exited"
 				if v := s.violation.Load(); v != nil {

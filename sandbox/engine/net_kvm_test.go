@@ -130,6 +130,8 @@ func TestMain(m *testing.M) {
 		os.Exit(fakeHostileVMM(os.Args[1:]))
 	case "pausable":
 		os.Exit(fakePausableVMM(os.Args[1:]))
+	case "ending":
+		os.Exit(fakeEndingVMM(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }

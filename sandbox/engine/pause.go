@@ -2,19 +2,16 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/cellvm/cellvm/agentclient"
 	"github.com/cellvm/cellvm/jail"
+	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/sandbox"
-	vnet "github.com/cellvm/cellvm/virtio/net"
 	"github.com/cellvm/cellvm/vmm/control"
 )
 
@@ -119,7 +116,7 @@ func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 			m.markLost(s)
 			return fmt.Errorf("%w: sandbox %s's VM exited during the pause", sandbox.ErrLost, s.id)
 		}
-		if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left") {
+		if errors.Is(err, control.CodeNoSpace) || errors.Is(err, syscall.ENOSPC) {
 			return fmt.Errorf("%w: the host's disk is full, sandbox %s keeps running: %v", sandbox.ErrFull, s.id, err)
 		}
 		return fmt.Errorf("pause sandbox %s (it keeps running): %w", s.id, err)
@@ -195,11 +192,7 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 		return err
 	}
 	image := filepath.Join(s.dir, pausedDir)
-	var spec VMSpec
-	b, err := os.ReadFile(filepath.Join(s.dir, specFile))
-	if err == nil {
-		err = json.Unmarshal(b, &spec)
-	}
+	spec, err := control.ReadSpec(filepath.Join(s.dir, specFile))
 	if err != nil {
 		return fmt.Errorf("resume sandbox %s: its VMM config: %w", s.id, err)
 	}
@@ -210,21 +203,22 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	for _, f := range []string{vsockFile, controlFile} {
 		os.Remove(filepath.Join(runDir(s.dir), f))
 	}
-	launch := vmLaunch{keepLogs: true}
+	st := vmStart{spec: spec, files: control.Files{}, keepLogs: true}
+	defer st.files.Close() // startVMM's once it is called
 	if spec.Jail != nil && spec.Jail.Cgroup != "" {
 		// The cgroup the jail names, made again (a pause removed it).
 		cg := spec.Jail.Cgroup
-		if launch.cgroup, err = jail.NewCgroup(filepath.Dir(cg), filepath.Base(cg), vmCgroupLimits(&spec)); err != nil {
+		if st.cgroup, err = jail.NewCgroup(filepath.Dir(cg), filepath.Base(cg), vmCgroupLimits(&spec)); err != nil {
 			return fmt.Errorf("resume sandbox %s: the VMM's cgroup: %w", s.id, err)
 		}
 		defer func() {
 			if err != nil {
-				launch.cgroup.Close()
+				st.cgroup.Close()
 			}
 		}()
 	}
-	for i := range spec.Disks {
-		if spec.Disks[i].FD == 0 {
+	for i, d := range spec.Disks {
+		if !d.Passed {
 			continue
 		}
 		// The workspace, held by s all the while it was paused.
@@ -232,29 +226,27 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 		if err != nil {
 			return fmt.Errorf("resume sandbox %s: %w", s.id, err)
 		}
-		defer ws.Close()
-		launch.files = append(launch.files, ws)
-		spec.Disks[i].FD = 2 + len(launch.files)
+		st.files[control.DiskSlot(i)] = ws
 	}
-	spec.TAPFD = 0
-	if s.net != nil {
-		tap, err := vnet.OpenTAP(s.net.TAP)
+	if spec.Net != nil {
+		if s.net == nil {
+			return fmt.Errorf("resume sandbox %s: its machine has a NIC, and the sandbox no network now", s.id)
+		}
+		tap, err := netpolicy.OpenTAP(s.net.TAP)
 		if err != nil {
 			return fmt.Errorf("resume sandbox %s: network: %w", s.id, err)
 		}
-		defer tap.Close()
-		launch.files = append(launch.files, tap)
-		spec.TAPFD = 2 + len(launch.files)
+		st.files[control.SlotTAP] = tap
 	}
-	files, err := openImage(image, &spec, &launch)
-	if err != nil {
+	if err := openImage(image, &st); err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
 	}
-	defer closeFiles(files)
+	bootCtx, cancel := context.WithTimeout(ctx, m.opt.BootTimeout)
+	defer cancel()
 	start := time.Now()
-	p, err := startVM(m.opt.Exe, s.dir, spec, launch)
+	p, c, err := m.startVMM(ctx, s.dir, st, "resuming")
 	if err != nil {
-		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
+		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
 	}
 	defer func() {
 		if err != nil {
@@ -262,10 +254,12 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 			p.stop(5 * time.Second)
 		}
 	}()
-	bootCtx, cancel := context.WithTimeout(ctx, m.opt.BootTimeout)
-	defer cancel()
-	if err := m.awaitAgent(bootCtx, s, p); err != nil {
-		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
+	if s.agent == nil {
+		s.agent = c // a sandbox taken back paused
+	} else {
+		// The sandbox's client dials the new VM afresh; the probe's goes.
+		c.Close()
+		s.agent.DropIdle()
 	}
 	if err := m.newMachine(bootCtx, s); err != nil {
 		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
@@ -276,7 +270,7 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	s.netMu.Lock()
 	s.proc = p
 	s.netMu.Unlock()
-	s.cgroup = launch.cgroup
+	s.cgroup = st.cgroup
 	s.lastUsed.Store(time.Now().UnixNano())
 	s.state.Store(sandbox.StateRunning)
 	go m.watch(s)
@@ -286,57 +280,19 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 }
 
 // openImage opens the two files of an image (a snapshot's, a paused
-// sandbox's) for the restoring VMM, which inherits them after the
-// descriptors already in l (ExtraFiles[i] is its descriptor 3+i), and
-// points spec at them. The caller closes the files once the VMM has
-// started.
-func openImage(dir string, spec *VMSpec, l *vmLaunch) ([]*os.File, error) {
-	state, err := os.Open(filepath.Join(dir, snapStateFile))
-	if err != nil {
-		return nil, fmt.Errorf("machine image: %w", err)
-	}
-	mem, err := os.Open(filepath.Join(dir, snapMemFile))
-	if err != nil {
-		state.Close()
-		return nil, fmt.Errorf("machine image: %w", err)
-	}
-	spec.Restore = &VMRestore{StateFD: 3 + len(l.files), MemoryFD: 4 + len(l.files)}
-	l.files = append(l.files, state, mem)
-	return []*os.File{state, mem}, nil
-}
-
-// awaitAgent waits for the agent of s's restored VM (process p) to answer,
-// and sets s.agent if s has none yet (a sandbox taken back paused).
-func (m *VMManager) awaitAgent(ctx context.Context, s *vmSandbox, p *vmProc) error {
-	ready := make(chan error, 1)
-	var c *agentclient.Client
-	go func() {
-		var err error
-		c, err = agentclient.Dial(ctx, hostVsockPath(s.dir))
-		ready <- err
-	}()
-	var err error
-	select {
-	case err = <-ready:
-	case <-p.done:
-		<-ready
-		vmmLog := readTail(filepath.Join(s.dir, vmmLogFile), 8192)
-		why := lostInfo(p.err, vmmLog)
-		err = fmt.Errorf("the restored VM exited (%s; %s); vmm log: %s", why.Exit, why.Reason, lastLines(vmmLog, 12))
-	}
-	if err != nil {
-		if c != nil {
-			c.Close()
+// sandbox's) into st's restore slots and makes st's spec a restore.
+func openImage(dir string, st *vmStart) error {
+	for _, f := range []struct{ slot, name string }{
+		{control.SlotRestoreState, snapStateFile},
+		{control.SlotRestoreMemory, snapMemFile},
+	} {
+		file, err := os.Open(filepath.Join(dir, f.name))
+		if err != nil {
+			return fmt.Errorf("machine image: %w", err)
 		}
-		return err
+		st.files[f.slot] = file
 	}
-	if s.agent == nil {
-		s.agent = c
-		return nil
-	}
-	// The sandbox's client dials the new VM afresh; the probe's goes.
-	c.Close()
-	s.agent.DropIdle()
+	st.spec.Restore = &control.Restore{}
 	return nil
 }
 
@@ -414,7 +370,7 @@ func (m *VMManager) memoryForResume(s *vmSandbox) error {
 // takeBackPaused takes back, as paused, a sandbox an earlier daemon left
 // with its image on disk and no VMM process (recover), and reports
 // whether it did.
-func (m *VMManager) takeBackPaused(s *vmSandbox, spec VMSpec) bool {
+func (m *VMManager) takeBackPaused(s *vmSandbox, spec control.Spec) bool {
 	if spec.Vsock == nil {
 		return false
 	}

@@ -38,19 +38,18 @@ type fakeImage struct {
 // and a VMM started with spec.Restore reads them back. A snapshot that
 // asks to stop ends the process, as `cellvm vmm` does.
 func fakePausableVMM(args []string) int {
-	spec, ln, err := fakeVMMStart(args)
+	spec, files, ln, err := fakeVMMStart(args)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fake vmm:", err)
 		return 1
 	}
-	if err := fakeGuestMountsWorkspace(spec); err != nil {
+	if err := fakeGuestMountsWorkspace(spec, files); err != nil {
 		fmt.Fprintln(os.Stderr, "fake vmm: workspace:", err)
 		return 1
 	}
 	in := &varsInterp{img: fakeImage{Vars: map[string]string{}}}
 	if spec.Restore != nil {
-		state := os.NewFile(uintptr(spec.Restore.StateFD), "state")
-		mem := os.NewFile(uintptr(spec.Restore.MemoryFD), "memory")
+		state, mem := files[control.SlotRestoreState], files[control.SlotRestoreMemory]
 		if err := json.NewDecoder(state).Decode(&in.img); err != nil {
 			fmt.Fprintln(os.Stderr, "fake vmm: restore:", err)
 			return 1

@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cellvm/cellvm/agentclient"
 	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/sandbox/egress"
+	"github.com/cellvm/cellvm/vmm/control"
 )
 
 // recover takes back the sandboxes an earlier manager (a daemon that died
@@ -28,19 +28,14 @@ func (m *VMManager) recover() {
 	for _, dir := range dirs {
 		id := filepath.Base(dir)
 		s := &vmSandbox{id: id, dir: dir, created: time.Now()}
-		var spec VMSpec
-		b, err := os.ReadFile(filepath.Join(dir, specFile))
-		if err == nil {
-			err = json.Unmarshal(b, &spec)
-		}
+		spec, err := control.ReadSpec(filepath.Join(dir, specFile))
 		if err == nil {
 			s.proc, err = adoptVM(dir)
 		}
 		if err == nil && spec.Vsock != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			// spec.Vsock.UDS is the VMM's own path (the jail's, if jailed).
-			s.agent, err = agentclient.Dial(ctx, hostVsockPath(dir))
-			cancel()
+			// spec.Vsock.UDS is the VMM's own path (the jail's, if
+			// jailed); the daemon's is in the sandbox's directory.
+			s.agent, err = awaitAgent(context.Background(), s.proc, dir, 10*time.Second, "being taken back")
 			s.cid = spec.Vsock.CID
 		}
 		if spec.Jail != nil && spec.Jail.Cgroup != "" {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/vmm/control"
 )
 
 // TestRootOptionReachesTheGuest: "root": true is part of the strict JSON
@@ -30,12 +31,10 @@ func TestRootOptionReachesTheGuest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := os.ReadFile(filepath.Join(m.sandboxDir(info.ID), specFile))
+		spec, err := control.ReadSpec(filepath.Join(m.sandboxDir(info.ID), specFile))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var spec VMSpec
-		json.Unmarshal(b, &spec)
 		if got := strings.Contains(spec.Cmdline, "cellvm.cellsroot=1"); got != root {
 			t.Errorf("root %v: guest command line %q", root, spec.Cmdline)
 		}

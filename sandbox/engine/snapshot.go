@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"syscall"
 	"time"
 
@@ -59,7 +58,7 @@ type snapshotMeta struct {
 	Network bool   `json:"network"`
 	MAC     string `json:"mac,omitempty"`
 	// ImageUUID is the root image's ext4 UUID when the machine booted
-	// (VMSpec.ImageUUID): a fork needs the same image.
+	// (control.Spec.ImageUUID): a fork needs the same image.
 	ImageUUID string `json:"image_uuid,omitempty"`
 }
 
@@ -121,7 +120,7 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotIn
 			m.markLost(s)
 			return sandbox.SnapshotInfo{}, fmt.Errorf("%w: sandbox %s's VM exited during the snapshot", sandbox.ErrLost, id)
 		}
-		if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left") {
+		if errors.Is(err, control.CodeNoSpace) || errors.Is(err, syscall.ENOSPC) {
 			return sandbox.SnapshotInfo{}, fmt.Errorf("%w: the host's disk is full: %v", sandbox.ErrFull, err)
 		}
 		return sandbox.SnapshotInfo{}, fmt.Errorf("snapshot of sandbox %s: %w", id, err)
@@ -139,8 +138,7 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotIn
 		},
 		Config: cfg, Network: s.net != nil,
 	}
-	var spec VMSpec
-	if b, err := os.ReadFile(filepath.Join(s.dir, specFile)); err == nil && json.Unmarshal(b, &spec) == nil {
+	if spec, err := control.ReadSpec(filepath.Join(s.dir, specFile)); err == nil {
 		meta.ImageUUID = spec.ImageUUID
 	}
 	if s.net != nil {
@@ -310,21 +308,13 @@ func (m *VMManager) forkConfig(cfg sandbox.Config) (sandbox.Config, *snapshotMet
 	return cfg, meta, nil
 }
 
-// restoreFiles opens the snapshot's files in from for the VMM (which
-// inherits them) and points its spec at them (openImage). The caller
-// closes the files once the VMM has started.
-func restoreFiles(from *restoreSource, spec *VMSpec, l *vmLaunch) ([]*os.File, error) {
-	files, err := openImage(from.dir, spec, l)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", from.name, err)
+// restoreFiles opens the snapshot's files in from into st's restore
+// slots (openImage).
+func restoreFiles(from *restoreSource, st *vmStart) error {
+	if err := openImage(from.dir, st); err != nil {
+		return fmt.Errorf("%s: %w", from.name, err)
 	}
-	return files, nil
-}
-
-func closeFiles(fs []*os.File) {
-	for _, f := range fs {
-		f.Close()
-	}
+	return nil
 }
 
 // reseedTimeout bounds the reseed of a restored guest. On hardware it

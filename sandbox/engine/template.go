@@ -242,9 +242,7 @@ func stopLeftVM(dir string) {
 	if p, err := adoptVM(dir); err == nil {
 		p.stop(3 * time.Second)
 	}
-	var spec VMSpec
-	if b, err := os.ReadFile(filepath.Join(dir, specFile)); err == nil && json.Unmarshal(b, &spec) == nil &&
-		spec.Jail != nil && spec.Jail.Cgroup != "" {
+	if spec, err := control.ReadSpec(filepath.Join(dir, specFile)); err == nil && spec.Jail != nil && spec.Jail.Cgroup != "" {
 		jail.CgroupAt(spec.Jail.Cgroup).Close()
 	}
 }

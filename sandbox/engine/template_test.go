@@ -25,11 +25,10 @@ import (
 // cannot read.
 const fakeVMState = "fake vm state 1\n"
 
-func fakeRestore(r *VMRestore) error {
-	state := os.NewFile(uintptr(r.StateFD), "state")
-	mem := os.NewFile(uintptr(r.MemoryFD), "memory")
+func fakeRestore(files control.Files) error {
+	state, mem := files[control.SlotRestoreState], files[control.SlotRestoreMemory]
 	if state == nil || mem == nil {
-		return errors.New("no snapshot descriptors")
+		return errors.New("no snapshot files")
 	}
 	defer state.Close()
 	defer mem.Close()

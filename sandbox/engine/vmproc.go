@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -16,69 +14,26 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellvm/cellvm/agentclient"
 	"github.com/cellvm/cellvm/jail"
+	"github.com/cellvm/cellvm/vmm/control"
 )
 
-// VMSpec is the machine a sandbox runs on; it is written to the sandbox's
-// directory as vmm.json for its `cellvm vmm` process.
-type VMSpec struct {
-	Kernel    string   `json:"kernel"`
-	Initrd    string   `json:"initrd,omitempty"`
-	Cmdline   string   `json:"cmdline,omitempty"`
-	VCPUs     int      `json:"vcpus"`
-	MemoryMiB uint64   `json:"memory_mib"`
-	Disks     []VMDisk `json:"disks,omitempty"`
-	// ImageUUID is the root image's ext4 UUID when the machine booted
-	// ("" if it has none to read): each image build has its own, and a
-	// machine whose memory caches one image's files must not resume or
-	// fork over another's.
-	ImageUUID string   `json:"image_uuid,omitempty"`
-	Vsock     *VMVsock `json:"vsock,omitempty"`
-	TAP       string   `json:"tap,omitempty"`
-	MAC       [6]byte  `json:"mac,omitempty"`
-	TAPFD     int      `json:"tap_fd,omitempty"`
-	LogLevel  string   `json:"log_level,omitempty"`
-	// Jail, when set, confines the VMM (its paths above are then the
-	// jail's); TestHooks arms its test-only seccomp trigger (SIGUSR2).
-	Jail      *jail.Spec `json:"jail,omitempty"`
-	TestHooks bool       `json:"test_hooks,omitempty"`
-	// ConsoleMaxBytes caps console.log (see vmm/consolelog); 0: no cap.
-	ConsoleMaxBytes int64 `json:"console_max_bytes,omitempty"`
-	// Control is the VMM's control socket, on which the daemon asks for
-	// snapshots (package vmm/control).
-	Control string `json:"control,omitempty"`
-	// Restore starts the VM from a snapshot whose files the VMM inherits.
-	Restore *VMRestore `json:"restore,omitempty"`
-}
-
-// VMRestore mirrors the VMM's snapshot files by descriptor.
-type VMRestore struct {
-	StateFD  int `json:"state_fd"`
-	MemoryFD int `json:"memory_fd"`
-}
-
-// VMDisk and VMVsock mirror vmm.Disk and vmm.Vsock's JSON.
-type VMDisk struct {
-	Path     string `json:"Path"`
-	ReadOnly bool   `json:"ReadOnly"`
-	// FD is the descriptor number of the disk the daemon opened and
-	// passed (a workspace); Path then only names it.
-	FD int `json:"FD,omitempty"`
-}
-
-type VMVsock struct {
-	CID uint64 `json:"CID"`
-	UDS string `json:"UDS"`
-}
-
-// vmLaunch is what startVM needs beyond the spec: descriptors to hand the
-// VMM (ExtraFiles: the first is fd 3) and the cgroup to start it in.
-type vmLaunch struct {
-	files  []*os.File
+// vmStart is one VMM process to start: its spec (control.Spec, the one
+// description of a VMM process) and the files it is handed in the spec's
+// slots, besides the End report's, which startVMM adds.
+type vmStart struct {
+	spec  control.Spec
+	files control.Files
+	// cgroup is the cgroup the process starts in (nil: none).
 	cgroup *jail.Cgroup
 	// keepLogs appends to the console and VMM logs (a resumed VM's)
 	// instead of starting them afresh.
 	keepLogs bool
+	// spawned, when set, is called with the process as soon as it runs,
+	// before its agent answers: a launch makes it the sandbox's there, so
+	// that a destroy meanwhile (the manager's Close) stops it.
+	spawned func(*vmProc)
 }
 
 // vmProc is a running `cellvm vmm` process. It runs in its own session so
@@ -103,6 +58,9 @@ const (
 	pidFile     = "vmm.pid"
 	consoleFile = "console.log"
 	vmmLogFile  = "vmm.log"
+	// endFile is the VMM's End report (control.End), written by the VMM
+	// through the descriptor it was handed in control.SlotEnd.
+	endFile     = "vmm-end.json"
 	vsockFile   = "vsock.sock"
 	controlFile = "control.sock"
 	// startedFromFile holds Info.StartedFrom, for a daemon that takes the
@@ -110,21 +68,57 @@ const (
 	startedFromFile = "started_from"
 )
 
-// startVM writes spec into dir and starts exe (the cellvm binary) as the
-// VMM process for it.
-func startVM(exe, dir string, spec VMSpec, l vmLaunch) (*vmProc, error) {
-	b, err := json.MarshalIndent(spec, "", "  ")
+// startVMM starts the VMM process of st for the sandbox in dir and waits
+// until its guest's agent answers (awaitAgent), within m's boot timeout.
+// It is the one way a sandbox's VM starts: booted or restored from a
+// snapshot or template (launch, a fork), or from its paused image
+// (resume). what says what the VM was doing, for the error of one that
+// exits first ("booting", "resuming"). A process whose agent never
+// answers is stopped before startVMM returns its error. st.files are
+// closed: the process has its own descriptors.
+func (m *VMManager) startVMM(ctx context.Context, dir string, st vmStart, what string) (*vmProc, *agentclient.Client, error) {
+	p, err := spawnVMM(m.opt.Exe, dir, st)
+	if err != nil {
+		return nil, nil, err
+	}
+	if st.spawned != nil {
+		st.spawned(p)
+	}
+	c, err := awaitAgent(ctx, p, dir, m.opt.BootTimeout, what)
+	if err != nil {
+		p.ended.Store(true)
+		p.stop(5 * time.Second)
+		return nil, nil, err
+	}
+	return p, c, nil
+}
+
+// spawnVMM writes st's spec into dir and starts exe (the cellvm binary) as
+// its VMM process, the files in their slots and a fresh End report file
+// in control.SlotEnd.
+func spawnVMM(exe, dir string, st vmStart) (*vmProc, error) {
+	defer st.files.Close()
+	end, err := os.OpenFile(filepath.Join(dir, endFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	files := control.Files{control.SlotEnd: end}
+	for slot, f := range st.files {
+		files[slot] = f
+	}
+	defer end.Close()
+	extra, err := st.spec.Pass(files)
 	if err != nil {
 		return nil, err
 	}
 	cfg := filepath.Join(dir, specFile)
-	if err := os.WriteFile(cfg, b, 0o600); err != nil {
-		return nil, fmt.Errorf("write vmm config: %w", err)
+	if err := control.WriteSpec(cfg, st.spec); err != nil {
+		return nil, err
 	}
 	// Read-write, not append: the VMM compacts its capped console log in
 	// place through this descriptor (vmm/consolelog).
 	fresh := os.O_TRUNC
-	if l.keepLogs {
+	if st.keepLogs {
 		fresh = 0
 	}
 	console, err := os.OpenFile(filepath.Join(dir, consoleFile), os.O_CREATE|os.O_RDWR|fresh, 0o600)
@@ -140,19 +134,19 @@ func startVM(exe, dir string, spec VMSpec, l vmLaunch) (*vmProc, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(exe, "vmm", "--config", cfg)
+	cmd := exec.Command(exe, control.Args(cfg)...)
 	cmd.Stdout, cmd.Stderr = console, logf
-	cmd.ExtraFiles = l.files
+	cmd.ExtraFiles = extra
 	// The Go runtime's periodic look at its cgroup's CPU limit would only
 	// meet the jail's seccomp filter (EACCES).
 	cmd.Env = append(os.Environ(), "GODEBUG=updatemaxprocs=0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: 0}
-	if spec.Jail != nil {
+	if st.spec.Jail != nil {
 		cmd.SysProcAttr.Cloneflags = jail.Cloneflags
 	}
-	if l.cgroup != nil {
+	if st.cgroup != nil {
 		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = l.cgroup.FD()
+		cmd.SysProcAttr.CgroupFD = st.cgroup.FD()
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start vmm process: %w", err)
@@ -168,6 +162,42 @@ func startVM(exe, dir string, spec VMSpec, l vmLaunch) (*vmProc, error) {
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// awaitAgent waits until the agent of the VM of process p (the sandbox in
+// dir) answers, for at most timeout, or p exits first: the one way the
+// daemon waits for a guest, whether it started the VMM (startVMM) or took
+// it back from an earlier daemon (recover). The error of a VM that exited
+// says why (its End report with its exit status: lostInfo) and quotes the
+// ends of its VMM log and console for a human.
+func awaitAgent(ctx context.Context, p *vmProc, dir string, timeout time.Duration, what string) (*agentclient.Client, error) {
+	waitCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type dialed struct {
+		c   *agentclient.Client
+		err error
+	}
+	ready := make(chan dialed, 1)
+	go func() {
+		c, err := agentclient.Dial(waitCtx, hostVsockPath(dir))
+		ready <- dialed{c, err}
+	}()
+	select {
+	case d := <-ready:
+		if d.err != nil && ctx.Err() == nil && waitCtx.Err() != nil {
+			return nil, fmt.Errorf("guest agent did not answer within %v: %w; vmm log: %s; console: %s", timeout, d.err,
+				lastLines(readTail(filepath.Join(dir, vmmLogFile), 2048), 5), lastLines(consoleTail(dir, 4096), 15))
+		}
+		return d.c, d.err
+	case <-p.done:
+		cancel()
+		if d := <-ready; d.c != nil {
+			d.c.Close()
+		}
+		why := p.lostInfo()
+		return nil, fmt.Errorf("the VM exited while %s (%s; %s); vmm log: %s; console: %s", what, why.Exit, why.Reason,
+			lastLines(readTail(filepath.Join(dir, vmmLogFile), 8192), 12), lastLines(consoleTail(dir, 4096), 15))
+	}
 }
 
 // adoptVM finds the VMM process an earlier daemon started for dir, if it is
@@ -189,14 +219,11 @@ func adoptVM(dir string) (*vmProc, error) {
 	return p, nil
 }
 
-// isVMMFor reports whether pid is a `cellvm vmm --config cfg` process.
+// isVMMFor reports whether pid is the VMM process of the spec at cfg, by
+// its command line (control.IsVMM).
 func isVMMFor(pid int, cfg string) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return false
-	}
-	args := bytes.Split(bytes.TrimRight(b, "\x00"), []byte{0})
-	return len(args) >= 4 && string(args[1]) == "vmm" && string(args[3]) == cfg
+	return err == nil && control.IsVMM(b, cfg)
 }
 
 // pollExit watches an adopted process, which is not our child and so
@@ -206,7 +233,7 @@ func (p *vmProc) pollExit() {
 	for isVMMFor(p.pid, cfg) {
 		time.Sleep(200 * time.Millisecond)
 	}
-	p.err = errors.New("vmm process exited")
+	p.err = errAdoptedExited
 	close(p.done)
 }
 

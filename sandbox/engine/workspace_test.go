@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,21 +11,22 @@ import (
 	"testing"
 
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/vmm/control"
 )
 
 // fakeGuestMountsWorkspace is what the fake VMM (fakePausableVMM) does with
 // a workspace disk it was passed: it checks that the descriptor is an
 // ext4 volume it can write, and counts its boots and restores in the
 // file's last 8 bytes, so a test can tell which file each VM had.
-func fakeGuestMountsWorkspace(spec VMSpec) error {
+func fakeGuestMountsWorkspace(spec control.Spec, files control.Files) error {
 	for i, d := range spec.Disks {
-		if d.FD == 0 {
+		if !d.Passed {
 			continue
 		}
 		if !strings.Contains(spec.Cmdline, "cellvm.workspace="+workspaceDisk) || i != 1 {
 			return fmt.Errorf("disk %d passed open, command line %q", i, spec.Cmdline)
 		}
-		f := os.NewFile(uintptr(d.FD), d.Path)
+		f := files[control.DiskSlot(i)]
 		defer f.Close()
 		magic := make([]byte, 2)
 		if _, err := f.ReadAt(magic, 1024+56); err != nil || binary.LittleEndian.Uint16(magic) != 0xef53 {
@@ -100,13 +100,10 @@ func TestWorkspaceHeldByOneSandbox(t *testing.T) {
 	if n := count(); n != 1 {
 		t.Errorf("the first VM's count %d, want 1", n)
 	}
-	var spec VMSpec
-	b, err := os.ReadFile(filepath.Join(m.sandboxDir(a.ID), specFile))
-	if err == nil {
-		err = json.Unmarshal(b, &spec)
-	}
-	if err != nil || len(spec.Disks) != 2 || spec.Disks[1].FD != 3 || spec.Disks[1].ReadOnly || spec.Disks[1].Path != "workspace notes" {
-		t.Errorf("the VMM's disks: %+v %v; want the workspace, writable, as descriptor 3", spec.Disks, err)
+	spec, err := control.ReadSpec(filepath.Join(m.sandboxDir(a.ID), specFile))
+	if err != nil || len(spec.Disks) != 2 || !spec.Disks[1].Passed || spec.Files[control.DiskSlot(1)] < 3 ||
+		spec.Disks[1].ReadOnly || spec.Disks[1].Path != "workspace notes" {
+		t.Errorf("the VMM's disks: %+v, files %v, %v; want the workspace, writable, passed in its slot", spec.Disks, spec.Files, err)
 	}
 	if !strings.Contains(spec.Cmdline, "cellvm.workspace=/dev/vdb") {
 		t.Errorf("command line %q lacks cellvm.workspace", spec.Cmdline)
