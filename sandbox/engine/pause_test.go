@@ -43,6 +43,10 @@ func fakePausableVMM(args []string) int {
 		fmt.Fprintln(os.Stderr, "fake vmm:", err)
 		return 1
 	}
+	if err := recordPlan(args, spec, files); err != nil {
+		fmt.Fprintln(os.Stderr, "fake vmm: plan:", err)
+		return 1
+	}
 	if err := fakeGuestMountsWorkspace(spec, files); err != nil {
 		fmt.Fprintln(os.Stderr, "fake vmm: workspace:", err)
 		return 1
