@@ -12,8 +12,10 @@
 // the two.
 //
 // Where things are: manager.go (create, delete, cells, exec, files, the
-// reaper), vmproc.go (the VMM process), pause.go (pause and resume),
-// snapshot.go (snapshots and forks), template.go (templates), recover.go
+// reaper), vmproc.go (the VMM process: one startVMM, one wait for its
+// agent), lost.go (why a VM went: its End report and wait status),
+// pause.go (pause and resume), snapshot.go (snapshots and forks),
+// template.go (templates), recover.go
 // (taking sandboxes back after a daemon restart), workspace.go and
 // image.go (volumes and root images), jail.go (the VMM's jail), diskcap.go
 // (the disk cap on paused images and snapshots), netstate.go (a sandbox's
