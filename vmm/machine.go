@@ -12,9 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/kvm"
 	"github.com/cellvm/cellvm/vmm/boot"
-	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/vmm/loader"
 	"github.com/cellvm/cellvm/vmm/uart"
 )

@@ -18,9 +18,9 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/cellvm/cellvm/ratelog"
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/queue"
-	"github.com/cellvm/cellvm/ratelog"
 )
 
 // Feature bits (virtio 1.x, 5.1.3).

@@ -29,8 +29,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/ratelog"
+	"github.com/cellvm/cellvm/virtio"
 )
 
 // Queue indices and size.
