@@ -12,6 +12,7 @@ import (
 	"github.com/cellvm/cellvm/api"
 	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/image/derive"
+	"github.com/cellvm/cellvm/image/store"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/test/kvmtest"
 )
@@ -35,7 +36,7 @@ func TestImageBuiltWithApt(t *testing.T) {
 	kvmtest.Require(t)
 	images := filepath.Dir(kvmtest.BuildFile(t, filepath.Join(rigImagesDir, rigImage, derive.ImageFile)))
 	images = filepath.Dir(images)
-	rec, err := derive.ReadRecord(filepath.Join(images, rigImage))
+	rec, err := store.ReadRecord(filepath.Join(images, rigImage))
 	if err != nil || !slices.Contains(rec.Apt, "jq") {
 		t.Fatalf("%s's build record: %+v, %v; want a build with --apt jq (build-kvm-tests.sh makes it)", rigImage, rec, err)
 	}
