@@ -196,7 +196,7 @@ func NewVMManager(opt Options) (*VMManager, error) {
 	}
 	m.recover()
 	if opt.Templates.Enabled {
-		m.templates = newTemplates(m, opt.Templates)
+		m.templates = newTemplates(m, opt.Templates, opt.StateDir, m.log)
 		m.templates.start()
 	}
 	go m.reapLoop()
