@@ -16,6 +16,7 @@ import (
 
 	"github.com/cellvm/cellvm/api"
 	"github.com/cellvm/cellvm/image/derive"
+	"github.com/cellvm/cellvm/image/store"
 )
 
 // The image commands: `cellvm image build` runs on the daemon's host and
@@ -30,8 +31,8 @@ func (a *app) imageCommand() *cobra.Command {
 		a.daemonCommandChecked(&cobra.Command{Use: "rm IMAGE...", Aliases: []string{"remove"}, Short: "remove built images (refused while a sandbox or a snapshot uses one)", Args: minArgs(1, "at least one IMAGE")},
 			func(args []string) error {
 				for _, name := range args {
-					if !derive.ValidName(name) {
-						return usagef("%q is not the name of a built image (1 to %d of a-z, 0-9, '-', '_', '.', starting with a letter or digit; the default image is the daemon's own)", clipArg(name), derive.MaxName)
+					if !store.ValidName(name) {
+						return usagef("%q is not the name of a built image (1 to %d of a-z, 0-9, '-', '_', '.', starting with a letter or digit; the default image is the daemon's own)", clipArg(name), store.MaxName)
 					}
 				}
 				return nil
@@ -92,8 +93,8 @@ func (a *app) imageBuildCommand() *cobra.Command {
 	fs.StringVar(&socket, "socket", os.Getenv("CELLVM_SOCKET"), "the daemon's socket, to find its state directory (default $CELLVM_SOCKET, else "+DefaultSocket+")")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		spec.Name = args[0]
-		if !derive.ValidName(spec.Name) {
-			return usagef("%q is not an image name (1 to %d of a-z, 0-9, '-', '_', '.', starting with a letter or digit; not \"default\")", clipArg(spec.Name), derive.MaxName)
+		if !store.ValidName(spec.Name) {
+			return usagef("%q is not an image name (1 to %d of a-z, 0-9, '-', '_', '.', starting with a letter or digit; not \"default\")", clipArg(spec.Name), store.MaxName)
 		}
 		var apt []string
 		for _, v := range spec.Apt {
@@ -134,7 +135,7 @@ func (a *app) imageBuildCommand() *cobra.Command {
 			verb = "up to date"
 		}
 		fmt.Fprintf(a.stdout, "image %s %s: %s (%d MiB, key %s) in %.1f s; boot it with: cellvm sandbox create --image %s\n",
-			spec.Name, verb, filepath.Join(res.Dir, derive.ImageFile), res.Record.SizeBytes>>20, res.Key[:12], time.Since(start).Seconds(), spec.Name)
+			spec.Name, verb, filepath.Join(res.Dir, store.ImageFile), res.Record.SizeBytes>>20, res.Key[:12], time.Since(start).Seconds(), spec.Name)
 		return nil
 	}
 	return cmd

@@ -48,16 +48,8 @@ import (
 //go:embed derive.sh
 var script []byte
 
-// Files of an image directory: the image store's (package image/store).
-const (
-	ImageFile    = store.ImageFile
-	ManifestFile = store.ManifestFile
-	BuildFile    = store.BuildFile
-)
-
 // Limits on the inputs.
 const (
-	MaxName     = 64
 	MaxPackages = 256
 	// MaxInputBytes bounds the wheels and files a build copies in.
 	MaxInputBytes = 4 << 30
@@ -116,14 +108,10 @@ var (
 	aptRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]{0,99}(=[A-Za-z0-9.+~:-]{1,100})?$`)
 )
 
-// ValidName reports whether name can name an image: the image store's
-// rule (store.ValidName), which is the contract's.
-func ValidName(name string) bool { return store.ValidName(name) }
-
 // check validates s and fills in absolute paths.
 func (s *Spec) check() error {
-	if !ValidName(s.Name) {
-		return fmt.Errorf("image name %q: want 1 to %d of a-z, 0-9, '-', '_', '.', starting with a letter or digit, and not \"default\" (the daemon's own image)", clip(s.Name), MaxName)
+	if !store.ValidName(s.Name) {
+		return fmt.Errorf("image name %q: want 1 to %d of a-z, 0-9, '-', '_', '.', starting with a letter or digit, and not \"default\" (the daemon's own image)", clip(s.Name), store.MaxName)
 	}
 	if s.ImagesDir == "" {
 		return errors.New("no images directory")
@@ -312,7 +300,7 @@ func Build(ctx context.Context, s Spec, progress io.Writer) (Result, error) {
 	dst := filepath.Join(s.ImagesDir, s.Name)
 	res := Result{Dir: dst, Key: key}
 	if rec, err := store.ReadRecord(dst); err == nil && rec.Key == key {
-		if fi, err := os.Stat(filepath.Join(dst, ImageFile)); err == nil && fi.Mode().IsRegular() {
+		if fi, err := os.Stat(filepath.Join(dst, store.ImageFile)); err == nil && fi.Mode().IsRegular() {
 			res.CacheHit, res.Record = true, rec
 			fmt.Fprintf(progress, "image %s is up to date: built %s from the same inputs (key %s)\n", s.Name, rec.BuiltAt.Local().Format(time.DateTime), key[:12])
 			return res, nil
@@ -352,7 +340,7 @@ func Build(ctx context.Context, s Spec, progress io.Writer) (Result, error) {
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(work, "derive.sh"))
 	cmd.Env = append(os.Environ(),
-		"DERIVE_BASE="+s.Base, "DERIVE_WORK="+work, "DERIVE_OUT="+filepath.Join(out, ImageFile),
+		"DERIVE_BASE="+s.Base, "DERIVE_WORK="+work, "DERIVE_OUT="+filepath.Join(out, store.ImageFile),
 		"DERIVE_KEY="+key, "DERIVE_NAME="+s.Name,
 		"DERIVE_COLLECT="+filepath.Join(work, "collect.py"), "DERIVE_MODULES="+filepath.Join(work, "modules.txt"),
 		"DERIVE_APT="+strings.Join(s.Apt, " "), "DERIVE_MIRROR="+s.Mirror, "DERIVE_WHEELS="+s.PipWheels,
@@ -396,7 +384,7 @@ func Build(ctx context.Context, s Spec, progress io.Writer) (Result, error) {
 		}
 		return res, &StepError{Step: failed, Err: fmt.Errorf("%v; the last output:\n%s\nthe image %s there was before is unchanged", werr, tail.String(), s.Name)}
 	}
-	fi, err := os.Stat(filepath.Join(out, ImageFile))
+	fi, err := os.Stat(filepath.Join(out, store.ImageFile))
 	if err != nil {
 		return res, &StepError{Step: "mkfs", Err: err}
 	}
@@ -404,7 +392,7 @@ func Build(ctx context.Context, s Spec, progress io.Writer) (Result, error) {
 		PipWheels: s.PipWheels, Requirements: s.Requirements, PipIndex: s.PipIndex, Files: s.Files,
 		BuiltAt: time.Now().UTC(), Seconds: time.Since(start).Seconds(), SizeBytes: fi.Size()}
 	b, _ := json.MarshalIndent(res.Record, "", "  ")
-	if err := os.WriteFile(filepath.Join(out, BuildFile), append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(out, store.BuildFile), append(b, '\n'), 0o644); err != nil {
 		return res, err
 	}
 	if err := os.Chmod(out, 0o755); err != nil {

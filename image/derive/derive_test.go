@@ -142,7 +142,7 @@ func TestBuildFromWheelsRequirementsAndFiles(t *testing.T) {
 	if strings.Contains(log.String(), "step apt") {
 		t.Errorf("a build without --apt ran the apt step")
 	}
-	img := filepath.Join(images, "team", ImageFile)
+	img := filepath.Join(images, "team", store.ImageFile)
 	fi, err := os.Stat(img)
 	if err != nil || fi.Mode().Perm() != 0o444 {
 		t.Fatalf("image: %v, mode %v; want a read-only file", err, fi.Mode())
@@ -167,7 +167,7 @@ func TestBuildFromWheelsRequirementsAndFiles(t *testing.T) {
 	if got := debugfsCat(t, img, "/etc/resolv.conf"); got != "" {
 		t.Errorf("the build left the host's resolv.conf in the image: %q", got)
 	}
-	mb, err := os.ReadFile(filepath.Join(images, "team", ManifestFile))
+	mb, err := os.ReadFile(filepath.Join(images, "team", store.ManifestFile))
 	if err != nil {
 		t.Fatal(err)
 	}

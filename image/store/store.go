@@ -37,6 +37,9 @@ const (
 	BuildFile = "build.json"
 )
 
+// MaxName bounds an image's name (the contract's bound on names).
+const MaxName = sandbox.MaxWorkspaceName
+
 // maxRecordBytes bounds build.json.
 const maxRecordBytes = 1 << 20
 
