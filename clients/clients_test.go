@@ -72,36 +72,28 @@ type leftovers struct{ sandboxes, snapshots, workspaces, images []string }
 func leftoversOf(t *testing.T, m sandbox.Manager) leftovers {
 	t.Helper()
 	ctx := context.Background()
-	var l leftovers
 	boxes, err := m.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range boxes {
-		l.sandboxes = append(l.sandboxes, b.ID)
-	}
+	sandboxes := namesOf(t, boxes, err, func(i sandbox.Info) string { return i.ID })
 	snaps, err := m.ListSnapshots(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range snaps {
-		l.snapshots = append(l.snapshots, s.ID)
-	}
+	snapshots := namesOf(t, snaps, err, func(s sandbox.SnapshotInfo) string { return s.ID })
 	wss, err := m.Workspaces(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range wss {
-		l.workspaces = append(l.workspaces, w.Name)
-	}
+	workspaces := namesOf(t, wss, err, func(w sandbox.WorkspaceInfo) string { return w.Name })
 	imgs, err := m.Images(ctx)
+	images := namesOf(t, imgs, err, func(i sandbox.ImageInfo) string { return i.Name })
+	return leftovers{sandboxes, snapshots, workspaces, images}
+}
+
+// namesOf names each of list, failing t on err.
+func namesOf[T any](t *testing.T, list []T, err error, name func(T) string) []string {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, i := range imgs {
-		l.images = append(l.images, i.Name)
+	var out []string
+	for _, x := range list {
+		out = append(out, name(x))
 	}
-	return l
+	return out
 }
 
 // TestPythonPackageInstallsOffline: `pip install ./clients/python` works

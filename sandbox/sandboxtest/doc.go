@@ -21,8 +21,9 @@
 // else by a stand-in interpreter that reads one statement a line:
 // "name = integer", "name" (the cell's value), "print(name)", comments and
 // imports. Commands are the few below. Ids are sb-fake1, sb-fake2, ...
-// and snapshot ids snap- and the same counter; times are fixed (the
-// fake's clock reads 2023-11-14), so output can be compared.
+// and snapshot ids snap- and the same counter; sandboxes, snapshots and
+// workspaces carry fixed times (from 2023-11-14 on), so output can be
+// compared.
 //
 // Scripted cells, by their code:
 //

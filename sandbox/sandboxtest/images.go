@@ -63,10 +63,9 @@ func (m *Manager) checkImage(cfg sandbox.Config) error {
 }
 
 func (m *Manager) Images(ctx context.Context) ([]sandbox.ImageInfo, error) {
-	if err := m.enter("Images"); err != nil {
+	if err := m.enterLocked("Images"); err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
 	users := map[string]int{}
 	for _, b := range m.boxes {
@@ -82,17 +81,16 @@ func (m *Manager) Images(ctx context.Context) ([]sandbox.ImageInfo, error) {
 }
 
 func (m *Manager) DeleteImage(ctx context.Context, name string) error {
-	if err := m.enter("DeleteImage", name); err != nil {
+	if err := m.enterLocked("DeleteImage", name); err != nil {
 		return err
 	}
+	defer m.mu.Unlock()
 	if name == sandbox.DefaultImage {
 		return fmt.Errorf("%w: the default image is the daemon's own (serve --rootfs); it is not removed through the API", sandbox.ErrInvalid)
 	}
 	if !sandbox.ValidImageName(name) {
 		return fmt.Errorf("%w: %q is not an image name", sandbox.ErrInvalid, name)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if _, ok := m.images[name]; !ok {
 		return fmt.Errorf("%w: no image %s; the images here are %s", sandbox.ErrNotFound, name, strings.Join(m.imageNames(), ", "))
 	}

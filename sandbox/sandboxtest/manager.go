@@ -129,10 +129,23 @@ func (m *Manager) Deleted() []string {
 
 // enter records a call and returns the error Fail set for op, if any.
 func (m *Manager) enter(op string, args ...string) error {
+	if err := m.enterLocked(op, args...); err != nil {
+		return err
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// enterLocked is enter that, when it returns nil, leaves m.mu held for
+// the caller to unlock.
+func (m *Manager) enterLocked(op string, args ...string) error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.calls = append(m.calls, strings.Join(append([]string{op}, args...), " "))
-	return m.fail[op]
+	if err := m.fail[op]; err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // note records what happened; the caller holds m.mu.
@@ -184,10 +197,9 @@ func (m *Manager) withBox(id string, fn func(*box) error) error {
 const notSupportedHost = "not-supported.test"
 
 func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info, error) {
-	if err := m.enter("Create"); err != nil {
+	if err := m.enterLocked("Create"); err != nil {
 		return sandbox.Info{}, err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
 	var from *snap
 	if cfg.Snapshot != "" {
@@ -259,10 +271,9 @@ func (m *Manager) memoryUsed() int {
 }
 
 func (m *Manager) List(ctx context.Context) ([]sandbox.Info, error) {
-	if err := m.enter("List"); err != nil {
+	if err := m.enterLocked("List"); err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []sandbox.Info
 	for _, b := range m.boxes {
@@ -273,10 +284,9 @@ func (m *Manager) List(ctx context.Context) ([]sandbox.Info, error) {
 }
 
 func (m *Manager) Get(ctx context.Context, id string) (sandbox.Info, error) {
-	if err := m.enter("Get", id); err != nil {
+	if err := m.enterLocked("Get", id); err != nil {
 		return sandbox.Info{}, err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, err := m.find(id)
 	if err != nil {
@@ -286,10 +296,9 @@ func (m *Manager) Get(ctx context.Context, id string) (sandbox.Info, error) {
 }
 
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	if err := m.enter("Delete", id); err != nil {
+	if err := m.enterLocked("Delete", id); err != nil {
 		return err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, err := m.find(id)
 	if err != nil {

@@ -13,54 +13,48 @@ import (
 // Lose makes the sandbox lost, as a VM that died would: its calls that
 // need the guest are ErrLost from then on, and a lost event says why.
 func (m *Manager) Lose(id string, why sandbox.LostInfo) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	b, err := m.find(id)
-	if err != nil {
-		return err
-	}
-	b.info.State = sandbox.StateLost
-	b.info.Lost = &why
-	m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: id, Lost: &why})
-	return nil
+	return m.update(id, func(b *box) {
+		b.info.State = sandbox.StateLost
+		b.info.Lost = &why
+		m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: id, Lost: &why})
+	})
 }
 
 // SetNetworkCounters sets the egress counters the sandbox's info reports.
 func (m *Manager) SetNetworkCounters(id string, c sandbox.NetworkCounters) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	b, err := m.find(id)
-	if err != nil {
-		return err
-	}
-	b.info.Network = c
-	return nil
+	return m.update(id, func(b *box) { b.info.Network = c })
 }
 
 // AppendLog adds lines to one of the sandbox's logs, and so to its
 // followers.
 func (m *Manager) AppendLog(id string, src sandbox.LogSource, lines ...string) error {
+	return m.update(id, func(b *box) {
+		b.logs[src] = append(b.logs[src], lines...)
+		m.changed.Broadcast()
+	})
+}
+
+// update runs f on sandbox id, whatever its state, under m.mu.
+func (m *Manager) update(id string, f func(*box)) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, err := m.find(id)
 	if err != nil {
 		return err
 	}
-	b.logs[src] = append(b.logs[src], lines...)
-	m.changed.Broadcast()
+	f(b)
 	return nil
 }
 
 // Logs reads the lines AppendLog added.
 func (m *Manager) Logs(ctx context.Context, id string, req sandbox.LogRequest, onLine func(sandbox.LogLine) error) error {
-	if err := m.enter("Logs", id, string(req.Source), strconv.Itoa(req.Tail), strconv.FormatBool(req.Follow)); err != nil {
+	if err := m.enterLocked("Logs", id, string(req.Source), strconv.Itoa(req.Tail), strconv.FormatBool(req.Follow)); err != nil {
 		return err
 	}
+	defer m.mu.Unlock()
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	b, err := m.find(id)
 	if err != nil {
 		return err
@@ -97,10 +91,9 @@ func (m *Manager) Events(ctx context.Context) (sandbox.EventStream, error) {
 }
 
 func (m *Manager) Capacity(ctx context.Context) (sandbox.Capacity, error) {
-	if err := m.enter("Capacity"); err != nil {
+	if err := m.enterLocked("Capacity"); err != nil {
 		return sandbox.Capacity{}, err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
 	c := sandbox.Capacity{MaxSandboxes: m.MaxSandboxes, Sandboxes: len(m.boxes), MaxMemoryMiB: m.MaxMemoryMiB, MemoryMiBUsed: m.memoryUsed()}
 	for _, b := range m.boxes {

@@ -106,10 +106,9 @@ func (m *Manager) reserveDisk(what, id string, mib int) error {
 }
 
 func (m *Manager) Pause(ctx context.Context, id string) error {
-	if err := m.enter("Pause", id); err != nil {
+	if err := m.enterLocked("Pause", id); err != nil {
 		return err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, err := m.find(id)
 	switch {
@@ -132,10 +131,9 @@ func (m *Manager) Pause(ctx context.Context, id string) error {
 }
 
 func (m *Manager) Resume(ctx context.Context, id string) error {
-	if err := m.enter("Resume", id); err != nil {
+	if err := m.enterLocked("Resume", id); err != nil {
 		return err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, err := m.find(id)
 	if err != nil {
@@ -152,10 +150,9 @@ func (m *Manager) Resume(ctx context.Context, id string) error {
 
 // Snapshot copies the sandbox's config, variables and files.
 func (m *Manager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
-	if err := m.enter("Snapshot", id); err != nil {
+	if err := m.enterLocked("Snapshot", id); err != nil {
 		return sandbox.SnapshotInfo{}, err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, err := m.usable(id)
 	if err != nil {
@@ -185,10 +182,9 @@ func (m *Manager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotInfo
 }
 
 func (m *Manager) ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error) {
-	if err := m.enter("ListSnapshots"); err != nil {
+	if err := m.enterLocked("ListSnapshots"); err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := []sandbox.SnapshotInfo{}
 	for _, sn := range m.snaps {
@@ -199,10 +195,9 @@ func (m *Manager) ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, er
 }
 
 func (m *Manager) GetSnapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
-	if err := m.enter("GetSnapshot", id); err != nil {
+	if err := m.enterLocked("GetSnapshot", id); err != nil {
 		return sandbox.SnapshotInfo{}, err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
 	sn, err := m.snap(id)
 	if err != nil {
@@ -212,10 +207,9 @@ func (m *Manager) GetSnapshot(ctx context.Context, id string) (sandbox.SnapshotI
 }
 
 func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
-	if err := m.enter("DeleteSnapshot", id); err != nil {
+	if err := m.enterLocked("DeleteSnapshot", id); err != nil {
 		return err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, err := m.snap(id); err != nil {
 		return err

@@ -65,10 +65,9 @@ func (b *box) filesAt(guestPath string) map[string][]byte {
 }
 
 func (m *Manager) Workspaces(ctx context.Context) ([]sandbox.WorkspaceInfo, error) {
-	if err := m.enter("Workspaces"); err != nil {
+	if err := m.enterLocked("Workspaces"); err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := []sandbox.WorkspaceInfo{}
 	for _, ws := range m.workspaces {
@@ -83,14 +82,13 @@ func (m *Manager) Workspaces(ctx context.Context) ([]sandbox.WorkspaceInfo, erro
 }
 
 func (m *Manager) DeleteWorkspace(ctx context.Context, name string) error {
-	if err := m.enter("DeleteWorkspace", name); err != nil {
+	if err := m.enterLocked("DeleteWorkspace", name); err != nil {
 		return err
 	}
+	defer m.mu.Unlock()
 	if !sandbox.ValidWorkspaceName(name) {
 		return fmt.Errorf("%w: workspace %q is not a workspace name", sandbox.ErrInvalid, name)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	ws := m.workspaces[name]
 	switch {
 	case ws == nil:
