@@ -2,7 +2,6 @@ package vsock
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"syscall"
@@ -137,13 +136,7 @@ func TestIllegalMovesReset(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newGuest(t)
-			c, err := net.Dial("unix", g.uds)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			fmt.Fprintf(c, "CONNECT 60\n")
-			req, _ := g.expect(OpRequest)
+			c, req := g.hostRequest(60)
 			for _, h := range tc.ops {
 				h.SrcPort, h.DstPort = 60, req.SrcPort
 				var data []byte
