@@ -62,9 +62,10 @@ import "fmt"
 //     then a SHUTDOWN send.
 //   - recvDone: the guest has our SHUTDOWN.
 //
-// A connection ends (killed, with an RST) when both directions are done,
-// when the guest has closed and the writer has flushed, on the guest's RST,
-// and on any error, timeout, illegal move or device reset.
+// A connection ends (killed) with an RST to the guest when both
+// directions are done, when the guest has closed and the writer has
+// flushed, and on an error, a timeout or an illegal move; without one on
+// the guest's RST and on a device or transport reset.
 type connState struct {
 	phase connPhase
 	send  sendState
