@@ -10,18 +10,18 @@ import (
 
 	"github.com/cellvm/cellvm/agent"
 	"github.com/cellvm/cellvm/agent/anthropic"
-	"github.com/cellvm/cellvm/agent/fakemodel"
-	"github.com/cellvm/cellvm/agent/fakesandbox"
 	"github.com/cellvm/cellvm/agent/gemini"
+	"github.com/cellvm/cellvm/agent/modeltest"
 	"github.com/cellvm/cellvm/agent/openai"
 	"github.com/cellvm/cellvm/agent/responses"
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/sandbox/sandboxtest"
 )
 
 const testKey = "test-key"
 
 type adapterCase struct {
-	api fakemodel.API
+	api modeltest.API
 	// inResult: the API carries images inside tool results.
 	inResult bool
 	model    func(base string, c *agent.Caller) agent.Model
@@ -30,29 +30,30 @@ type adapterCase struct {
 func noSleep(ctx context.Context, d time.Duration) error { return nil }
 
 var adapters = []adapterCase{
-	{fakemodel.Anthropic, true, func(base string, c *agent.Caller) agent.Model {
+	{modeltest.Anthropic, true, func(base string, c *agent.Caller) agent.Model {
 		return &anthropic.Model{APIKey: testKey, BaseURL: base, Caller: c}
 	}},
-	{fakemodel.OpenAI, false, func(base string, c *agent.Caller) agent.Model {
+	{modeltest.OpenAI, false, func(base string, c *agent.Caller) agent.Model {
 		return &openai.Model{APIKey: testKey, BaseURL: base + "/v1", Caller: c}
 	}},
-	{fakemodel.Responses, true, func(base string, c *agent.Caller) agent.Model {
+	{modeltest.Responses, true, func(base string, c *agent.Caller) agent.Model {
 		return &responses.Model{APIKey: testKey, BaseURL: base + "/v1", Caller: c}
 	}},
-	{fakemodel.Gemini, false, func(base string, c *agent.Caller) agent.Model {
+	{modeltest.Gemini, false, func(base string, c *agent.Caller) agent.Model {
 		return &gemini.Model{APIKey: testKey, BaseURL: base, Caller: c}
 	}},
 }
 
 // runScript plays script over one adapter against a fake sandbox.
-func runScript(t *testing.T, ac adapterCase, script fakemodel.Script, faults ...fakemodel.Fault) (*fakemodel.Server, agent.Outcome, []agent.Event, error, *fakesandbox.Manager) {
+func runScript(t *testing.T, ac adapterCase, script modeltest.Script, faults ...modeltest.Fault) (*modeltest.Server, agent.Outcome, []agent.Event, error, *sandboxtest.Manager) {
 	t.Helper()
-	srv := fakemodel.New(script)
+	srv := modeltest.New(script)
 	srv.APIKey = testKey
 	srv.AddFaults(faults...)
 	hs := srv.Start()
 	t.Cleanup(hs.Close)
-	m := fakesandbox.New(fakesandbox.DefaultScriptHandler())
+	m := sandboxtest.New()
+	m.Script = modeltest.DefaultScriptCells()
 	ctx := context.Background()
 	info, err := m.Create(ctx, sandbox.Config{})
 	if err != nil {
@@ -74,20 +75,20 @@ func runScript(t *testing.T, ac adapterCase, script fakemodel.Script, faults ...
 func TestAdaptersDefaultConversation(t *testing.T) {
 	for _, ac := range adapters {
 		t.Run(string(ac.api), func(t *testing.T) {
-			srv, out, events, err, m := runScript(t, ac, fakemodel.DefaultScript())
+			srv, out, events, err, m := runScript(t, ac, modeltest.DefaultScript())
 			if err != nil {
 				t.Fatalf("Run: %v (violations %v)", err, srv.Violations())
 			}
-			if out.Answer != fakemodel.Answer || out.Turns != 4 || out.Calls != 3 {
-				t.Errorf("outcome: answer %q, %d turns, %d calls; want %q, 4, 3", out.Answer, out.Turns, out.Calls, fakemodel.Answer)
+			if out.Answer != modeltest.Answer || out.Turns != 4 || out.Calls != 3 {
+				t.Errorf("outcome: answer %q, %d turns, %d calls; want %q, 4, 3", out.Answer, out.Turns, out.Calls, modeltest.Answer)
 			}
 			if v := srv.Violations(); len(v) > 0 {
 				t.Errorf("protocol violations: %v", v)
 			}
-			for _, p := range fakemodel.CheckDefaultTranscript(srv.Requests(), ac.inResult) {
+			for _, p := range modeltest.CheckDefaultTranscript(srv.Requests(), ac.inResult) {
 				t.Error(p)
 			}
-			if got := len(m.Cells()); got != 3 {
+			if got := len(cellsRun(m)); got != 3 {
 				t.Errorf("%d cells ran, want 3", got)
 			}
 			var calls, results int
@@ -119,16 +120,16 @@ func TestAdaptersDefaultConversation(t *testing.T) {
 			reqs := srv.Requests()
 			body := string(reqs[len(reqs)-1].Body)
 			switch ac.api {
-			case fakemodel.Responses:
+			case modeltest.Responses:
 				// Reasoning items go back unchanged.
 				if !strings.Contains(body, `"rs_fake_0"`) || !strings.Contains(body, `"rs_fake_2"`) {
 					t.Errorf("reasoning items not sent back: %.500s", body)
 				}
-			case fakemodel.Gemini:
+			case modeltest.Gemini:
 				if !strings.Contains(body, `"sig_0_0"`) {
 					t.Errorf("thought signature not sent back")
 				}
-			case fakemodel.Anthropic:
+			case modeltest.Anthropic:
 				if !strings.Contains(body, `"is_error":true`) {
 					t.Errorf("the KeyError result is not marked is_error")
 				}
@@ -143,7 +144,7 @@ func TestAdaptersDefaultConversation(t *testing.T) {
 func TestAdaptersMalformedCalls(t *testing.T) {
 	for _, ac := range adapters {
 		t.Run(string(ac.api), func(t *testing.T) {
-			srv, out, _, err, m := runScript(t, ac, fakemodel.MalformedScript())
+			srv, out, _, err, m := runScript(t, ac, modeltest.MalformedScript())
 			if err != nil {
 				t.Fatalf("Run: %v (violations %v)", err, srv.Violations())
 			}
@@ -181,7 +182,7 @@ func TestAdaptersMalformedCalls(t *testing.T) {
 					t.Errorf("result %d = %+v; want error=%v containing %q", i, r, w.isErr, w.text)
 				}
 			}
-			if got := len(m.Cells()); got != 3 {
+			if got := len(cellsRun(m)); got != 3 {
 				t.Errorf("%d cells ran, want 3 (the malformed calls must not run)", got)
 			}
 		})
@@ -193,9 +194,9 @@ func TestAdaptersMalformedCalls(t *testing.T) {
 func TestAdaptersRetry(t *testing.T) {
 	for _, ac := range adapters {
 		t.Run(string(ac.api), func(t *testing.T) {
-			srv, out, _, err, _ := runScript(t, ac, fakemodel.Script{{Text: "hi"}},
-				fakemodel.Fault{Status: http.StatusTooManyRequests, RetryAfter: "1"},
-				fakemodel.Fault{Status: http.StatusServiceUnavailable})
+			srv, out, _, err, _ := runScript(t, ac, modeltest.Script{{Text: "hi"}},
+				modeltest.Fault{Status: http.StatusTooManyRequests, RetryAfter: "1"},
+				modeltest.Fault{Status: http.StatusServiceUnavailable})
 			if err != nil || out.Answer != "hi" {
 				t.Fatalf("Run = %q, %v; want the answer after two retries", out.Answer, err)
 			}
@@ -203,8 +204,8 @@ func TestAdaptersRetry(t *testing.T) {
 				t.Errorf("%d requests reached the script, want 1", n)
 			}
 
-			srv, _, _, err, _ = runScript(t, ac, fakemodel.Script{{Text: "hi"}},
-				fakemodel.Fault{Status: http.StatusBadRequest})
+			srv, _, _, err, _ = runScript(t, ac, modeltest.Script{{Text: "hi"}},
+				modeltest.Fault{Status: http.StatusBadRequest})
 			var apiErr *agent.APIError
 			if !errors.As(err, &apiErr) || apiErr.Status != 400 || apiErr.Attempts != 1 || !strings.Contains(err.Error(), "scripted fault") {
 				t.Fatalf("err = %v; want the 400 reported after one attempt", err)
@@ -217,14 +218,14 @@ func TestAdaptersRetry(t *testing.T) {
 // TestGeminiCallsWithoutIDs: Gemini models that send no call ids get
 // responses matched by name and order, with no made-up ids on the wire.
 func TestGeminiCallsWithoutIDs(t *testing.T) {
-	script := fakemodel.DefaultScript()
+	script := modeltest.DefaultScript()
 	for i := range script {
 		for j := range script[i].Calls {
 			script[i].Calls[j].ID = ""
 		}
 	}
 	srv, out, _, err, _ := runScript(t, adapters[3], script)
-	if err != nil || out.Answer != fakemodel.Answer {
+	if err != nil || out.Answer != modeltest.Answer {
 		t.Fatalf("Run = %q, %v (violations %v)", out.Answer, err, srv.Violations())
 	}
 	reqs := srv.Requests()

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/sandbox/sandboxtest"
 )
 
 const testToken = "s3cret-token-0123456789"
@@ -62,7 +63,7 @@ func tlsEnv(t *testing.T) (*httptest.Server, *syncBuffer, *x509.CertPool) {
 	}
 	logBuf := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logBuf, nil))
-	srv := httptest.NewTLSServer(RequireToken(NewServer(newFakeManager(), log), tok, log))
+	srv := httptest.NewTLSServer(RequireToken(NewServer(sandboxtest.New(), log), tok, log))
 	t.Cleanup(srv.Close)
 	pool := x509.NewCertPool()
 	pool.AddCert(srv.Certificate())

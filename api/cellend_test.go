@@ -9,6 +9,7 @@ import (
 
 	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/sandbox/sandboxtest"
 )
 
 // endThenCleanup is a manager that, like the VM manager, emits a cell's
@@ -16,7 +17,7 @@ import (
 // another cell). It waits for the client to report the end event, or two
 // seconds, before returning.
 type endThenCleanup struct {
-	*fakeManager
+	*sandboxtest.Manager
 	clientHasEnd chan struct{}
 	returned     atomic.Bool
 }
@@ -37,7 +38,7 @@ func (m *endThenCleanup) RunCell(ctx context.Context, id, code string, timeout t
 // event only once the manager's RunCell has returned, so a client that
 // starts its next cell as soon as it has the end is not refused as busy.
 func TestStreamedEndComesAfterTheCellIsDone(t *testing.T) {
-	m := &endThenCleanup{fakeManager: newFakeManager(), clientHasEnd: make(chan struct{})}
+	m := &endThenCleanup{Manager: sandboxtest.New(), clientHasEnd: make(chan struct{})}
 	sock := filepath.Join(shortTempDir(t), "api.sock")
 	ln, err := ListenUnix(sock)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -18,7 +19,7 @@ import (
 func TestRunCellJSONResult(t *testing.T) {
 	e := newTestEnv(t)
 	id := mustCreate(t, e)
-	res, err := e.client.RunCell(context.Background(), id, "x = 1", 0, nil)
+	res, err := e.client.RunCell(context.Background(), id, "stream", 0, nil)
 	if err != nil {
 		t.Fatalf("RunCell: %v", err)
 	}
@@ -26,21 +27,18 @@ func TestRunCellJSONResult(t *testing.T) {
 		res.MainResult() == nil || res.MainResult().Data[cell.MIMEText] != "3" || res.ExecutionCount != 1 {
 		t.Errorf("result %+v", res)
 	}
-	e.fake.mu.Lock()
-	got := e.fake.lastTimeout
-	e.fake.mu.Unlock()
-	if got != DefaultCellTimeout {
-		t.Errorf("missing timeout_ms gave %v, want the default %v", got, DefaultCellTimeout)
+	// The fake's "timeout_ms" cell prints the timeout the manager got.
+	res, err = e.client.RunCell(context.Background(), id, "timeout_ms", 0, nil)
+	if got := fmt.Sprintf("%d\n", DefaultCellTimeout.Milliseconds()); err != nil || res.Stdout != got {
+		t.Errorf("missing timeout_ms gave %q (%v), want the default %v", res.Stdout, err, DefaultCellTimeout)
 	}
 
-	if _, err := e.client.RunCell(context.Background(), id, "x", 1500*time.Millisecond, nil); err != nil {
+	res, err = e.client.RunCell(context.Background(), id, "timeout_ms", 1500*time.Millisecond, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	e.fake.mu.Lock()
-	got = e.fake.lastTimeout
-	e.fake.mu.Unlock()
-	if got != 1500*time.Millisecond {
-		t.Errorf("timeout_ms 1500 gave %v", got)
+	if res.Stdout != "1500\n" {
+		t.Errorf("timeout_ms 1500 gave %q ms", res.Stdout)
 	}
 
 	// A Python exception is a result, not an HTTP error.
@@ -73,13 +71,12 @@ func TestRunCellTimeoutValidation(t *testing.T) {
 	if status != http.StatusOK {
 		t.Errorf("timeout_ms at the max: %d %s", status, b)
 	}
-	if _, err := e.client.RunCell(context.Background(), id, "1", 0, nil); err != nil {
+	res, err := e.client.RunCell(context.Background(), id, "timeout_ms", 0, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	e.fake.mu.Lock()
-	defer e.fake.mu.Unlock()
-	if e.fake.lastTimeout != time.Second {
-		t.Errorf("default timeout %v, want the configured 1s", e.fake.lastTimeout)
+	if res.Stdout != "1000\n" {
+		t.Errorf("default timeout %q ms, want the configured 1s", res.Stdout)
 	}
 }
 
@@ -102,7 +99,7 @@ func TestRunCellStreamsEventsInOrder(t *testing.T) {
 	e := newTestEnv(t)
 	id := mustCreate(t, e)
 	var got []cell.Event
-	res, err := e.client.RunCell(context.Background(), id, "print", 0, func(ev cell.Event) { got = append(got, ev) })
+	res, err := e.client.RunCell(context.Background(), id, "stream", 0, func(ev cell.Event) { got = append(got, ev) })
 	if err != nil {
 		t.Fatalf("RunCell: %v", err)
 	}
@@ -139,16 +136,13 @@ func TestRunCellStreamIsFlushedWhileCellRuns(t *testing.T) {
 			if ev.Type != cell.EventStdout || ev.Text != "first\n" {
 				t.Errorf("first event %+v", ev)
 			}
-			close(e.fake.release)
+			e.cells.free()
 		}
 	})
 	if err != nil {
 		t.Fatalf("RunCell: %v", err)
 	}
-	e.fake.mu.Lock()
-	timedOut := e.fake.blockTimedOut
-	e.fake.mu.Unlock()
-	if timedOut {
+	if e.cells.timedOut.Load() {
 		t.Fatal("the first event did not reach the client while the cell ran (fake waited 5 s)")
 	}
 	if n != 2 || res.Status != cell.StatusOK {
@@ -162,7 +156,7 @@ func TestRunCellStreamIsFlushedWhileCellRuns(t *testing.T) {
 func TestRunCellStreamQueryParamAndContentType(t *testing.T) {
 	e := newTestEnv(t)
 	id := mustCreate(t, e)
-	status, hdr, body := e.do(t, "POST", "/v1/sandboxes/"+id+"/cells?stream=1", jsonBody(`{"code": "x"}`))
+	status, hdr, body := e.do(t, "POST", "/v1/sandboxes/"+id+"/cells?stream=1", jsonBody(`{"code": "stream"}`))
 	if status != http.StatusOK || hdr.Get("Content-Type") != NDJSONType {
 		t.Fatalf("status %d, content type %q", status, hdr.Get("Content-Type"))
 	}
@@ -179,12 +173,12 @@ func TestRunCellStreamQueryParamAndContentType(t *testing.T) {
 		t.Errorf("%d lines, last %+v", lines, last)
 	}
 	// Without asking, one JSON result.
-	status, hdr, _ = e.do(t, "POST", "/v1/sandboxes/"+id+"/cells", jsonBody(`{"code": "x"}`))
+	status, hdr, _ = e.do(t, "POST", "/v1/sandboxes/"+id+"/cells", jsonBody(`{"code": "stream"}`))
 	if status != http.StatusOK || hdr.Get("Content-Type") != "application/json" {
 		t.Errorf("plain: status %d, content type %q", status, hdr.Get("Content-Type"))
 	}
 	// Accept with parameters and several types still selects NDJSON.
-	_, hdr, _ = e.do(t, "POST", "/v1/sandboxes/"+id+"/cells", jsonBody(`{"code": "x"}`),
+	_, hdr, _ = e.do(t, "POST", "/v1/sandboxes/"+id+"/cells", jsonBody(`{"code": "stream"}`),
 		"Accept", "application/json;q=0.5, application/x-ndjson; charset=utf-8")
 	if hdr.Get("Content-Type") != NDJSONType {
 		t.Errorf("Accept list: content type %q", hdr.Get("Content-Type"))
@@ -203,7 +197,7 @@ func TestSecondCellIsRefusedBusy(t *testing.T) {
 		firstRes, firstErr = e.client.RunCell(context.Background(), id, "block", 0, func(cell.Event) {})
 	}()
 	select {
-	case <-e.fake.cellStarted:
+	case <-e.cells.started:
 	case <-time.After(5 * time.Second):
 		t.Fatal("first cell never started")
 	}
@@ -218,7 +212,7 @@ func TestSecondCellIsRefusedBusy(t *testing.T) {
 	if hdr.Get("Content-Type") != "application/json" {
 		t.Errorf("refused streamed cell answered as %q, want a JSON error", hdr.Get("Content-Type"))
 	}
-	close(e.fake.release)
+	e.cells.free()
 	wg.Wait()
 	if firstErr != nil || firstRes.Status != cell.StatusOK {
 		t.Errorf("first cell: %+v, %v", firstRes, firstErr)
@@ -240,13 +234,13 @@ func TestClientDisconnectCancelsCell(t *testing.T) {
 			done <- err
 		}()
 		select {
-		case <-e.fake.cellStarted:
+		case <-e.cells.started:
 		case <-time.After(5 * time.Second):
 			t.Fatal("cell never started")
 		}
 		cancel()
 		select {
-		case <-e.fake.cellCanceled:
+		case <-e.cells.canceled:
 		case <-time.After(5 * time.Second):
 			t.Fatalf("streaming=%v: the manager's context was not cancelled after the client went away", streaming)
 		}

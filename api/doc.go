@@ -40,6 +40,14 @@
 //	GET    /v1/events                     lifecycle events (NDJSON)
 //	GET    /v1/capacity                   the host's caps and their use
 //	GET    /metrics                       Prometheus text format
+//	GET    /v1/snapshots                  snapshots (POST /v1/sandboxes {"snapshot"} forks one)
+//	GET    /v1/snapshots/{id}
+//	DELETE /v1/snapshots/{id}
+//	GET    /v1/workspaces                 named volumes kept across sandboxes
+//	DELETE /v1/workspaces/{name}
+//	GET    /v1/images                     root images sandboxes can boot
+//	DELETE /v1/images/{name}
+//	GET|POST|DELETE /mcp                  MCP's Streamable HTTP (WithMCP)
 //
 // Errors are {"error":{"code":...,"message":...}}; see errors.go for the
 // mapping of codes to statuses.

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net/http"
@@ -18,29 +19,30 @@ func TestExec(t *testing.T) {
 	e := newTestEnv(t)
 	id := mustCreate(t, e)
 	ctx := context.Background()
-	res, err := e.client.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"ls", "-l", "/workspace"}, Stdin: []byte("in"), Timeout: 2 * time.Second})
+	// The fake's commands show what reached the manager: argv prints its
+	// argv as JSON, writes "to stderr" and exits 3; cat prints its stdin,
+	// hex its stdin in hex; sleep times out after the timeout it got.
+	res, err := e.client.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"argv", "-l", "/workspace"}, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatalf("Exec: %v", err)
 	}
-	if res.ExitCode != 3 || res.Stdout != "ls -l /workspace" || res.Stderr != "in" {
+	if res.ExitCode != 3 || res.Stdout != `["argv","-l","/workspace"]` || res.Stderr != "to stderr\n" {
 		t.Errorf("result %+v", res)
 	}
-	e.fake.mu.Lock()
-	got := e.fake.lastExec
-	e.fake.mu.Unlock()
-	if got.Timeout != 2*time.Second {
-		t.Errorf("timeout %v", got.Timeout)
+	if res, err := e.client.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"cat"}, Stdin: []byte("in"), Timeout: 2 * time.Second}); err != nil || res.Stdout != "in" {
+		t.Errorf("stdin: %+v, %v", res, err)
 	}
-	// Binary stdin goes as base64 and arrives intact.
+	if res, err := e.client.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"sleep", "9"}, Timeout: 2 * time.Second}); err != nil || !res.TimedOut || res.DurationMS != 2000 {
+		t.Errorf("timeout: %+v, %v", res, err)
+	}
+	// Binary stdin goes as base64 and arrives intact; no timeout is the
+	// default.
 	bin := []byte{0xff, 0x00, 0xfe, 'a'}
-	if _, err := e.client.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"cat"}, Stdin: bin}); err != nil {
-		t.Fatal(err)
+	if res, err := e.client.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"hex"}, Stdin: bin}); err != nil || res.Stdout != hex.EncodeToString(bin) {
+		t.Errorf("binary stdin: %+v, %v", res, err)
 	}
-	e.fake.mu.Lock()
-	got = e.fake.lastExec
-	e.fake.mu.Unlock()
-	if !bytes.Equal(got.Stdin, bin) || got.Timeout != DefaultCellTimeout {
-		t.Errorf("binary stdin %q timeout %v", got.Stdin, got.Timeout)
+	if res, err := e.client.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"sleep", "9"}}); err != nil || res.DurationMS != DefaultCellTimeout.Milliseconds() {
+		t.Errorf("default timeout: %+v, %v", res, err)
 	}
 
 	for name, req := range map[string]sandbox.ExecRequest{
@@ -156,10 +158,7 @@ func TestUploadTooLarge(t *testing.T) {
 	// Undeclared length: cut at the limit while streaming.
 	_, err = e.client.Upload(ctx, id, "/workspace/big2", io.MultiReader(bytes.NewReader(make([]byte, 3*limit))))
 	wantClientError(t, "chunked", err, http.StatusRequestEntityTooLarge, CodeTooLarge)
-	e.fake.mu.Lock()
-	_, stored := e.fake.boxes[id].files["/workspace/big2"]
-	e.fake.mu.Unlock()
-	if stored {
+	if _, err := e.fake.Download(ctx, id, "/workspace/big2", io.Discard); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Error("the fake stored a cut-off upload as if complete (the manager got no error)")
 	}
 	// Exactly the limit, declared or not, is accepted.

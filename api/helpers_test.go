@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -13,8 +14,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/sandbox/sandboxtest"
 )
 
 // syncBuffer is a bytes.Buffer safe for the server's and the test's
@@ -38,12 +44,74 @@ func (s *syncBuffer) String() string {
 
 // testEnv is a server over a fake manager on a real Unix socket.
 type testEnv struct {
-	fake   *fakeManager
+	fake   *sandboxtest.Manager
+	cells  *blockCells
 	client *Client
 	sock   string
 	log    *syncBuffer
 	// raw speaks HTTP to the socket without the typed client.
 	raw *http.Client
+}
+
+// blockCells is the api tests' own cell for the fake, "block": one
+// stdout event "first", then it waits for free (or its context, or 5 s).
+// Its channels let a test see it start and see its context cancelled.
+type blockCells struct {
+	// started receives once per "block" cell after its first event.
+	started chan struct{}
+	// release lets every "block" cell finish; free closes it.
+	release  chan struct{}
+	freeOnce sync.Once
+	// canceled receives when a "block" cell sees its context end.
+	canceled chan struct{}
+	// timedOut is set when a "block" cell gave up waiting.
+	timedOut atomic.Bool
+}
+
+func newBlockCells() *blockCells {
+	return &blockCells{started: make(chan struct{}, 4), release: make(chan struct{}), canceled: make(chan struct{}, 4)}
+}
+
+// free lets the "block" cells finish.
+func (b *blockCells) free() { b.freeOnce.Do(func() { close(b.release) }) }
+
+func (b *blockCells) script(ctx context.Context, c *sandboxtest.Cell) (cell.Result, error) {
+	if c.Code != "block" {
+		return cell.Result{}, sandboxtest.Pass
+	}
+	res := cell.Result{Status: cell.StatusOK, StateKept: true, Stdout: "first\n"}
+	c.Emit(cell.Event{Type: cell.EventStdout, Text: "first\n"})
+	b.started <- struct{}{}
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		b.canceled <- struct{}{}
+		res.Status = cell.StatusError
+		res.Error = &cell.Error{Name: "KeyboardInterrupt", Value: "interrupted"}
+	case <-time.After(5 * time.Second):
+		b.timedOut.Store(true)
+	}
+	return res, nil
+}
+
+// contractBreaker is the fake with two cells a faulty manager could
+// answer, which sandboxtest (keeping the contract) never does:
+//
+//	"lost-mid"  one stdout event, then an error instead of a result
+//	"quiet"     a result with no events at all, not even the end
+type contractBreaker struct{ *sandboxtest.Manager }
+
+func (m contractBreaker) RunCell(ctx context.Context, id, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+	switch code {
+	case "lost-mid":
+		if onEvent != nil {
+			onEvent(cell.Event{Type: cell.EventStdout, Text: "partial\n"})
+		}
+		return cell.Result{}, fmt.Errorf("%w: VM exited", sandbox.ErrLost)
+	case "quiet":
+		return cell.Result{Status: cell.StatusOK, StateKept: true, Stdout: "quiet\n"}, nil
+	}
+	return m.Manager.RunCell(ctx, id, code, timeout, onEvent)
 }
 
 // shortTempDir returns a temporary directory with a path short enough for
@@ -68,12 +136,14 @@ func newTestEnvListen(t *testing.T, lopts []ListenOption, opts ...Option) *testE
 	sock := filepath.Join(shortTempDir(t), "api.sock")
 	logBuf := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logBuf, nil))
-	fake := newFakeManager()
+	fake := sandboxtest.New()
+	cells := newBlockCells()
+	fake.Script = cells.script
 	ln, err := ListenUnix(sock, lopts...)
 	if err != nil {
 		t.Fatalf("ListenUnix: %v", err)
 	}
-	srv := NewHTTPServer(NewServer(fake, log, opts...))
+	srv := NewHTTPServer(NewServer(contractBreaker{fake}, log, opts...))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -90,11 +160,7 @@ func newTestEnvListen(t *testing.T, lopts []ListenOption, opts ...Option) *testE
 	}
 	t.Cleanup(func() {
 		// Let any cell still blocked in the fake finish.
-		select {
-		case <-fake.release:
-		default:
-			close(fake.release)
-		}
+		cells.free()
 		client.Close()
 		raw.CloseIdleConnections()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -102,7 +168,7 @@ func newTestEnvListen(t *testing.T, lopts []ListenOption, opts ...Option) *testE
 		_ = srv.Shutdown(ctx)
 		<-done
 	})
-	return &testEnv{fake: fake, client: client, sock: sock, log: logBuf, raw: raw}
+	return &testEnv{fake: fake, cells: cells, client: client, sock: sock, log: logBuf, raw: raw}
 }
 
 // do sends a raw request and returns status, headers and body.

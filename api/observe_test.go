@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -20,9 +21,11 @@ func TestLogsTailAndFollow(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := context.Background()
 	id := mustCreate(t, e)
-	e.fake.mu.Lock()
-	e.fake.logs[id] = []string{"one", "two", "three"}
-	e.fake.mu.Unlock()
+	for _, src := range []sandbox.LogSource{sandbox.LogConsole, sandbox.LogAgent} {
+		if err := e.fake.AppendLog(id, src, "one", "two", "three"); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	var got []string
 	collect := func(l sandbox.LogLine) error { got = append(got, l.Text); return nil }
@@ -56,11 +59,15 @@ func TestLogsTailAndFollow(t *testing.T) {
 	if l := <-lines; l != "three" {
 		t.Fatalf("follow's tail: %q", l)
 	}
-	e.fake.logFeed <- "four" // taken only by the follower
+	if err := e.fake.AppendLog(id, sandbox.LogAgent, "four"); err != nil {
+		t.Fatal(err)
+	}
 	if l := <-lines; l != "four" {
 		t.Fatalf("followed line: %q", l)
 	}
-	e.fake.logFeed <- "" // the fake's "sandbox deleted"
+	if err := e.fake.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
 	if err := <-done; err != nil {
 		t.Errorf("follow ended with %v", err)
 	}
@@ -116,8 +123,9 @@ func TestCapacityRoute(t *testing.T) {
 	e := newTestEnv(t)
 	mustCreate(t, e)
 	c, err := e.client.Capacity(context.Background())
-	if err != nil || c.Sandboxes != 1 || c.MaxSandboxes != 8 || c.MemoryMiBUsed != 512 {
-		t.Errorf("capacity %+v %v", c, err)
+	want, _ := e.fake.Capacity(context.Background())
+	if err != nil || c.Sandboxes != 1 || c.MaxMemoryMiB == 0 || c.MemoryMiBUsed != 1024 || !reflect.DeepEqual(c, want) {
+		t.Errorf("capacity %+v %v, want the manager's %+v", c, err, want)
 	}
 }
 

@@ -42,5 +42,25 @@ func routes() []route {
 		{"GET", "/v1/images", (*server).listImages},
 		{"DELETE", "/v1/images/{name}", (*server).deleteImage},
 		{"DELETE", "/v1/workspaces/{name}", (*server).deleteWorkspace},
+		// MCP's Streamable HTTP: POST sends messages, GET opens the
+		// server's stream, DELETE ends the session (WithMCP).
+		{"POST", MCPPath, (*server).serveMCP},
+		{"GET", MCPPath, (*server).serveMCP},
+		{"DELETE", MCPPath, (*server).serveMCP},
 	}
+}
+
+// MCPPath is where the server answers MCP's Streamable HTTP when it has an
+// MCP handler (WithMCP).
+const MCPPath = "/mcp"
+
+// serveMCP hands the request to the MCP handler, or answers 404 when the
+// daemon serves no MCP.
+func (s *server) serveMCP(w http.ResponseWriter, r *http.Request) {
+	if s.mcp == nil {
+		s.writeError(w, &Error{Status: http.StatusNotFound, Code: CodeNotFound,
+			Message: "this daemon does not serve MCP (cellvm serve --mcp turns it on)"})
+		return
+	}
+	s.mcp.ServeHTTP(w, r)
 }

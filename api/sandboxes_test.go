@@ -51,29 +51,29 @@ func TestSandboxLifecycleThroughClient(t *testing.T) {
 	if err != nil || got.ID != id || !got.CreatedAt.Equal(info.CreatedAt) {
 		t.Fatalf("Get = %+v, %v", got, err)
 	}
-	for name, call := range map[string]func() error{
-		"Pause":     func() error { return e.client.Pause(ctx, id) },
-		"Resume":    func() error { return e.client.Resume(ctx, id) },
-		"Interrupt": func() error { return e.client.Interrupt(ctx, id) },
-		"Restart":   func() error { return e.client.Restart(ctx, id) },
+	for _, step := range []struct {
+		name string
+		call func() error
+	}{
+		{"Pause", func() error { return e.client.Pause(ctx, id) }},
+		{"Resume", func() error { return e.client.Resume(ctx, id) }},
+		{"Interrupt", func() error { return e.client.Interrupt(ctx, id) }},
+		{"Restart", func() error { return e.client.Restart(ctx, id) }},
 	} {
-		if err := call(); err != nil {
-			t.Errorf("%s: %v", name, err)
+		if err := step.call(); err != nil {
+			t.Errorf("%s: %v", step.name, err)
 		}
 	}
 	snap, err := e.client.Snapshot(ctx, id)
-	if err != nil || snap.SandboxID != id || snap.SizeBytes != 4096 {
-		t.Errorf("Snapshot = %+v, %v", snap, err)
+	if kept, _ := e.fake.GetSnapshot(ctx, snap.ID); err != nil || snap.SandboxID != id || snap.SizeBytes == 0 || !reflect.DeepEqual(snap, kept) {
+		t.Errorf("Snapshot = %+v, %v; the manager has %+v", snap, err, kept)
 	}
 	pol := sandbox.NetworkPolicy{Allow: []string{"*.github.com", "1.1.1.1"}}
 	if err := e.client.SetNetwork(ctx, id, pol); err != nil {
 		t.Errorf("SetNetwork: %v", err)
 	}
-	e.fake.mu.Lock()
-	gotNet := e.fake.lastNet
-	e.fake.mu.Unlock()
-	if !reflect.DeepEqual(gotNet, pol) {
-		t.Errorf("manager got policy %+v, want %+v", gotNet, pol)
+	if got, err := e.fake.Get(ctx, id); err != nil || got.Config.Network == nil || !reflect.DeepEqual(*got.Config.Network, pol) {
+		t.Errorf("manager got policy %+v (%v), want %+v", got.Config.Network, err, pol)
 	}
 	if err := e.client.Delete(ctx, id); err != nil {
 		t.Fatalf("Delete: %v", err)
@@ -221,9 +221,7 @@ func TestOversizedJSONBody(t *testing.T) {
 
 func TestFullIs503WithRetryAfter(t *testing.T) {
 	e := newTestEnv(t)
-	e.fake.mu.Lock()
-	e.fake.full = true
-	e.fake.mu.Unlock()
+	e.fake.Fail("Create", fmt.Errorf("%w: 8 sandboxes running", sandbox.ErrFull))
 	status, hdr, body := e.do(t, "POST", "/v1/sandboxes", jsonBody(`{}`))
 	wantAPIError(t, "full", status, body, http.StatusServiceUnavailable, CodeFull)
 	if hdr.Get("Retry-After") == "" {
@@ -253,9 +251,7 @@ func TestErrorMapping(t *testing.T) {
 		{errors.New("kaboom"), 500, CodeInternal, nil},
 	}
 	for _, c := range cases {
-		e.fake.mu.Lock()
-		e.fake.failWith = c.err
-		e.fake.mu.Unlock()
+		e.fake.Fail("Pause", c.err)
 		err := e.client.Pause(context.Background(), id)
 		apiErr := wantClientError(t, c.code, err, c.status, c.code)
 		if c.sentinel != nil && !errors.Is(err, c.sentinel) {

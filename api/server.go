@@ -57,6 +57,12 @@ func WithStreamWriteTimeout(d time.Duration) Option {
 	return func(s *server) { s.streamWriteTimeout = d }
 }
 
+// WithMCP serves MCP's Streamable HTTP at /mcp with h (cellvm serve --mcp
+// gives agent/mcpserver's handler). Without it /mcp answers 404: the route
+// is in the table either way, and its implementation stays outside this
+// package.
+func WithMCP(h http.Handler) Option { return func(s *server) { s.mcp = h } }
+
 type server struct {
 	m                  sandbox.Manager
 	log                *slog.Logger
@@ -66,6 +72,7 @@ type server struct {
 	defTimeout         time.Duration
 	maxTimeout         time.Duration
 	streamWriteTimeout time.Duration
+	mcp                http.Handler // nil: MCP is not served
 
 	registry    *prometheus.Registry
 	reqMetrics  *requestMetrics

@@ -18,7 +18,9 @@ import (
 func TestSnapshotsThroughClient(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := context.Background()
-	info, err := e.client.Create(ctx, sandbox.Config{})
+	// Not the defaults' machine, which a fork given the defaults by the
+	// API would not match (the manager refuses such a fork).
+	info, err := e.client.Create(ctx, sandbox.Config{VCPUs: 2, MemoryMiB: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,20 +36,18 @@ func TestSnapshotsThroughClient(t *testing.T) {
 	if got, err := e.client.GetSnapshot(ctx, snap.ID); err != nil || got != snap {
 		t.Fatalf("GetSnapshot = %+v, %v", got, err)
 	}
-	if _, err := e.client.Create(ctx, sandbox.Config{Snapshot: snap.ID}); err != nil {
-		t.Fatalf("fork: %v", err)
-	}
-	e.fake.mu.Lock()
-	forked := e.fake.lastCreate
-	e.fake.mu.Unlock()
-	if forked.Snapshot != snap.ID {
-		t.Errorf("the manager got a create from snapshot %q, want %q", forked.Snapshot, snap.ID)
-	}
 	// A fork that does not give its machine gets the snapshot's from the
-	// manager, not the API's defaults (which a snapshot of another shape
-	// would refuse).
-	if forked.VCPUs != 0 || forked.MemoryMiB != 0 {
-		t.Errorf("a fork without vcpus and memory reached the manager with %d vCPUs and %d MiB, want 0 and 0", forked.VCPUs, forked.MemoryMiB)
+	// manager, not the API's defaults (which the snapshot's shape refuses).
+	fork, err := e.client.Create(ctx, sandbox.Config{Snapshot: snap.ID})
+	if err != nil {
+		t.Fatalf("fork without vcpus and memory: %v", err)
+	}
+	forked, err := e.fake.Get(ctx, fork.ID)
+	if err != nil || forked.Config.Snapshot != snap.ID {
+		t.Errorf("the manager got a create from snapshot %q (%v), want %q", forked.Config.Snapshot, err, snap.ID)
+	}
+	if forked.Config.VCPUs != 2 || forked.Config.MemoryMiB != 1024 {
+		t.Errorf("the fork has %d vCPUs and %d MiB, want the snapshot's 2 and 1024", forked.Config.VCPUs, forked.Config.MemoryMiB)
 	}
 	if err := e.client.DeleteSnapshot(ctx, snap.ID); err != nil {
 		t.Fatal(err)

@@ -1,13 +1,13 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/cellvm/cellvm/sandbox"
 )
@@ -24,20 +24,31 @@ func TestWorkspacesThroughClient(t *testing.T) {
 	if status != http.StatusOK || string(body) != "[]\n" && string(body) != "[]" {
 		t.Fatalf("GET /v1/workspaces with none: %d %q, want 200 []", status, body)
 	}
-	made := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	e.fake.mu.Lock()
-	e.fake.workspaces = []sandbox.WorkspaceInfo{
-		{Name: "held", SizeBytes: 2 << 30, DiskBytes: 1 << 20, CreatedAt: made, Sandbox: "sb-0123456789abcdef"},
-		{Name: "free", SizeBytes: 2 << 30, DiskBytes: 4096, CreatedAt: made},
+	// The manager's workspaces: "free" with a file of 4096 bytes and no
+	// holder, "held" held by a sandbox.
+	free, err := e.fake.Create(ctx, sandbox.Config{Workspace: "free"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	e.fake.mu.Unlock()
+	if _, err := e.fake.Upload(ctx, free.ID, "/workspace/data", bytes.NewReader(make([]byte, 4096))); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fake.Delete(ctx, free.ID); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := e.fake.Create(ctx, sandbox.Config{Workspace: "held"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := e.fake.Workspaces(ctx)
 	list, err := e.client.Workspaces(ctx)
-	if err != nil || len(list) != 2 || list[0].Name != "held" || list[0].Sandbox != "sb-0123456789abcdef" || list[1].DiskBytes != 4096 || !list[1].CreatedAt.Equal(made) {
-		t.Fatalf("Workspaces = %+v, %v", list, err)
+	if err != nil || len(list) != 2 || list[1].Name != "held" || list[1].Sandbox != holder.ID || list[0].DiskBytes != 4096 ||
+		list[0].CreatedAt.IsZero() || !list[0].CreatedAt.Equal(want[0].CreatedAt) {
+		t.Fatalf("Workspaces = %+v, %v; the manager has %+v", list, err, want)
 	}
 	_, _, body = e.do(t, "GET", "/v1/workspaces", nil)
 	var raw []map[string]any
-	if err := json.Unmarshal(body, &raw); err != nil || raw[1]["size_bytes"] != float64(2<<30) || raw[0]["sandbox"] != "sb-0123456789abcdef" {
+	if err := json.Unmarshal(body, &raw); err != nil || raw[0]["size_bytes"] != float64(2<<30) || raw[1]["sandbox"] != holder.ID {
 		t.Errorf("the wire form: %s (%v)", body, err)
 	}
 	if err := e.client.DeleteWorkspace(ctx, "held"); !errors.Is(err, sandbox.ErrBusy) {
@@ -49,44 +60,39 @@ func TestWorkspacesThroughClient(t *testing.T) {
 	}
 	wantClientError(t, "delete again", e.client.DeleteWorkspace(ctx, "free"), http.StatusNotFound, CodeNotFound)
 	wantClientError(t, "delete a bad name", e.client.DeleteWorkspace(ctx, "Bad Name"), http.StatusBadRequest, CodeInvalid)
-	if _, err := e.client.Create(ctx, sandbox.Config{Workspace: "notes"}); err != nil {
+	info, err := e.client.Create(ctx, sandbox.Config{Workspace: "notes"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	e.fake.mu.Lock()
-	got := e.fake.lastCreate.Workspace
-	e.fake.mu.Unlock()
-	if got != "notes" {
-		t.Errorf("the manager got a create with workspace %q, want notes", got)
+	if got, _ := e.fake.Get(ctx, info.ID); got.Config.Workspace != "notes" {
+		t.Errorf("the manager got a create with workspace %q, want notes", got.Config.Workspace)
 	}
 }
 
-// TestImagesThroughClient: GET /v1/images gives the manager's images, and
-// a create's image reaches the manager.
+// TestImagesThroughClient: GET /v1/images gives the manager's images
+// (the fake's "default", "scratch" and "team"), and a create's image
+// reaches the manager.
 func TestImagesThroughClient(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := context.Background()
 	imgs, err := e.client.Images(ctx)
-	if err != nil || len(imgs) != 2 || imgs[0].Name != sandbox.DefaultImage || imgs[1].Name != "extra" || imgs[1].Python != "3.11.2" || imgs[1].SizeBytes != 2<<30 {
+	if err != nil || len(imgs) != 3 || imgs[0].Name != sandbox.DefaultImage || imgs[2].Name != "team" || imgs[2].Python != "3.11.2" || imgs[2].SizeBytes != 1006<<20 {
 		t.Fatalf("Images = %+v, %v", imgs, err)
 	}
-	if _, err := e.client.Create(ctx, sandbox.Config{Image: "extra"}); err != nil {
+	info, err := e.client.Create(ctx, sandbox.Config{Image: "team"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	e.fake.mu.Lock()
-	got := e.fake.lastCreate.Image
-	e.fake.mu.Unlock()
-	if got != "extra" {
-		t.Errorf("the manager got a create with image %q, want extra", got)
+	if got, _ := e.fake.Get(ctx, info.ID); got.Config.Image != "team" {
+		t.Errorf("the manager got a create with image %q, want team", got.Config.Image)
 	}
-	if err := e.client.DeleteImage(ctx, "old"); err != nil {
-		t.Errorf("DeleteImage old: %v", err)
+	if err := e.client.DeleteImage(ctx, "scratch"); err != nil {
+		t.Errorf("DeleteImage scratch: %v", err)
 	}
-	wantClientError(t, "delete a used image", e.client.DeleteImage(ctx, "extra"), http.StatusConflict, CodeBusy)
+	wantClientError(t, "delete a used image", e.client.DeleteImage(ctx, "team"), http.StatusConflict, CodeBusy)
 	wantClientError(t, "delete the default image", e.client.DeleteImage(ctx, sandbox.DefaultImage), http.StatusBadRequest, CodeInvalid)
 	wantClientError(t, "delete a missing image", e.client.DeleteImage(ctx, "nope"), http.StatusNotFound, CodeNotFound)
-	e.fake.mu.Lock()
-	defer e.fake.mu.Unlock()
-	if !slices.Contains(e.fake.calls, "DeleteImage old") {
-		t.Errorf("the manager was not asked to delete image old: %v", e.fake.calls)
+	if calls := e.fake.Calls(); !slices.Contains(calls, "DeleteImage scratch") {
+		t.Errorf("the manager was not asked to delete image scratch: %v", calls)
 	}
 }

@@ -1,16 +1,17 @@
 package clients
 
 import (
-	"maps"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cellvm/cellvm/api"
+	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/sandbox/sandboxtest"
 )
 
 // TestPythonClient runs the Python client's own tests (python -m unittest)
@@ -29,8 +30,8 @@ func TestPythonClient(t *testing.T) {
 // which refuses this user (403), and over TLS with a bearer token (as
 // `cellvm serve --listen` does), and returns the manager and the
 // environment that tells the clients' tests where they are.
-func fakeDaemons(t *testing.T) (*fakeManager, []string) {
-	m := newFakeManager()
+func fakeDaemons(t *testing.T) (*sandboxtest.Manager, []string) {
+	m := sandboxtest.New()
 	sock := serveAPI(t, m)
 	forbidden := serveAPI(t, m, api.AllowUIDs(os.Getuid()+4242))
 	url, token, ca := serveTLS(t, m)
@@ -42,7 +43,7 @@ func fakeDaemons(t *testing.T) (*fakeManager, []string) {
 // tests can only infer: a timed-out call closed its connection (the cell's
 // context ended) and every sandbox, snapshot and workspace the tests
 // created was deleted.
-func checkFakeAfterClients(t *testing.T, m *fakeManager, out string) {
+func checkFakeAfterClients(t *testing.T, m *sandboxtest.Manager, out string) {
 	t.Helper()
 	if strings.Contains(out, "skipped 'needs the fake daemon") {
 		t.Errorf("tests skipped for want of the fake daemon:\n%s", out)
@@ -51,17 +52,48 @@ func checkFakeAfterClients(t *testing.T, m *fakeManager, out string) {
 	if strings.Contains(events, "the client stayed a minute") || !strings.Contains(events, "the client went away") {
 		t.Errorf("a client's timeout did not close its connection; the fake saw:\n%s", events)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.boxes) != 0 {
-		t.Errorf("the tests left sandboxes behind: %v", slices.Sorted(maps.Keys(m.boxes)))
+	left := leftoversOf(t, m)
+	if len(left.sandboxes) != 0 {
+		t.Errorf("the tests left sandboxes behind: %v", left.sandboxes)
 	}
-	if len(m.snaps) != 0 {
-		t.Errorf("the tests left snapshots behind: %v", slices.Sorted(maps.Keys(m.snaps)))
+	if len(left.snapshots) != 0 {
+		t.Errorf("the tests left snapshots behind: %v", left.snapshots)
 	}
-	if len(m.workspaces) != 0 {
-		t.Errorf("the tests left workspaces behind: %v", slices.Sorted(maps.Keys(m.workspaces)))
+	if len(left.workspaces) != 0 {
+		t.Errorf("the tests left workspaces behind: %v", left.workspaces)
 	}
+}
+
+// leftovers is what a manager has: its sandboxes' and snapshots' ids,
+// and its workspaces' and images' names.
+type leftovers struct{ sandboxes, snapshots, workspaces, images []string }
+
+// leftoversOf asks m what it has.
+func leftoversOf(t *testing.T, m sandbox.Manager) leftovers {
+	t.Helper()
+	ctx := context.Background()
+	boxes, err := m.List(ctx)
+	sandboxes := namesOf(t, boxes, err, func(i sandbox.Info) string { return i.ID })
+	snaps, err := m.ListSnapshots(ctx)
+	snapshots := namesOf(t, snaps, err, func(s sandbox.SnapshotInfo) string { return s.ID })
+	wss, err := m.Workspaces(ctx)
+	workspaces := namesOf(t, wss, err, func(w sandbox.WorkspaceInfo) string { return w.Name })
+	imgs, err := m.Images(ctx)
+	images := namesOf(t, imgs, err, func(i sandbox.ImageInfo) string { return i.Name })
+	return leftovers{sandboxes, snapshots, workspaces, images}
+}
+
+// namesOf names each of list, failing t on err.
+func namesOf[T any](t *testing.T, list []T, err error, name func(T) string) []string {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, x := range list {
+		out = append(out, name(x))
+	}
+	return out
 }
 
 // TestPythonPackageInstallsOffline: `pip install ./clients/python` works

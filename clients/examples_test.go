@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellvm/cellvm/agent/fakemodel"
-	"github.com/cellvm/cellvm/agent/fakesandbox"
+	"github.com/cellvm/cellvm/agent/modeltest"
+	"github.com/cellvm/cellvm/sandbox/sandboxtest"
 )
 
 // TestExamples runs each agent loop in examples/ against a fake model
@@ -22,23 +22,24 @@ func TestExamples(t *testing.T) {
 	examples := filepath.Join(repoRoot(t), "examples")
 	for _, c := range []struct {
 		lang, file string
-		api        fakemodel.API
+		api        modeltest.API
 	}{
-		{"python", "python/anthropic_agent.py", fakemodel.Anthropic},
-		{"python", "python/openai_agent.py", fakemodel.OpenAI},
-		{"js", "js/anthropic_agent.mjs", fakemodel.Anthropic},
-		{"js", "js/openai_agent.mjs", fakemodel.OpenAI},
+		{"python", "python/anthropic_agent.py", modeltest.Anthropic},
+		{"python", "python/openai_agent.py", modeltest.OpenAI},
+		{"js", "js/anthropic_agent.mjs", modeltest.Anthropic},
+		{"js", "js/openai_agent.mjs", modeltest.OpenAI},
 	} {
 		t.Run(c.file, func(t *testing.T) {
 			src := filepath.Join(examples, c.file)
 			if n := lineCount(t, src); n >= 100 {
 				t.Errorf("%s has %d lines; an example loop stays under 100", c.file, n)
 			}
-			model := fakemodel.New(fakemodel.DefaultScript())
+			model := modeltest.New(modeltest.DefaultScript())
 			model.APIKey = "test-key"
 			srv := model.Start()
 			defer srv.Close()
-			sandboxes := fakesandbox.New(fakesandbox.DefaultScriptHandler())
+			sandboxes := sandboxtest.New()
+			sandboxes.Script = modeltest.DefaultScriptCells()
 			env := []string{
 				"CELLVM_SOCKET=" + serveAPI(t, sandboxes),
 				"ANTHROPIC_BASE_URL=" + srv.URL, "ANTHROPIC_API_KEY=test-key", "ANTHROPIC_MODEL=fake",
@@ -55,13 +56,13 @@ func TestExamples(t *testing.T) {
 				dir := linkedJSDir(t, filepath.Base(src), readFile(t, src))
 				out = runIn(t, dir, env, 2*time.Minute, node(t), filepath.Base(src), "What is the mean of column b? Chart it.")
 			}
-			if !strings.Contains(out, fakemodel.Answer) {
+			if !strings.Contains(out, modeltest.Answer) {
 				t.Errorf("the loop did not print the model's answer:\n%s", out)
 			}
 			for _, v := range model.Violations() {
 				t.Errorf("the model API's rules broken: %s", v)
 			}
-			for _, p := range fakemodel.CheckDefaultTranscript(model.Requests(), c.api == fakemodel.Anthropic) {
+			for _, p := range modeltest.CheckDefaultTranscript(model.Requests(), c.api == modeltest.Anthropic) {
 				t.Errorf("transcript: %s", p)
 			}
 			if sandboxes.Live() != 0 || len(sandboxes.Deleted()) != 1 {

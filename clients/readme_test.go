@@ -3,9 +3,12 @@ package clients
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cellvm/cellvm/sandbox/sandboxtest"
 )
 
 // readmeBlock returns the README's fenced code block that starts with
@@ -67,7 +70,7 @@ func runReadmeExamples(t *testing.T, sock string, timeout time.Duration) {
 // TestReadmeExamplesOnTheFake runs the README's examples against the fake,
 // which answers their cells as the real interpreter does.
 func TestReadmeExamplesOnTheFake(t *testing.T) {
-	runReadmeExamples(t, serveAPI(t, rigCells{newFakeManager()}), time.Minute)
+	runReadmeExamples(t, serveAPI(t, newRigCells()), time.Minute)
 }
 
 // TestRigReadmeExamples runs them against the real daemon and real
@@ -81,7 +84,7 @@ func TestRigReadmeExamples(t *testing.T) {
 // with variables kept: it prints what its comments say, and leaves no
 // sandbox or snapshot behind.
 func TestPythonReadmeSnapshotExample(t *testing.T) {
-	m := newFakeManager()
+	m := sandboxtest.New()
 	out := runPythonReadmeBlock(t, m, "# Snapshots, forks and pause.\n")
 	if out != "snapshot 41\n41\n" {
 		t.Errorf("the example printed %q, want \"snapshot 41\\n41\\n\"", out)
@@ -92,8 +95,8 @@ func TestPythonReadmeSnapshotExample(t *testing.T) {
 			t.Errorf("the fake did not see %q:\n%s", want, events)
 		}
 	}
-	if len(m.boxes) != 0 || len(m.snaps) != 0 {
-		t.Errorf("the example left %d sandboxes and %d snapshots", len(m.boxes), len(m.snaps))
+	if left := leftoversOf(t, m); len(left.sandboxes) != 0 || len(left.snapshots) != 0 {
+		t.Errorf("the example left sandboxes %v and snapshots %v", left.sandboxes, left.snapshots)
 	}
 }
 
@@ -102,7 +105,7 @@ func TestPythonReadmeSnapshotExample(t *testing.T) {
 // next sandbox with its name: it prints what its comments say, and leaves
 // no sandbox or workspace behind.
 func TestPythonReadmeWorkspaceExample(t *testing.T) {
-	m := newFakeManager()
+	m := sandboxtest.New()
 	out := runPythonReadmeBlock(t, m, "# Workspaces, files that outlive a sandbox.\n")
 	if want := "kept\n[('chat-42', None)]\nTrue\n"; out != want {
 		t.Errorf("the example printed %q, want %q", out, want)
@@ -116,8 +119,8 @@ func TestPythonReadmeWorkspaceExample(t *testing.T) {
 	if strings.Count(events, "make workspace") != 1 {
 		t.Errorf("the second sandbox did not get the first one's workspace:\n%s", events)
 	}
-	if len(m.boxes) != 0 || len(m.workspaces) != 0 {
-		t.Errorf("the example left %d sandboxes and %d workspaces", len(m.boxes), len(m.workspaces))
+	if left := leftoversOf(t, m); len(left.sandboxes) != 0 || len(left.workspaces) != 0 {
+		t.Errorf("the example left sandboxes %v and workspaces %v", left.sandboxes, left.workspaces)
 	}
 }
 
@@ -126,7 +129,7 @@ func TestPythonReadmeWorkspaceExample(t *testing.T) {
 // it prints what its comments say, its sandbox booted the image, and the
 // image is deleted once the sandbox is.
 func TestPythonReadmeImageExample(t *testing.T) {
-	m := newFakeManager()
+	m := sandboxtest.New()
 	out := runPythonReadmeBlock(t, m, "# Images, root file systems a sandbox boots.\n")
 	if want := "3.11.2 ['jq']\nteam\nTrue\n"; out != want {
 		t.Errorf("the example printed %q, want %q", out, want)
@@ -135,14 +138,14 @@ func TestPythonReadmeImageExample(t *testing.T) {
 	if want := "create sb-fake1 image team\ndelete sb-fake1\ndelete image team"; !strings.Contains(events, want) {
 		t.Errorf("the fake did not see %q:\n%s", want, events)
 	}
-	if _, ok := m.images["team"]; ok || len(m.boxes) != 0 {
-		t.Errorf("the example left image team (%v) or %d sandboxes", ok, len(m.boxes))
+	if left := leftoversOf(t, m); slices.Contains(left.images, "team") || len(left.sandboxes) != 0 {
+		t.Errorf("the example left image team (images %v) or sandboxes %v", left.images, left.sandboxes)
 	}
 }
 
 // runPythonReadmeBlock runs the Python client's README block that starts
 // with first against a daemon over m and returns its output.
-func runPythonReadmeBlock(t *testing.T, m *fakeManager, first string) string {
+func runPythonReadmeBlock(t *testing.T, m *sandboxtest.Manager, first string) string {
 	t.Helper()
 	sock := serveAPI(t, m)
 	dir := t.TempDir()

@@ -12,8 +12,8 @@
 package virtio
 
 import (
-	"github.com/cellvm/cellvm/virtio/queue"
 	"github.com/cellvm/cellvm/guestmem"
+	"github.com/cellvm/cellvm/virtio/queue"
 )
 
 // Device types (virtio 1.x, section 5).

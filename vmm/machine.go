@@ -96,19 +96,19 @@ type Machine struct {
 	marker *bootMarker
 	kernel loader.Kernel
 
-	cmdline   string
-	closers   []io.Closer
-	nextMMIO  uint64
-	nextIRQ   uint32
-	endOnce   sync.Once
-	endErr    error
-	endReason string
-	ended     chan struct{}
-	started   time.Time
+	cmdline  string
+	closers  []io.Closer
+	nextMMIO uint64
+	nextIRQ  uint32
+	started  time.Time // when Run started the vCPU threads
+
+	// life is the machine's state (built, running, pausing, paused, ended,
+	// closed) and what goes with it (state.go).
+	life lifecycle
 
 	// vcpuMu guards vcpus: Run (or Restore) appends while end, from a
 	// vCPU thread or the host's Stop, and Pause kick them, and Close
-	// closes them. Pause takes it inside snap.mu, never the other way.
+	// closes them. Pause takes it inside life.mu, never the other way.
 	vcpuMu sync.Mutex
 	vcpus  []*kvm.VCPU
 
@@ -152,11 +152,11 @@ func build(cfg Config, from *restoreSource) (_ *Machine, err error) {
 	m := &Machine{
 		cfg:      cfg,
 		log:      cfg.Log,
-		ended:    make(chan struct{}),
 		nextMMIO: boot.VirtioMMIO,
 		nextIRQ:  5,
 		cmdline:  cfg.Cmdline,
 	}
+	m.life.ended = make(chan struct{})
 	defer func() {
 		if err != nil {
 			m.Close()
@@ -242,17 +242,23 @@ func (m *Machine) resetErr(other error) error {
 	return other
 }
 
-// end stops the VM with err (nil for a clean end); the first call wins.
+// end stops the VM with err (nil for a clean end): the move into ended,
+// then a kick for every vCPU, whose thread sees ended closed and leaves.
+// The first call wins; the end of an ended or closed machine does nothing.
 func (m *Machine) end(err error, reason string) {
-	m.endOnce.Do(func() {
-		m.endErr, m.endReason = err, reason
-		close(m.ended)
-		m.vcpuMu.Lock()
-		for _, c := range m.vcpus {
-			c.Kick()
-		}
-		m.vcpuMu.Unlock()
-	})
+	m.life.mu.Lock()
+	if _, refused := m.moveLocked(evEnd); refused != nil {
+		m.life.mu.Unlock()
+		return
+	}
+	m.life.endErr, m.life.endReason = err, reason
+	close(m.life.ended)
+	m.life.mu.Unlock()
+	m.vcpuMu.Lock()
+	for _, c := range m.vcpus {
+		c.Kick()
+	}
+	m.vcpuMu.Unlock()
 }
 
 // Stop ends the VM from the host side.
@@ -299,9 +305,14 @@ func leUint32(b []byte) uint32 {
 func (m *Machine) Cmdline() string { return m.cmdline }
 
 // Run boots the guest and blocks until it ends. It returns nil when the
-// guest reset or powered off, and an error when it failed.
+// guest reset or powered off, and an error when it failed. Run of a machine
+// that ended before its vCPU threads started (Stop came first) returns
+// that end; Run of a running or closed machine is refused.
 func (m *Machine) Run() error {
-	if m.snap.restored != nil {
+	if _, err := m.may(evRun); err != nil {
+		return m.notRun(err)
+	}
+	if m.life.restored != nil {
 		return m.runVCPUs("resumed from a snapshot", nil)
 	}
 	gdtLimit, err := m.boot()
@@ -373,11 +384,13 @@ func (m *Machine) runVCPUs(how string, attrs []any) error {
 		}
 	}
 	m.started = time.Now()
-	if m.snap.restored == nil {
+	if m.life.restored == nil {
 		m.marker.start = m.started
 	}
 	m.log.Info("vm "+how, append([]any{"vcpus", m.cfg.VCPUs, "memory_mib", m.cfg.MemoryMiB}, attrs...)...)
-	m.snap.threadsStarted()
+	if _, err := m.move(evRun); err != nil {
+		return m.notRun(err)
+	}
 	var wg sync.WaitGroup
 	for _, c := range m.vcpuList() {
 		wg.Add(1)
@@ -387,8 +400,25 @@ func (m *Machine) runVCPUs(how string, attrs []any) error {
 		}(c)
 	}
 	wg.Wait()
-	m.log.Info("vm ended", "reason", m.endReason, "error", m.endErr, "uptime_ms", time.Since(m.started).Milliseconds())
-	return m.endErr
+	m.log.Info("vm ended", "reason", m.life.endReason, "error", m.life.endErr, "uptime_ms", time.Since(m.started).Milliseconds())
+	return m.life.endErr
+}
+
+// notRun is Run's answer when the run move is refused: the end of a
+// machine that ended before its vCPU threads started, or the refusal.
+func (m *Machine) notRun(refused error) error {
+	m.life.mu.Lock()
+	st, endErr, reason := m.life.state, m.life.endErr, m.life.endReason
+	m.life.mu.Unlock()
+	if st != stateEnded {
+		return refused
+	}
+	uptime := int64(0)
+	if !m.started.IsZero() {
+		uptime = time.Since(m.started).Milliseconds()
+	}
+	m.log.Info("vm ended", "reason", reason, "error", endErr, "uptime_ms", uptime)
+	return endErr
 }
 
 // runVCPU is one vCPU's thread.
@@ -398,7 +428,7 @@ func (m *Machine) runVCPU(c *kvm.VCPU) {
 	d := m.diag.register(c)
 	for {
 		select {
-		case <-m.ended:
+		case <-m.life.ended:
 			return
 		default:
 		}
@@ -477,11 +507,17 @@ func (m *Machine) handleExit(c *kvm.VCPU, reason kvm.ExitReason) error {
 // Close does nothing. It is safe after a failed New and after Run returns.
 // A Pause or Save in progress (the control socket's, which can outlive
 // Run) ends first, since it reads the memory and vCPUs Close releases; a
-// Save or Resume after Close does nothing.
+// Save or Resume after Close does nothing. Closing a machine whose vCPU
+// threads run (Run has not returned) is refused: Stop it first.
 func (m *Machine) Close() error {
 	m.snap.op.Lock()
 	defer m.snap.op.Unlock()
-	m.snap.paused = false
+	if from, err := m.move(evClose); err != nil {
+		if from == stateClosed {
+			return nil
+		}
+		return err
+	}
 	var errs []error
 	if m.uart != nil {
 		m.uart.Close()

@@ -7,8 +7,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cellvm/cellvm/kvm"
 	"github.com/cellvm/cellvm/guestmem"
+	"github.com/cellvm/cellvm/kvm"
 	"github.com/cellvm/cellvm/vmm/snapshot"
 )
 

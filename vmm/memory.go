@@ -9,9 +9,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/kvm"
 	"github.com/cellvm/cellvm/vmm/boot"
-	"github.com/cellvm/cellvm/guestmem"
 )
 
 // hostMemTotal returns the host's MemTotal in bytes.

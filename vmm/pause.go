@@ -9,7 +9,6 @@ import (
 	"github.com/cellvm/cellvm/kvm"
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/mmio"
-	"github.com/cellvm/cellvm/vmm/snapshot"
 )
 
 // Pausing a machine is the VMM's own doing, not a SIGSTOP of its process:
@@ -25,21 +24,16 @@ import (
 // state ioctls), so every vCPU ioctl comes from the vCPU's own thread.
 
 // ErrNotRunning is returned by Pause for a machine whose vCPUs are not
-// running: before Run, or after the VM ended.
+// running: before Run, after the VM ended, or after Close.
 var ErrNotRunning = errors.New("the machine is not running")
 
-// snapshotting is a machine's pause, save and restore state.
+// snapshotting is a machine's pause, save and restore state. Whether the
+// machine is paused, and the pause's request, are its life's (state.go).
 type snapshotting struct {
-	op sync.Mutex // one Pause, Resume or Save at a time
+	op sync.Mutex // one Pause, Resume or Save at a time, and Close
 
-	mu      sync.Mutex // req and started; vCPU threads take it in interrupted
-	started bool       // the vCPU threads were started
-	req     *pauseReq  // non-nil from Pause until Resume
-	paused  bool       // under op: every vCPU parked and every device paused
-
-	devices  []*virtioSlot   // in the order AddVirtio attached them
-	restored *snapshot.State // the state a restored machine was built from
-	msrs     []uint32        // the MSRs a save reads, once known
+	devices []*virtioSlot // in the order AddVirtio attached them
+	msrs    []uint32      // the MSRs a save reads, once known
 }
 
 // virtioSlot is one attached virtio device.
@@ -58,22 +52,19 @@ type pauseReq struct {
 	work   map[int]chan func(c *kvm.VCPU) // by vCPU ID
 }
 
-func (s *snapshotting) threadsStarted() {
-	s.mu.Lock()
-	s.started = true
-	s.mu.Unlock()
-}
-
 // interrupted runs on a vCPU thread after KVM_RUN returned because of a
-// kick. It clears immediate_exit and, if the machine is pausing, parks the
-// thread until Resume (or the end of the VM), running the work it is sent.
-// Clearing and looking happen under the lock Pause kicks under, so a kick
-// is never lost between the two.
+// kick. It clears immediate_exit and, if the machine is pausing or paused,
+// parks the thread until Resume (or the end of the VM), running the work it
+// is sent. Clearing and looking happen under the lock Pause kicks under, so
+// a kick is never lost between the two.
 func (m *Machine) interrupted(c *kvm.VCPU) {
-	m.snap.mu.Lock()
+	m.life.mu.Lock()
 	c.SetImmediateExit(false)
-	req := m.snap.req
-	m.snap.mu.Unlock()
+	var req *pauseReq
+	if st := m.life.state; st == statePausing || st == statePaused {
+		req = m.life.req
+	}
+	m.life.mu.Unlock()
 	if req == nil {
 		return
 	}
@@ -84,7 +75,7 @@ func (m *Machine) interrupted(c *kvm.VCPU) {
 			f(c)
 		case <-req.resume:
 			return
-		case <-m.ended:
+		case <-m.life.ended:
 			return
 		}
 	}
@@ -97,18 +88,13 @@ func (m *Machine) interrupted(c *kvm.VCPU) {
 func (m *Machine) Pause() error {
 	m.snap.op.Lock()
 	defer m.snap.op.Unlock()
-	if m.snap.paused {
-		return nil
-	}
-	select {
-	case <-m.ended:
-		return ErrNotRunning
-	default:
-	}
-	m.snap.mu.Lock()
-	if !m.snap.started {
-		m.snap.mu.Unlock()
-		return ErrNotRunning
+	m.life.mu.Lock()
+	if from, err := m.moveLocked(evPause); err != nil {
+		m.life.mu.Unlock()
+		if from == statePaused {
+			return nil
+		}
+		return fmt.Errorf("%w: %v", ErrNotRunning, err)
 	}
 	// The kicks happen under vcpuMu, as end's do, so Close cannot unmap a
 	// vCPU's kvm_run under them.
@@ -118,76 +104,88 @@ func (m *Machine) Pause() error {
 	for _, c := range vcpus {
 		req.work[c.ID] = make(chan func(*kvm.VCPU))
 	}
-	m.snap.req = req
+	m.life.req = req
 	for _, c := range vcpus {
 		c.Kick()
 	}
 	m.vcpuMu.Unlock()
-	m.snap.mu.Unlock()
+	m.life.mu.Unlock()
 	for range vcpus {
 		select {
 		case <-req.parked:
-		case <-m.ended:
-			m.releaseVCPUs()
+		case <-m.life.ended:
+			m.releaseVCPUs(evPauseFailed) // refused: the machine stays ended
 			return fmt.Errorf("pause: %w (the VM ended)", ErrNotRunning)
 		}
 	}
 	for i, d := range m.snap.devices {
 		if err := d.t.Pause(); err != nil {
-			for _, p := range m.snap.devices[:i] {
-				p.t.Resume()
-			}
-			m.releaseVCPUs()
+			m.resumeDevices(i)
+			m.releaseVCPUs(evPauseFailed)
 			return fmt.Errorf("pause virtio device at %#x: %w", d.base, err)
 		}
 	}
-	m.snap.paused = true
+	if _, err := m.move(evPaused); err != nil {
+		// Only an end moves a pausing machine: it ended while its devices
+		// paused.
+		m.resumeDevices(len(m.snap.devices))
+		m.releaseVCPUs(evPauseFailed)
+		return fmt.Errorf("pause: %w (the VM ended: %v)", ErrNotRunning, err)
+	}
 	m.log.Info("vm paused")
 	return nil
 }
 
+// resumeDevices resumes the first n virtio devices, which a Pause paused.
+func (m *Machine) resumeDevices(n int) {
+	for _, d := range m.snap.devices[:n] {
+		d.t.Resume()
+	}
+}
+
 // Resume carries on after Pause: devices first, then the vCPUs, each told
 // (KVM_KVMCLOCK_CTRL) that it was stopped, so the guest's soft-lockup
-// watchdog does not count the pause. Resuming a running machine does
-// nothing.
+// watchdog does not count the pause. Resuming a machine that is not paused
+// (running, ended, closed) does nothing.
 func (m *Machine) Resume() error {
 	m.snap.op.Lock()
 	defer m.snap.op.Unlock()
-	if !m.snap.paused {
+	if _, err := m.may(evResume); err != nil {
 		return nil
 	}
-	for _, d := range m.snap.devices {
-		d.t.Resume()
-	}
+	m.resumeDevices(len(m.snap.devices))
 	m.forEachVCPU(func(c *kvm.VCPU) error {
 		c.KVMClockCtrl() // EINVAL when the guest has no kvmclock: nothing to tell
 		return nil
 	})
-	m.releaseVCPUs()
-	m.snap.paused = false
+	m.releaseVCPUs(evResume) // refused if the VM ended meanwhile: it stays ended
 	m.log.Info("vm resumed")
 	return nil
 }
 
-// releaseVCPUs lets the parked vCPU threads go back into KVM_RUN.
-func (m *Machine) releaseVCPUs() {
-	m.snap.mu.Lock()
-	if req := m.snap.req; req != nil {
+// releaseVCPUs lets the parked vCPU threads go back into KVM_RUN, with
+// the move e (resume, or pause-failed), under the lock the threads park
+// under. A machine that ended meanwhile refuses the move and stays ended;
+// its threads are released all the same.
+func (m *Machine) releaseVCPUs(e machineEvent) {
+	m.life.mu.Lock()
+	defer m.life.mu.Unlock()
+	m.moveLocked(e)
+	if req := m.life.req; req != nil {
 		close(req.resume)
-		m.snap.req = nil
+		m.life.req = nil
 	}
-	m.snap.mu.Unlock()
 }
 
 // forEachVCPU runs f on each parked vCPU's own thread, in vCPU order, and
-// returns the first error. The machine must be paused.
+// returns the first error. The machine must be paused (under snap.op).
 func (m *Machine) forEachVCPU(f func(c *kvm.VCPU) error) error {
-	req := m.snap.req
+	req := m.life.req
 	for _, c := range m.vcpuList() {
 		done := make(chan error, 1)
 		select {
 		case req.work[c.ID] <- func(c *kvm.VCPU) { done <- f(c) }:
-		case <-m.ended:
+		case <-m.life.ended:
 			return fmt.Errorf("vcpu %d: %w (the VM ended)", c.ID, ErrNotRunning)
 		}
 		if err := <-done; err != nil {

@@ -115,7 +115,18 @@ func (m *Machine) restoreState(st *snapshot.State) error {
 			return fmt.Errorf("virtio device %d (%s at %#x): %w", i, st.Devices[i].Kind, d.base, err)
 		}
 	}
-	m.snap.restored = st
+	return m.restoredFrom(st)
+}
+
+// restoredFrom is the restore move: the built machine now holds st's
+// state, and Run carries the guest on from it.
+func (m *Machine) restoredFrom(st *snapshot.State) error {
+	m.life.mu.Lock()
+	defer m.life.mu.Unlock()
+	if _, err := m.moveLocked(evRestore); err != nil {
+		return err
+	}
+	m.life.restored = st
 	return nil
 }
 

@@ -33,8 +33,8 @@ var ErrNotPaused = errors.New("the machine is not paused (Pause it first)")
 func (m *Machine) Save(stateFile, memFile *os.File) error {
 	m.snap.op.Lock()
 	defer m.snap.op.Unlock()
-	if !m.snap.paused {
-		return ErrNotPaused
+	if _, err := m.move(evSave); err != nil {
+		return fmt.Errorf("%w: %v", ErrNotPaused, err)
 	}
 	for _, d := range m.snap.devices {
 		if v, ok := d.dev.(*vsock.Vsock); ok {

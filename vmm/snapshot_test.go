@@ -66,9 +66,13 @@ func TestMatchDevices(t *testing.T) {
 // Pause or Save in progress (the control socket's, which can outlive Run)
 // is reading until it ends, and a Save or Resume after Close does nothing.
 func TestCloseWaitsForASnapshotInProgress(t *testing.T) {
-	m := &Machine{ended: make(chan struct{})}
-	m.snap.op.Lock() // a Save in progress
-	m.snap.paused = true
+	m := &Machine{}
+	m.life.ended = make(chan struct{})
+	m.life.state = statePaused
+	// A Save in progress, under which the VM ends (as after a snapshot
+	// that stops it) and Run returns.
+	m.snap.op.Lock()
+	m.end(nil, "stopped by host")
 	var saveEnded atomic.Bool
 	closed := make(chan bool)
 	go func() {
@@ -88,5 +92,11 @@ func TestCloseWaitsForASnapshotInProgress(t *testing.T) {
 	}
 	if err := m.Resume(); err != nil {
 		t.Errorf("Resume after Close: %v", err)
+	}
+	if err := m.Pause(); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Pause after Close: %v, want ErrNotRunning", err)
+	}
+	if m.life.state != stateClosed {
+		t.Errorf("state %s after Close, want closed", m.life.state)
 	}
 }

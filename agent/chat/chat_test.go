@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/cellvm/cellvm/agent/convstore"
-	"github.com/cellvm/cellvm/agent/fakemodel"
-	"github.com/cellvm/cellvm/agent/fakesandbox"
+	"github.com/cellvm/cellvm/agent/modeltest"
+	"github.com/cellvm/cellvm/sandbox/sandboxtest"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -43,21 +43,22 @@ func TestModelFromEnvPicksProvider(t *testing.T) {
 // OpenAI-compatible server given by OPENAI_BASE_URL, prints calls and
 // results, saves the chart, and deletes the one-off sandbox.
 func TestChatDefaultScript(t *testing.T) {
-	srv := fakemodel.New(fakemodel.DefaultScript())
+	srv := modeltest.New(modeltest.DefaultScript())
 	hs := srv.Start()
 	defer hs.Close()
 	model, provider, err := ModelFromEnv("", "", 0, env(map[string]string{"OPENAI_BASE_URL": hs.URL + "/v1"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := fakesandbox.New(fakesandbox.DefaultScriptHandler())
+	m := sandboxtest.New()
+	m.Script = modeltest.DefaultScriptCells()
 	var stdout, stderr bytes.Buffer
 	dir := t.TempDir()
 	res, err := Run(context.Background(), Options{Manager: m, Model: model, Provider: provider, Question: "mean of b?", OutDir: dir, Stdout: &stdout, Stderr: &stderr})
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, stderr.String())
 	}
-	if !strings.HasSuffix(strings.TrimSpace(stdout.String()), fakemodel.Answer) {
+	if !strings.HasSuffix(strings.TrimSpace(stdout.String()), modeltest.Answer) {
 		t.Errorf("stdout = %q; want it to end with the answer", stdout.String())
 	}
 	for _, want := range []string{">> run_python [call_load]", "KeyError: 'B'", "<< run_python [call_fix] ok", "2.5", "[image 1 saved to "} {
@@ -68,13 +69,13 @@ func TestChatDefaultScript(t *testing.T) {
 	if len(res.Images) != 1 {
 		t.Fatalf("images saved: %v", res.Images)
 	}
-	if data, err := os.ReadFile(res.Images[0]); err != nil || !bytes.Equal(data, fakesandbox.ChartPNG()) {
+	if data, err := os.ReadFile(res.Images[0]); err != nil || !bytes.Equal(data, sandboxtest.ChartPNG()) {
 		t.Errorf("saved image: %v", err)
 	}
 	if m.Live() != 0 || len(m.Deleted()) != 1 {
 		t.Errorf("one-off sandbox not deleted: live %d", m.Live())
 	}
-	for _, p := range fakemodel.CheckDefaultTranscript(srv.Requests(), false) {
+	for _, p := range modeltest.CheckDefaultTranscript(srv.Requests(), false) {
 		t.Error(p)
 	}
 }
@@ -83,17 +84,17 @@ func TestChatDefaultScript(t *testing.T) {
 // conversation id share the sandbox (variables survive) and the history;
 // when the sandbox is gone, a new one is made and the model is told.
 func TestChatConversationKeepsSandbox(t *testing.T) {
-	srv := fakemodel.New(fakemodel.Script{
-		{Calls: []fakemodel.Call{{ID: "c1", Name: "run_python", Args: `{"code": "x = 41"}`}}},
+	srv := modeltest.New(modeltest.Script{
+		{Calls: []modeltest.Call{{ID: "c1", Name: "run_python", Args: `{"code": "x = 41"}`}}},
 		{Text: "x is set."},
-		{Calls: []fakemodel.Call{{ID: "c2", Name: "run_python", Args: `{"code": "print(x)"}`}}},
+		{Calls: []modeltest.Call{{ID: "c2", Name: "run_python", Args: `{"code": "print(x)"}`}}},
 		{Text: "x is 41."},
 		{Text: "noted."},
 	})
 	hs := srv.Start()
 	defer hs.Close()
 	model, _, _ := ModelFromEnv("anthropic", "", 0, env(map[string]string{"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": hs.URL}))
-	m := fakesandbox.New(nil)
+	m := sandboxtest.New()
 	store := convstore.Store{Dir: t.TempDir()}
 	ask := func(q string) (Result, string) {
 		var stdout, stderr bytes.Buffer

@@ -11,8 +11,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/cellvm/cellvm/agent"
-	"github.com/cellvm/cellvm/agent/fakemodel"
-	"github.com/cellvm/cellvm/agent/fakesandbox"
+	"github.com/cellvm/cellvm/agent/modeltest"
+	"github.com/cellvm/cellvm/sandbox/sandboxtest"
 )
 
 // connect starts a session of srv over an in-memory transport and returns
@@ -53,7 +53,8 @@ func runPython(t *testing.T, ctx context.Context, cs *mcp.ClientSession, code st
 func TestSessionToolsStateAndCleanup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	m := fakesandbox.New(fakesandbox.DefaultScriptHandler())
+	m := sandboxtest.New()
+	m.Script = modeltest.DefaultScriptCells()
 	srv := New(m, Options{Toolbox: agent.Toolbox{Companions: true}})
 
 	cs, served := connect(t, ctx, srv)
@@ -88,18 +89,18 @@ func TestSessionToolsStateAndCleanup(t *testing.T) {
 	}
 
 	// A figure comes back as image content.
-	r = runPython(t, ctx, cs, fakemodel.CodeChart)
+	r = runPython(t, ctx, cs, modeltest.CodeChart)
 	var img *mcp.ImageContent
 	for _, c := range r.Content {
 		if ic, ok := c.(*mcp.ImageContent); ok {
 			img = ic
 		}
 	}
-	if img == nil || img.MIMEType != "image/png" || !bytes.Equal(img.Data, fakesandbox.ChartPNG()) {
+	if img == nil || img.MIMEType != "image/png" || !bytes.Equal(img.Data, sandboxtest.ChartPNG()) {
 		t.Errorf("chart: no PNG image content in %+v", r.Content)
 	}
 	// An error is a tool error the model reads, not a protocol error.
-	r = runPython(t, ctx, cs, fakemodel.CodeLoad)
+	r = runPython(t, ctx, cs, modeltest.CodeLoad)
 	if !r.IsError || !strings.Contains(text(t, r), "KeyError: 'B'") || strings.Contains(text(t, r), "\x1b") {
 		t.Errorf("KeyError result = %q (error %v)", text(t, r), r.IsError)
 	}
@@ -138,7 +139,7 @@ func TestSessionToolsStateAndCleanup(t *testing.T) {
 func TestSessionWithoutCallsCreatesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m := fakesandbox.New(nil)
+	m := sandboxtest.New()
 	srv := New(m, Options{})
 	cs, served := connect(t, ctx, srv)
 	cs.Close()
@@ -154,7 +155,7 @@ func TestSessionWithoutCallsCreatesNothing(t *testing.T) {
 func TestServeOverStdioPipes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m := fakesandbox.New(nil)
+	m := sandboxtest.New()
 	srv := New(m, Options{})
 	cr, sw := io.Pipe() // server -> client
 	sr, cw := io.Pipe() // client -> server

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellvm/cellvm/agent/fakemodel"
+	"github.com/cellvm/cellvm/agent/modeltest"
 	"github.com/cellvm/cellvm/test/kvmtest"
 )
 
@@ -19,7 +19,7 @@ import (
 // chart comes back as a PNG file.
 func TestChatInMicroVM(t *testing.T) {
 	kvmtest.Require(t)
-	fm := fakemodel.New(fakemodel.DefaultScript())
+	fm := modeltest.New(modeltest.DefaultScript())
 	srv := fm.Start()
 	defer srv.Close()
 	out := t.TempDir()
@@ -35,7 +35,7 @@ func TestChatInMicroVM(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("cellvm chat: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
-	for _, p := range fakemodel.CheckDefaultTranscript(fm.Requests(), false) {
+	for _, p := range modeltest.CheckDefaultTranscript(fm.Requests(), false) {
 		t.Error(p)
 	}
 	for _, v := range fm.Violations() {

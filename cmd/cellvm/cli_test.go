@@ -339,7 +339,7 @@ func TestCellExitCodes(t *testing.T) {
 		{"x = 7", exitOK, ""},
 		{"print(x)", exitOK, "7\n"},
 		{cellRaise, exitError, ""},
-		{cellSpin, exitTimeout, "spinning\n"},
+		{cellTimedOut, exitTimeout, "started\n"},
 		{cellCrash, exitLost, ""},
 	} {
 		r := d.cellvm(t, "cell", id, "-c", c.code)

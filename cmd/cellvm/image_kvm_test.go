@@ -11,7 +11,7 @@ import (
 
 	"github.com/cellvm/cellvm/api"
 	"github.com/cellvm/cellvm/cell"
-	"github.com/cellvm/cellvm/image/derive"
+	"github.com/cellvm/cellvm/image/store"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/test/kvmtest"
 )
@@ -33,9 +33,9 @@ const (
 // are; the image cannot be deleted while its sandbox runs.
 func TestImageBuiltWithApt(t *testing.T) {
 	kvmtest.Require(t)
-	images := filepath.Dir(kvmtest.BuildFile(t, filepath.Join(rigImagesDir, rigImage, derive.ImageFile)))
+	images := filepath.Dir(kvmtest.BuildFile(t, filepath.Join(rigImagesDir, rigImage, store.ImageFile)))
 	images = filepath.Dir(images)
-	rec, err := derive.ReadRecord(filepath.Join(images, rigImage))
+	rec, err := store.ReadRecord(filepath.Join(images, rigImage))
 	if err != nil || !slices.Contains(rec.Apt, "jq") {
 		t.Fatalf("%s's build record: %+v, %v; want a build with --apt jq (build-kvm-tests.sh makes it)", rigImage, rec, err)
 	}
@@ -76,7 +76,7 @@ marker = open('/etc/cellvm-image').read()
 	// whole, into L1's page cache (9p cache=loose), as the default image
 	// is by the tests before this one.
 	start := time.Now()
-	if f, err := os.Open(filepath.Join(images, rigImage, derive.ImageFile)); err == nil {
+	if f, err := os.Open(filepath.Join(images, rigImage, store.ImageFile)); err == nil {
 		// Large reads (9p's msize), not a page each: a plain loop, since
 		// io.Copy would choose its own small buffer here.
 		buf := make([]byte, 1<<20)

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/cellvm/cellvm/agent"
+	"github.com/cellvm/cellvm/api"
 	"github.com/cellvm/cellvm/sandbox"
 )
 
@@ -149,7 +150,7 @@ func TestMCPOverStreamableHTTP(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// Without the token the MCP endpoint is closed too.
-	resp, err := d.httpClient(t, "").Post(d.url+mcpPath, "application/json", strings.NewReader(`{}`))
+	resp, err := d.httpClient(t, "").Post(d.url+api.MCPPath, "application/json", strings.NewReader(`{}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestMCPOverStreamableHTTP(t *testing.T) {
 	}
 
 	client := mcp.NewClient(&mcp.Implementation{Name: "cellvm-test", Version: "0"}, nil)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: d.url + mcpPath, HTTPClient: d.httpClient(t, remoteToken)}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: d.url + api.MCPPath, HTTPClient: d.httpClient(t, remoteToken)}, nil)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}

@@ -88,7 +88,7 @@ func (a *app) sandboxCommand() *cobra.Command {
 			}),
 		a.daemonCommand(&cobra.Command{Use: "rm SANDBOX...", Aliases: []string{"remove"}, Short: "destroy sandboxes (VM, network, files: nothing is left)", Args: minArgs(1, "at least one SANDBOX")},
 			func(ctx context.Context, c *api.Client, args []string) error {
-				return a.removeEach(ctx, "cellvm sandbox rm", args, c.Delete)
+				return a.removeEach(ctx, "cellvm sandbox rm", "id", args, c.Delete)
 			}),
 		a.lifecycleCommand("pause", "pause a sandbox to disk: its VM ends and its memory goes back to the host (a cell must not be running; the next cell, exec or cp resumes it)", (*api.Client).Pause),
 		a.lifecycleCommand("resume", "resume a paused sandbox from disk, with its variables", (*api.Client).Resume),
@@ -97,14 +97,26 @@ func (a *app) sandboxCommand() *cobra.Command {
 	)
 }
 
-// removeEach removes every id with del, saying on stderr which failed
-// (then exit 1): one that fails does not stop the others.
-func (a *app) removeEach(ctx context.Context, cmd string, ids []string, del func(context.Context, string) error) error {
+// removeEach removes every item with del, saying on stderr which failed
+// (then exit 1): one that fails does not stop the others. With --json it
+// prints a line per item on stdout instead, {KEY: item, "removed": true}
+// or {KEY: item, "removed": false, "error": {"code", "message"}}, KEY
+// being "id" (sandboxes, snapshots) or "name" (workspaces, images).
+func (a *app) removeEach(ctx context.Context, cmd, key string, items []string, del func(context.Context, string) error) error {
 	failed := false
-	for _, id := range ids {
-		if err := del(ctx, id); err != nil {
-			fmt.Fprintf(a.stderr, "%s %s: %v\n", cmd, id, err)
+	for _, item := range items {
+		err := del(ctx, item)
+		if err != nil {
 			failed = true
+		}
+		switch {
+		case a.jsonOut && err == nil:
+			printJSONLine(a.stdout, map[string]any{key: item, "removed": true})
+		case a.jsonOut:
+			_, code := classify(err)
+			printJSONLine(a.stdout, map[string]any{key: item, "removed": false, "error": map[string]string{"code": code, "message": err.Error()}})
+		case err != nil:
+			fmt.Fprintf(a.stderr, "%s %s: %v\n", cmd, item, err)
 		}
 	}
 	if failed {

@@ -235,12 +235,13 @@ func (a *app) serve(o *serveOptions) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.Instrument(inner, reg)
-	handler := api.NewServer(m, log, api.WithMetrics(reg), api.WithTimeouts(o.cellTimeout, o.maxCellTimeout))
+	apiOpts := []api.Option{api.WithMetrics(reg), api.WithTimeouts(o.cellTimeout, o.maxCellTimeout)}
 	if o.mcp {
 		mh, closeMCP := newMCPHandler(m, o, log)
 		defer closeMCP()
-		handler = withMCP(handler, mh)
+		apiOpts = append(apiOpts, api.WithMCP(mh))
 	}
+	handler := api.NewServer(m, log, apiOpts...)
 	var servers []*http.Server
 	errc := make(chan error, 2)
 	ln, err := api.ListenUnix(o.socket, sockOpts...)

@@ -184,7 +184,7 @@ func (a *app) snapshotCommand() *cobra.Command {
 				return nil
 			},
 			func(ctx context.Context, c *api.Client, args []string) error {
-				return a.removeEach(ctx, "cellvm snapshot rm", args, c.DeleteSnapshot)
+				return a.removeEach(ctx, "cellvm snapshot rm", "id", args, c.DeleteSnapshot)
 			}),
 	)
 }

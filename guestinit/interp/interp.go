@@ -45,12 +45,13 @@ type Interp struct {
 	count     int
 	lostQuiet bool // the last interpreter died between cells, unreported
 
-	extraEnv     atomic.Pointer[[]string] // SetEnv's variables, "NAME=value"
-	cur          atomic.Pointer[proc]     // p, for Interrupt and Restart
-	running      atomic.Bool
-	interruptReq atomic.Bool
-	killReq      atomic.Bool // Restart or Close killed the running cell
-	closed       atomic.Bool
+	extraEnv atomic.Pointer[[]string] // SetEnv's variables, "NAME=value"
+	cur      atomic.Pointer[proc]     // p, for Interrupt and Restart
+	// running is the cell Run is running, nil between cells: Interrupt,
+	// Restart and Close ask things of it (cellRun.ask).
+	running atomic.Pointer[cellRun]
+	// closed is set once, by Close: the Interp's end, not a cell's.
+	closed atomic.Bool
 }
 
 // New prepares an interpreter; the python process starts with the first
@@ -128,10 +129,11 @@ func (in *Interp) clearWake() {
 // KeyboardInterrupt error and its state kept; a cell that ignores it is
 // killed after the grace period. It reports whether a cell was running.
 func (in *Interp) Interrupt() bool {
-	if !in.running.Load() {
+	r := in.running.Load()
+	if r == nil {
 		return false
 	}
-	in.interruptReq.Store(true)
+	r.ask(askInterrupt)
 	in.wakeUp()
 	return true
 }
@@ -179,8 +181,8 @@ func (in *Interp) Close() error {
 // waiting for a running cell to notice.
 func (in *Interp) killCurrent() {
 	if p := in.cur.Load(); p != nil {
-		if in.running.Load() {
-			in.killReq.Store(true)
+		if r := in.running.Load(); r != nil {
+			r.ask(askKill)
 		}
 		p.killAll(in.cg)
 		in.wakeUp()

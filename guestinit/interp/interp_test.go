@@ -445,7 +445,7 @@ func TestRestart(t *testing.T) {
 	}
 	// Restart during a cell ends it as lost.
 	go func() {
-		for !in.running.Load() {
+		for in.running.Load() == nil {
 			time.Sleep(10 * time.Millisecond)
 		}
 		time.Sleep(200 * time.Millisecond)

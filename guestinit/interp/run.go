@@ -4,20 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/cellvm/cellvm/cell"
-)
-
-// stopCause is why the supervisor asked a cell to stop.
-type stopCause int
-
-const (
-	causeNone stopCause = iota
-	causeTimeout
-	causeInterrupt // Interrupt() or a cancelled context
 )
 
 // stream collects one of the interpreter's output fds: clipped for the
@@ -28,7 +20,8 @@ type stream struct {
 	pending []byte // start of a UTF-8 character split by a read
 }
 
-// cellRun is the state of one cell while it runs.
+// cellRun is one cell while it runs. Run's goroutine owns it; other
+// goroutines reach it only through ask.
 type cellRun struct {
 	in      *Interp
 	p       *proc
@@ -42,17 +35,73 @@ type cellRun struct {
 	resultsBytes int
 	droppedNote  bool
 	pyErr        *cell.Error
-	done         bool
-	doneStatus   string
 
-	started    bool // the driver has begun the cell: SIGINT may be sent
-	sigPending bool // an interrupt waits for started
-	graceEnd   time.Time
+	// st is the cell's lifecycle; only apply changes it.
+	st cellState
+	// graceEnd is, while st is interrupting, when the cell is killed.
+	graceEnd time.Time
+	// protoErr is what the driver broke, for the result's message.
+	protoErr error
 
-	cause     stopCause
-	killed    bool // the supervisor killed the interpreter
-	protoErr  error
-	restarted bool // Restart or Close killed the interpreter
+	// asked is a request from another goroutine (a cellAsk), taken by the
+	// poll loop.
+	asked atomic.Uint32
+}
+
+// cellAsk is what another goroutine asks of a running cell; a kill
+// outranks an interrupt.
+type cellAsk uint32
+
+const (
+	askNone      cellAsk = iota
+	askInterrupt         // Interrupt
+	askKill              // Restart or Close killed the interpreter
+)
+
+// ask records a request for the poll loop, keeping the stronger of two;
+// the caller then wakes the loop. Safe from any goroutine.
+func (r *cellRun) ask(a cellAsk) {
+	for {
+		old := r.asked.Load()
+		if cellAsk(old) >= a || r.asked.CompareAndSwap(old, uint32(a)) {
+			return
+		}
+	}
+}
+
+// apply moves the cell's state on e and does what the move calls for: a
+// kill on entering killing, SIGINT and the grace period on interrupting.
+// A refused event changes nothing.
+func (r *cellRun) apply(e cellEvent) {
+	next, err := r.st.next(e)
+	if err != nil {
+		r.in.log.Debug("cell event ignored", "cell", r.n, "err", err)
+		return
+	}
+	prev := r.st
+	r.st = next
+	grace := r.in.cfg.Grace
+	switch {
+	case next.phase == phaseKilling && prev.phase != phaseKilling:
+		r.p.killAll(r.in.cg)
+	case next.phase == phaseInterrupting && prev.phase != phaseInterrupting:
+		r.graceEnd = time.Now().Add(grace)
+		if !next.signalled {
+			return // SIGINT waits for "started"
+		}
+		// What the cell started dies first (it would once the cell ended,
+		// anyway): a fork bomb would otherwise keep the interpreter from
+		// the CPU it needs to take the interrupt within the grace period,
+		// which starts once they are gone (killing many can take a while).
+		if r.in.cg != nil && len(r.in.cg.killAllBut(r.p.pid)) > 0 {
+			r.graceEnd = time.Now().Add(grace)
+		}
+		r.p.signal(unix.SIGINT)
+	case next.phase == phaseInterrupting && next.signalled && !prev.signalled:
+		// The interrupt came before "started": the signal goes now.
+		r.graceEnd = time.Now().Add(grace)
+		r.p.signal(unix.SIGINT)
+	}
 }
 
 // Run executes code as the next cell and returns its result. onEvent, if
@@ -111,10 +160,8 @@ func (in *Interp) Run(ctx context.Context, code string, timeout time.Duration, o
 		oomBase = in.cg.oomKills()
 	}
 
-	in.interruptReq.Store(false)
-	in.killReq.Store(false)
-	in.running.Store(true)
-	defer in.running.Store(false)
+	in.running.Store(r)
+	defer in.running.Store(nil)
 	stopAfter := context.AfterFunc(ctx, in.wakeUp)
 	defer stopAfter()
 
@@ -158,13 +205,16 @@ func (r *cellRun) loop(ctx context.Context, timeout time.Duration) {
 		{Fd: int32(p.evFD), Events: unix.POLLIN},
 		{Fd: int32(in.wakeFD), Events: unix.POLLIN},
 	}
+	end := framesMore
 	for {
 		wait := -1
 		now := time.Now()
-		if r.cause == causeNone && !deadline.IsZero() {
-			wait = msUntil(now, deadline)
-		}
-		if r.cause != causeNone && !r.killed {
+		switch r.st.phase {
+		case phaseSent, phaseRunning:
+			if !deadline.IsZero() {
+				wait = msUntil(now, deadline)
+			}
+		case phaseInterrupting:
 			wait = msUntil(now, r.graceEnd)
 		}
 		for i := range pfds {
@@ -172,7 +222,7 @@ func (r *cellRun) loop(ctx context.Context, timeout time.Duration) {
 		}
 		if _, err := unix.Poll(pfds, wait); err != nil && err != unix.EINTR {
 			in.log.Error("poll failed; killing interpreter", "err", err)
-			r.kill()
+			r.apply(evFailure)
 		}
 		if pfds[3].Revents != 0 {
 			in.clearWake()
@@ -193,9 +243,9 @@ func (r *cellRun) loop(ctx context.Context, timeout time.Duration) {
 			if err := p.ev.fill(); err != nil {
 				pfds[2].Fd = -1 // the driver closed its end: it is dying
 			}
-			r.handleFrames()
+			end = r.handleFrames()
 		}
-		if r.done || r.protoErr != nil {
+		if end != framesMore {
 			break
 		}
 		if p.exited.Load() {
@@ -203,8 +253,8 @@ func (r *cellRun) loop(ctx context.Context, timeout time.Duration) {
 			// the pipe could keep it open).
 			for range 64 {
 				err := p.ev.fill()
-				r.handleFrames()
-				if err != nil || r.done || r.protoErr != nil {
+				end = r.handleFrames()
+				if err != nil || end != framesMore {
 					break
 				}
 			}
@@ -212,26 +262,20 @@ func (r *cellRun) loop(ctx context.Context, timeout time.Duration) {
 		}
 
 		now = time.Now()
-		switch {
-		case in.killReq.Load():
-			r.restarted = true
-			r.kill()
-		case r.cause == causeNone && in.interruptReq.Swap(false):
-			r.interrupt(causeInterrupt, now)
-		case r.cause == causeNone && ctx.Err() != nil:
-			r.interrupt(causeInterrupt, now)
-		case r.cause == causeNone && !deadline.IsZero() && !now.Before(deadline):
-			r.interrupt(causeTimeout, now)
-		case r.cause != causeNone && !r.killed && !now.Before(r.graceEnd):
+		live := r.st.phase == phaseSent || r.st.phase == phaseRunning
+		switch ask := cellAsk(r.asked.Swap(uint32(askNone))); {
+		case ask == askKill:
+			r.apply(evRestart)
+		case live && (ask == askInterrupt || ctx.Err() != nil):
+			r.apply(evInterrupt)
+		case live && !deadline.IsZero() && !now.Before(deadline):
+			r.apply(evTimeout)
+		case r.st.phase == phaseInterrupting && !now.Before(r.graceEnd):
 			in.log.Info("cell ignored SIGINT; killing interpreter", "cell", r.n, "grace", in.cfg.Grace)
-			r.kill()
+			r.apply(evGraceOver)
 		}
 	}
-	if r.protoErr != nil {
-		in.log.Warn("interpreter broke the protocol; killing it", "err", r.protoErr)
-		r.kill()
-	}
-	if r.done {
+	if end == framesDone {
 		r.drainOutput()
 	}
 }
@@ -242,32 +286,6 @@ func msUntil(now, t time.Time) int {
 		return 0
 	}
 	return int(d/time.Millisecond) + 1
-}
-
-// interrupt asks the cell to stop with SIGINT and starts the grace period.
-// Before the driver has said "started", the signal waits for it.
-func (r *cellRun) interrupt(c stopCause, now time.Time) {
-	r.cause = c
-	r.graceEnd = now.Add(r.in.cfg.Grace)
-	if !r.started {
-		r.sigPending = true
-		return
-	}
-	// What the cell started dies first (it would once the cell ended,
-	// anyway): a fork bomb would otherwise keep the interpreter from the
-	// CPU it needs to take the interrupt within the grace period, which
-	// starts once they are gone (killing many can take a while).
-	if r.in.cg != nil && len(r.in.cg.killAllBut(r.p.pid)) > 0 {
-		r.graceEnd = time.Now().Add(r.in.cfg.Grace)
-	}
-	r.p.signal(unix.SIGINT)
-}
-
-func (r *cellRun) kill() {
-	if !r.killed {
-		r.killed = true
-		r.p.killAll(r.in.cg)
-	}
 }
 
 // readOnce reads what one output fd has and reports end of file.
@@ -317,36 +335,45 @@ func (s *stream) write(b []byte, onEvent func(cell.Event)) {
 	}
 }
 
-// handleFrames processes the buffered frames from the driver.
-func (r *cellRun) handleFrames() {
-	for !r.done {
+// framesEnd says whether more of a cell's frames may follow.
+type framesEnd uint8
+
+const (
+	framesMore     framesEnd = iota
+	framesDone               // the driver's "done": the cell's last frame
+	framesProtocol           // the driver broke the protocol
+)
+
+// handleFrames processes the buffered frames from the driver, up to the
+// cell's last.
+func (r *cellRun) handleFrames() framesEnd {
+	for {
 		f, ok, err := r.p.ev.next()
 		if err != nil {
 			r.protoErr = err
-			return
+			r.in.log.Warn("interpreter broke the protocol; killing it", "err", err)
+			r.apply(evProtocol)
+			return framesProtocol
 		}
 		if !ok {
-			return
+			return framesMore
 		}
 		// Output written before this frame is already in the pipes.
 		r.drainOutput()
 		switch f.Ev {
 		case "started":
-			if !r.started {
-				r.started = true
-				if r.sigPending && !r.killed {
-					r.sigPending = false
-					r.graceEnd = time.Now().Add(r.in.cfg.Grace)
-					r.p.signal(unix.SIGINT)
-				}
-			}
+			r.apply(evStarted)
 		case "result":
 			r.addResult(f)
 		case "error":
 			r.pyErr = &cell.Error{Name: plain(f.Name), Value: plain(f.Value), Traceback: plainAll(f.Traceback)}
 		case "done":
-			r.done = true
-			r.doneStatus = f.Status
+			if f.Status == "error" {
+				r.apply(evDoneError)
+			} else {
+				r.apply(evDoneOK)
+			}
+			return framesDone
 		}
 	}
 }
@@ -384,19 +411,31 @@ func (r *cellRun) addResult(f frame) {
 // an interrupted cell or a dead interpreter.
 func (r *cellRun) finish(oomBase int64) cell.Result {
 	in := r.in
-	res := cell.Result{Results: r.results}
-	if r.done && !r.killed {
-		res.StateKept = true
-		res.Error = r.pyErr
-		res.Status = cell.StatusOK
-		if r.doneStatus == "error" {
-			res.Status = cell.StatusError
+	signaled, how := false, ""
+	if r.st.phase != phaseDone {
+		// The interpreter is gone (or being killed): take its last output
+		// and replace it. A kill here, for one that still runs, is not the
+		// supervisor's decision the result reports.
+		if r.st.phase != phaseKilling {
+			r.p.killAll(in.cg)
 		}
-		if r.cause != causeNone {
+		<-r.p.exitCh
+		r.drainOutput()
+		signaled, how = describeExit(in.stopLocked())
+		if in.cg != nil && in.cg.oomKills() > oomBase {
+			r.apply(evOOMKilled)
+		} else {
+			r.apply(evExited)
+		}
+	}
+	d := r.st
+	res := cell.Result{Results: r.results, Status: d.status, StateKept: d.kept}
+	if d.kept {
+		res.Error = r.pyErr
+		if d.cause != causeNone {
 			in.killStrays(r.p)
 		}
-		if r.cause == causeTimeout {
-			res.Status = cell.StatusTimeout
+		if d.status == cell.StatusTimeout {
 			res.KilledBy = cell.KilledByTimeout
 			res.Error = &cell.Error{
 				Name:  "TimeoutError",
@@ -407,51 +446,34 @@ func (r *cellRun) finish(oomBase int64) cell.Result {
 			}
 		}
 	} else {
-		// The interpreter is gone (or being killed): take its last output
-		// and replace it.
-		killedHere := r.killed
-		r.kill()
-		r.killed = killedHere
-		<-r.p.exitCh
-		r.drainOutput()
-		st := in.stopLocked()
-		signaled, how := describeExit(st)
-		res.StateKept = false
-		oom := in.cg != nil && in.cg.oomKills() > oomBase
-		switch {
-		case r.cause == causeTimeout && r.killed:
-			res.Status = cell.StatusTimeout
+		switch d.cause {
+		case causeTimeout:
 			res.KilledBy = cell.KilledByTimeout
 			res.Error = &cell.Error{
 				Name: "TimeoutError",
 				Value: fmt.Sprintf("the cell ran past its time limit and did not stop within %v of the interrupt; "+
 					"the interpreter was killed and restarted, so all variables and imports are lost", in.cfg.Grace),
 			}
-		case oom && !r.killed:
-			res.Status = cell.StatusError
+		case causeOOM:
 			res.KilledBy = cell.KilledByOOM
 			res.Error = &cell.Error{
 				Name: "OutOfMemory",
 				Value: "the interpreter ran out of memory and was killed; it was restarted, " +
 					"so all variables and imports are lost. Use less memory (smaller data, chunks, del large objects).",
 			}
-		case r.restarted:
-			res.Status = cell.StatusLost
+		case causeRestart:
 			res.KilledBy = cell.KilledBySignal
 			res.Error = &cell.Error{Name: "InterpreterLost", Value: "the interpreter was restarted during the cell; all variables and imports are lost"}
-		case r.cause == causeInterrupt && r.killed:
-			res.Status = cell.StatusLost
+		case causeInterrupt:
 			res.KilledBy = cell.KilledBySignal
 			res.Error = &cell.Error{
 				Name:  "KeyboardInterrupt",
 				Value: fmt.Sprintf("the cell did not stop within %v of the interrupt; the interpreter was killed and restarted, so all variables and imports are lost", in.cfg.Grace),
 			}
-		case r.protoErr != nil:
-			res.Status = cell.StatusLost
+		case causeProtocol:
 			res.KilledBy = cell.KilledBySignal
 			res.Error = &cell.Error{Name: "InterpreterLost", Value: fmt.Sprintf("the interpreter broke the supervisor protocol (%v) and was restarted; all variables and imports are lost", r.protoErr)}
 		default:
-			res.Status = cell.StatusLost
 			if signaled {
 				res.KilledBy = cell.KilledBySignal
 			}

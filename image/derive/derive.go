@@ -24,7 +24,6 @@ import (
 	"context"
 	"crypto/sha256"
 	_ "embed"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -43,23 +42,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellvm/cellvm/image/manifest"
+	"github.com/cellvm/cellvm/image/store"
 )
 
 //go:embed derive.sh
 var script []byte
 
-// Files of an image directory (the daemon's sandbox package reads the
-// same names).
-const (
-	ImageFile    = "rootfs.ext4"
-	ManifestFile = "manifest.json"
-	// BuildFile records the build: its key and inputs.
-	BuildFile = "build.json"
-)
-
 // Limits on the inputs.
 const (
-	MaxName     = 64
 	MaxPackages = 256
 	// MaxInputBytes bounds the wheels and files a build copies in.
 	MaxInputBytes = 4 << 30
@@ -92,29 +82,12 @@ type Spec struct {
 	Files string
 }
 
-// Record is build.json.
-type Record struct {
-	Key          string    `json:"key"`
-	Name         string    `json:"name"`
-	Base         string    `json:"base"`
-	BaseUUID     string    `json:"base_uuid"`
-	Apt          []string  `json:"apt,omitempty"`
-	Mirror       string    `json:"mirror,omitempty"`
-	PipWheels    string    `json:"pip_wheels,omitempty"`
-	Requirements string    `json:"requirements,omitempty"`
-	PipIndex     string    `json:"pip_index,omitempty"`
-	Files        string    `json:"files,omitempty"`
-	BuiltAt      time.Time `json:"built_at"`
-	Seconds      float64   `json:"build_seconds"`
-	SizeBytes    int64     `json:"size_bytes"`
-}
-
 // Result says what a build did.
 type Result struct {
 	Dir      string // the image's directory
 	Key      string
 	CacheHit bool // the image there was built from the same inputs
-	Record   Record
+	Record   store.Record
 }
 
 // StepError is a failed step.
@@ -130,21 +103,15 @@ func (e *StepError) Error() string {
 func (e *StepError) Unwrap() error { return e.Err }
 
 var (
-	nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
 	// Debian's package names, optionally =version (Debian policy 5.6.1,
 	// 5.6.12); nothing that apt could read as an option.
 	aptRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]{0,99}(=[A-Za-z0-9.+~:-]{1,100})?$`)
 )
 
-// ValidName reports whether name can name an image: it names a directory.
-func ValidName(name string) bool {
-	return len(name) <= MaxName && nameRE.MatchString(name) && name != "default"
-}
-
 // check validates s and fills in absolute paths.
 func (s *Spec) check() error {
-	if !ValidName(s.Name) {
-		return fmt.Errorf("image name %q: want 1 to %d of a-z, 0-9, '-', '_', '.', starting with a letter or digit, and not \"default\" (the daemon's own image)", clip(s.Name), MaxName)
+	if !store.ValidName(s.Name) {
+		return fmt.Errorf("image name %q: want 1 to %d of a-z, 0-9, '-', '_', '.', starting with a letter or digit, and not \"default\" (the daemon's own image)", clip(s.Name), store.MaxName)
 	}
 	if s.ImagesDir == "" {
 		return errors.New("no images directory")
@@ -281,26 +248,6 @@ func treeDigest(what, root string, h io.Writer) error {
 	})
 }
 
-// FSUUID reads an ext4 file system's UUID from its superblock: the
-// base's identity in the key, and an image's identity to the daemon (a
-// build's UUID is derived from its key, here and in image/build.sh).
-func FSUUID(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	sb := make([]byte, 1024)
-	if _, err := f.ReadAt(sb, 1024); err != nil {
-		return "", fmt.Errorf("base image %s: reading its superblock: %w", path, err)
-	}
-	if binary.LittleEndian.Uint16(sb[0x38:]) != 0xEF53 {
-		return "", fmt.Errorf("base image %s is not an ext4 file system (no superblock magic)", path)
-	}
-	u := sb[0x68:0x78]
-	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16]), nil
-}
-
 // Key is the build's cache key over its inputs (after check).
 func (s *Spec) key(baseUUID string, baseSize int64) (string, error) {
 	h := sha256.New()
@@ -332,26 +279,13 @@ func (s *Spec) key(baseUUID string, baseSize int64) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// ReadRecord reads an image directory's build.json.
-func ReadRecord(dir string) (Record, error) {
-	var r Record
-	b, err := os.ReadFile(filepath.Join(dir, BuildFile))
-	if err != nil {
-		return r, err
-	}
-	if len(b) > 1<<20 {
-		return r, fmt.Errorf("%s is too large", BuildFile)
-	}
-	return r, json.Unmarshal(b, &r)
-}
-
 // Build builds s.Name, writing progress lines to progress. It needs root
 // (mounts, chroot).
 func Build(ctx context.Context, s Spec, progress io.Writer) (Result, error) {
 	if err := s.check(); err != nil {
 		return Result{}, err
 	}
-	uuid, err := FSUUID(s.Base)
+	uuid, err := store.FSUUID(s.Base)
 	if err != nil {
 		return Result{}, err
 	}
@@ -365,8 +299,8 @@ func Build(ctx context.Context, s Spec, progress io.Writer) (Result, error) {
 	}
 	dst := filepath.Join(s.ImagesDir, s.Name)
 	res := Result{Dir: dst, Key: key}
-	if rec, err := ReadRecord(dst); err == nil && rec.Key == key {
-		if fi, err := os.Stat(filepath.Join(dst, ImageFile)); err == nil && fi.Mode().IsRegular() {
+	if rec, err := store.ReadRecord(dst); err == nil && rec.Key == key {
+		if fi, err := os.Stat(filepath.Join(dst, store.ImageFile)); err == nil && fi.Mode().IsRegular() {
 			res.CacheHit, res.Record = true, rec
 			fmt.Fprintf(progress, "image %s is up to date: built %s from the same inputs (key %s)\n", s.Name, rec.BuiltAt.Local().Format(time.DateTime), key[:12])
 			return res, nil
@@ -406,7 +340,7 @@ func Build(ctx context.Context, s Spec, progress io.Writer) (Result, error) {
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(work, "derive.sh"))
 	cmd.Env = append(os.Environ(),
-		"DERIVE_BASE="+s.Base, "DERIVE_WORK="+work, "DERIVE_OUT="+filepath.Join(out, ImageFile),
+		"DERIVE_BASE="+s.Base, "DERIVE_WORK="+work, "DERIVE_OUT="+filepath.Join(out, store.ImageFile),
 		"DERIVE_KEY="+key, "DERIVE_NAME="+s.Name,
 		"DERIVE_COLLECT="+filepath.Join(work, "collect.py"), "DERIVE_MODULES="+filepath.Join(work, "modules.txt"),
 		"DERIVE_APT="+strings.Join(s.Apt, " "), "DERIVE_MIRROR="+s.Mirror, "DERIVE_WHEELS="+s.PipWheels,
@@ -450,44 +384,24 @@ func Build(ctx context.Context, s Spec, progress io.Writer) (Result, error) {
 		}
 		return res, &StepError{Step: failed, Err: fmt.Errorf("%v; the last output:\n%s\nthe image %s there was before is unchanged", werr, tail.String(), s.Name)}
 	}
-	fi, err := os.Stat(filepath.Join(out, ImageFile))
+	fi, err := os.Stat(filepath.Join(out, store.ImageFile))
 	if err != nil {
 		return res, &StepError{Step: "mkfs", Err: err}
 	}
-	res.Record = Record{Key: key, Name: s.Name, Base: s.Base, BaseUUID: uuid, Apt: s.Apt, Mirror: s.Mirror,
+	res.Record = store.Record{Key: key, Name: s.Name, Base: s.Base, BaseUUID: uuid, Apt: s.Apt, Mirror: s.Mirror,
 		PipWheels: s.PipWheels, Requirements: s.Requirements, PipIndex: s.PipIndex, Files: s.Files,
 		BuiltAt: time.Now().UTC(), Seconds: time.Since(start).Seconds(), SizeBytes: fi.Size()}
 	b, _ := json.MarshalIndent(res.Record, "", "  ")
-	if err := os.WriteFile(filepath.Join(out, BuildFile), append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(out, store.BuildFile), append(b, '\n'), 0o644); err != nil {
 		return res, err
 	}
 	if err := os.Chmod(out, 0o755); err != nil {
 		return res, err
 	}
-	if err := install(out, dst); err != nil {
+	if err := store.Install(out, dst); err != nil {
 		return res, err
 	}
 	return res, nil
-}
-
-// install puts the built directory at dst in one step: an exchange with
-// the old one where there is one (sandboxes booting from it meanwhile
-// see the old or the new image, never none), then the old one goes.
-func install(built, dst string) error {
-	err := unix.Renameat2(unix.AT_FDCWD, built, unix.AT_FDCWD, dst, unix.RENAME_EXCHANGE)
-	switch {
-	case err == nil:
-		// built now names the old image; the deferred RemoveAll of the
-		// work directory takes it.
-		return nil
-	case errors.Is(err, unix.ENOENT):
-		if err := os.Rename(built, dst); err != nil {
-			return fmt.Errorf("putting the image in place: %w", err)
-		}
-		return nil
-	default:
-		return fmt.Errorf("putting the image in place (exchange with %s): %w", dst, err)
-	}
 }
 
 // tail keeps the last lines of the build's output for its error.

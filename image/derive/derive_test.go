@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/cellvm/cellvm/image/manifest"
+	"github.com/cellvm/cellvm/image/store"
 	"github.com/cellvm/cellvm/test/wheeltest"
 )
 
@@ -141,7 +142,7 @@ func TestBuildFromWheelsRequirementsAndFiles(t *testing.T) {
 	if strings.Contains(log.String(), "step apt") {
 		t.Errorf("a build without --apt ran the apt step")
 	}
-	img := filepath.Join(images, "team", ImageFile)
+	img := filepath.Join(images, "team", store.ImageFile)
 	fi, err := os.Stat(img)
 	if err != nil || fi.Mode().Perm() != 0o444 {
 		t.Fatalf("image: %v, mode %v; want a read-only file", err, fi.Mode())
@@ -166,7 +167,7 @@ func TestBuildFromWheelsRequirementsAndFiles(t *testing.T) {
 	if got := debugfsCat(t, img, "/etc/resolv.conf"); got != "" {
 		t.Errorf("the build left the host's resolv.conf in the image: %q", got)
 	}
-	mb, err := os.ReadFile(filepath.Join(images, "team", ManifestFile))
+	mb, err := os.ReadFile(filepath.Join(images, "team", store.ManifestFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestBuildFromWheelsRequirementsAndFiles(t *testing.T) {
 	if in := debugfsCat(t, img, manifest.PathInImage); in != string(mb) {
 		t.Errorf("the manifest in the image differs from the one beside it")
 	}
-	rec, err := ReadRecord(filepath.Join(images, "team"))
+	rec, err := store.ReadRecord(filepath.Join(images, "team"))
 	if err != nil || rec.Key != res.Key || rec.SizeBytes != fi.Size() {
 		t.Errorf("build.json: %+v, %v", rec, err)
 	}
@@ -216,7 +217,7 @@ func TestBuildFromWheelsRequirementsAndFiles(t *testing.T) {
 	if st, ok := fi2.Sys().(*syscall.Stat_t); ok && st.Ino != ino1 {
 		t.Errorf("the failed build replaced the image")
 	}
-	if rec, _ := ReadRecord(filepath.Join(images, "team")); rec.Key != res.Key {
+	if rec, _ := store.ReadRecord(filepath.Join(images, "team")); rec.Key != res.Key {
 		t.Errorf("the failed build changed build.json")
 	}
 	if left, _ := filepath.Glob(filepath.Join(images, ".build-*")); len(left) != 0 {

@@ -7,11 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
-	"github.com/cellvm/cellvm/image/derive"
 	"github.com/cellvm/cellvm/image/manifest"
+	"github.com/cellvm/cellvm/image/store"
 	"github.com/cellvm/cellvm/sandbox"
 )
 
@@ -24,17 +23,12 @@ import (
 // are per image (and shape), built for an image after its first create.
 // An image is removed only while no sandbox or snapshot uses it.
 
-// Files of an image directory, as package derive writes them.
-const (
-	imageFile         = derive.ImageFile
-	imageManifestFile = derive.ManifestFile
-)
-
-func (m *VMManager) imagesDir() string {
+// images is the image store the daemon boots from (package image/store).
+func (m *VMManager) images() store.Store {
 	if m.opt.ImagesDir != "" {
-		return m.opt.ImagesDir
+		return store.Store{Dir: m.opt.ImagesDir}
 	}
-	return filepath.Join(m.opt.StateDir, "images")
+	return store.Store{Dir: filepath.Join(m.opt.StateDir, "images")}
 }
 
 // isDefaultImage reports whether name is the daemon's own image.
@@ -46,8 +40,7 @@ func (m *VMManager) imagePath(name string) (string, error) {
 	if isDefaultImage(name) {
 		return m.opt.RootFS, nil
 	}
-	p := filepath.Join(m.imagesDir(), name, imageFile)
-	if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+	if p, ok := m.images().ImagePath(name); ok {
 		return p, nil
 	}
 	return "", fmt.Errorf("%w: no image %q; the images here are %s", sandbox.ErrInvalid, clip(name, 64), strings.Join(m.imageNames(), ", "))
@@ -55,17 +48,7 @@ func (m *VMManager) imagePath(name string) (string, error) {
 
 // imageNames lists the images: the default first, then the others by name.
 func (m *VMManager) imageNames() []string {
-	names := []string{sandbox.DefaultImage}
-	ents, _ := os.ReadDir(m.imagesDir())
-	for _, e := range ents {
-		if e.IsDir() && sandbox.ValidImageName(e.Name()) && e.Name() != sandbox.DefaultImage {
-			if fi, err := os.Stat(filepath.Join(m.imagesDir(), e.Name(), imageFile)); err == nil && fi.Mode().IsRegular() {
-				names = append(names, e.Name())
-			}
-		}
-	}
-	sort.Strings(names[1:])
-	return names
+	return append([]string{sandbox.DefaultImage}, m.images().Names()...)
 }
 
 // Images implements Manager.
@@ -93,7 +76,7 @@ func (m *VMManager) Images(ctx context.Context) ([]sandbox.ImageInfo, error) {
 			continue
 		}
 		info := sandbox.ImageInfo{Name: name, SizeBytes: fi.Size(), BuiltAt: fi.ModTime().UTC(), Sandboxes: users[name]}
-		mf := filepath.Join(filepath.Dir(path), imageManifestFile)
+		mf := filepath.Join(filepath.Dir(path), store.ManifestFile)
 		if name == sandbox.DefaultImage {
 			mf = filepath.Join(filepath.Dir(path), manifest.BuildFile)
 		}
@@ -108,7 +91,7 @@ func (m *VMManager) Images(ctx context.Context) ([]sandbox.ImageInfo, error) {
 			m.log.Warn("image manifest", "image", name, "error", err)
 		}
 		if name != sandbox.DefaultImage {
-			if rec, err := derive.ReadRecord(filepath.Dir(path)); err == nil {
+			if rec, err := store.ReadRecord(filepath.Dir(path)); err == nil {
 				info.Key, info.Apt, info.BuildSeconds = rec.Key, rec.Apt, rec.Seconds
 				if !rec.BuiltAt.IsZero() {
 					info.BuiltAt = rec.BuiltAt
@@ -122,7 +105,7 @@ func (m *VMManager) Images(ctx context.Context) ([]sandbox.ImageInfo, error) {
 
 // imageUUID is an image file's ext4 UUID, "" when it has none to read.
 func imageUUID(path string) string {
-	u, err := derive.FSUUID(path)
+	u, err := store.FSUUID(path)
 	if err != nil {
 		return ""
 	}
@@ -158,11 +141,8 @@ func (m *VMManager) DeleteImage(ctx context.Context, name string) error {
 	if !sandbox.ValidImageName(name) {
 		return fmt.Errorf("%w: %q is not an image name", sandbox.ErrInvalid, clip(name, 64))
 	}
-	dir := filepath.Join(m.imagesDir(), name)
-	if _, err := os.Stat(filepath.Join(dir, imageFile)); errors.Is(err, fs.ErrNotExist) {
+	if _, ok := m.images().ImagePath(name); !ok {
 		return fmt.Errorf("%w: no image %s; the images here are %s", sandbox.ErrNotFound, name, strings.Join(m.imageNames(), ", "))
-	} else if err != nil {
-		return fmt.Errorf("delete image %s: %w", name, err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -178,14 +158,8 @@ func (m *VMManager) DeleteImage(ctx context.Context, name string) error {
 			}
 		}
 	}
-	// Out of the images' names in one step, then gone: a create that
-	// looks meanwhile finds no image rather than half of one.
-	gone := filepath.Join(m.imagesDir(), ".rm-"+name+"-"+newSnapshotID()[5:])
-	if err := os.Rename(dir, gone); err != nil {
+	if err := m.images().Remove(name, newSnapshotID()[5:]); err != nil {
 		return fmt.Errorf("delete image %s: %w", name, err)
-	}
-	if err := os.RemoveAll(gone); err != nil {
-		m.log.Warn("removing a deleted image's files", "dir", gone, "error", err)
 	}
 	if m.templates != nil {
 		m.templates.dropImage(name)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellvm/cellvm/image/store"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/vmm/control"
 )
@@ -36,12 +37,12 @@ func TestImagesBootWhatTheyName(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	img := filepath.Join(dir, imageFile)
+	img := filepath.Join(dir, store.ImageFile)
 	if err := os.WriteFile(img, []byte("an ext4 in real life"), 0o444); err != nil {
 		t.Fatal(err)
 	}
 	man := `{"python": "3.11.2", "modules": [{"import": "hello", "distribution": "hello", "version": "2.10"}], "distributions": {"hello": "2.10"}}`
-	if err := os.WriteFile(filepath.Join(dir, imageManifestFile), []byte(man), 0o444); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, store.ManifestFile), []byte(man), 0o444); err != nil {
 		t.Fatal(err)
 	}
 	os.MkdirAll(filepath.Join(state, "images", "empty"), 0o755) // no rootfs.ext4: not an image
@@ -153,7 +154,7 @@ func TestTemplatesPerImage(t *testing.T) {
 	}
 	dir := filepath.Join(state, "images", "extra")
 	os.MkdirAll(dir, 0o755)
-	img := filepath.Join(dir, imageFile)
+	img := filepath.Join(dir, store.ImageFile)
 	if err := os.WriteFile(img, []byte("image one"), 0o444); err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +233,7 @@ func TestRebuiltImageRefusesOldMachines(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(state, "images", "team")
 	os.MkdirAll(dir, 0o755)
-	img := filepath.Join(dir, imageFile)
+	img := filepath.Join(dir, store.ImageFile)
 	mkfsImage(t, img, "11111111-2222-3333-4444-555555555555")
 
 	a, err := m.Create(ctx, sandbox.Config{Image: "team"})

@@ -128,9 +128,10 @@ type vmSandbox struct {
 	// the sandbox runs, which a resume replaces (pause.go).
 	netMu sync.Mutex
 	// life serialises pause, resume and destroy (pause.go).
-	life        sync.Mutex
-	state       atomic.Value // State
-	cellRunning atomic.Bool
+	life sync.Mutex
+	// lc is the sandbox's phase (lifecycle.go): its state as callers see
+	// it, and what excludes what (a cell, a snapshot, a pause).
+	lc lifecycle
 	// cellDeadline is when the running cell's host deadline passes (unix
 	// nanoseconds): a cell still "running" after it is stuck on the host
 	// side and no longer holds off idle reaping.
@@ -147,7 +148,7 @@ type vmSandbox struct {
 	internal bool
 }
 
-func (s *vmSandbox) State() sandbox.State { return s.state.Load().(sandbox.State) }
+func (s *vmSandbox) State() sandbox.State { return s.lc.phase().State() }
 
 // NewVMManager returns a manager and takes back (or cleans up) what an
 // earlier manager left in opt.StateDir.
@@ -196,7 +197,7 @@ func NewVMManager(opt Options) (*VMManager, error) {
 	}
 	m.recover()
 	if opt.Templates.Enabled {
-		m.templates = newTemplates(m, opt.Templates)
+		m.templates = newTemplates(m, opt.Templates, opt.StateDir, m.log)
 		m.templates.start()
 	}
 	go m.reapLoop()
@@ -257,8 +258,7 @@ func (m *VMManager) reserve(cfg sandbox.Config, internal bool) (*vmSandbox, erro
 	if internal {
 		s.dir = m.templates.buildDir(id)
 	}
-	s.state.Store(sandbox.StateStarting)
-	m.sandboxes[id] = s
+	m.sandboxes[id] = s // in phaseStarting, the zero phase
 	return s, nil
 }
 
@@ -459,7 +459,9 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 		}
 	}
 	s.bootMS.Store(time.Since(start).Milliseconds())
-	s.state.Store(sandbox.StateRunning)
+	if _, err := s.lc.move(evBooted); err != nil {
+		return nil, err // deleted while it booted (the manager's Close)
+	}
 	s.lastUsed.Store(time.Now().UnixNano())
 	if !internal {
 		go m.watch(s)
@@ -494,8 +496,8 @@ func (m *VMManager) markLost(s *vmSandbox) {
 		return
 	}
 	p.exitSeen.Do(func() {
-		for _, st := range []sandbox.State{sandbox.StateRunning, sandbox.StatePaused} {
-			if s.state.CompareAndSwap(st, sandbox.StateLost) {
+		{
+			if _, err := s.lc.move(evVMExited); err == nil {
 				why := p.lostInfo()
 				why.Console = lostConsole(s.dir)
 				msg := "sandbox lost: its VM exited"
@@ -512,7 +514,7 @@ func (m *VMManager) markLost(s *vmSandbox) {
 				return
 			}
 		}
-		// Stopping: it was stopped on purpose.
+		// Refused: it was being deleted, stopped on purpose.
 	})
 }
 
@@ -579,7 +581,11 @@ func (m *VMManager) destroy(s *vmSandbox) {
 		default:
 		}
 	}
-	s.state.Store(sandbox.StateStopping)
+	// A second destroy (the manager's Close meets a launch that fails
+	// meanwhile) finds it deleting or deleted, and tears down again what
+	// the launch made since: every step below is idempotent.
+	s.lc.move(evDelete)
+	defer s.lc.move(evDeleted)
 	if s.proc != nil {
 		if s.agent != nil && s.proc.alive() {
 			ask, wait := 2*time.Second, 3*time.Second
@@ -674,7 +680,7 @@ func (m *VMManager) info(s *vmSandbox) sandbox.Info {
 	s.netMu.Unlock()
 	in := sandbox.Info{
 		ID: s.id, State: s.State(), Config: cfg, CreatedAt: s.created,
-		UptimeS: time.Since(s.created).Seconds(), Cells: int(s.cells.Load()), CellRunning: s.cellRunning.Load(),
+		UptimeS: time.Since(s.created).Seconds(), Cells: int(s.cells.Load()), CellRunning: s.lc.phase() == phaseCell,
 		BootMS: s.bootMS.Load(), StartedFrom: s.startedFrom,
 	}
 	if proc != nil && proc.alive() {
@@ -754,12 +760,15 @@ func (m *VMManager) RunCell(ctx context.Context, id, code string, timeout time.D
 	if err != nil {
 		return cell.Result{}, err
 	}
-	if !s.cellRunning.CompareAndSwap(false, true) {
-		return cell.Result{}, fmt.Errorf("%w: a cell is already running in sandbox %s", sandbox.ErrBusy, id)
+	if from, err := s.lc.move(evCellStart); err != nil {
+		if from == phaseCell {
+			return cell.Result{}, fmt.Errorf("%w: a cell is already running in sandbox %s", sandbox.ErrBusy, id)
+		}
+		return cell.Result{}, fmt.Errorf("%w: sandbox %s is %s; run the cell after it", sandbox.ErrBusy, id, from)
 	}
 	defer func() {
 		s.lastUsed.Store(time.Now().UnixNano())
-		s.cellRunning.Store(false)
+		s.lc.move(evCellEnd)
 	}()
 	s.cells.Add(1)
 	start := time.Now()
@@ -997,7 +1006,7 @@ func (m *VMManager) reapLoop() {
 			// A TTL holds whatever the sandbox is doing. A running cell
 			// keeps a sandbox from being idle only until its host
 			// deadline: a call stuck past it does not.
-			busy := s.cellRunning.Load() && now.UnixNano() < s.cellDeadline.Load()
+			busy := s.lc.phase().busy() && now.UnixNano() < s.cellDeadline.Load()
 			if s.cfg.TTL > 0 && now.Sub(s.created) > s.cfg.TTL {
 				expired[s] = sandbox.DeletedByTTL
 			} else if s.cfg.IdleTimeout > 0 && !busy && now.Sub(time.Unix(0, s.lastUsed.Load())) > s.cfg.IdleTimeout {

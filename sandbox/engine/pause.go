@@ -64,20 +64,27 @@ func (m *VMManager) Pause(ctx context.Context, id string) error {
 
 // pauseLocked pauses s; the caller holds s.life.
 func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
-	switch st := s.State(); st {
-	case sandbox.StateRunning:
-	case sandbox.StatePaused:
-		return fmt.Errorf("%w: sandbox %s is already paused", sandbox.ErrBusy, s.id)
-	case sandbox.StateLost:
-		return fmt.Errorf("%w: sandbox %s's VM exited; delete it", sandbox.ErrLost, s.id)
-	default:
-		return fmt.Errorf("%w: sandbox %s is %s", sandbox.ErrBusy, s.id, st)
-	}
-	if !s.cellRunning.CompareAndSwap(false, true) {
-		return fmt.Errorf("%w: a cell is running in sandbox %s; interrupt it or wait, then pause", sandbox.ErrBusy, s.id)
+	if from, err := s.lc.move(evPauseStart); err != nil {
+		switch from {
+		case phaseCell, phaseSnapshotting:
+			return fmt.Errorf("%w: a cell is running in sandbox %s; interrupt it or wait, then pause", sandbox.ErrBusy, s.id)
+		case phasePaused:
+			return fmt.Errorf("%w: sandbox %s is already paused", sandbox.ErrBusy, s.id)
+		case phaseLost:
+			return fmt.Errorf("%w: sandbox %s's VM exited; delete it", sandbox.ErrLost, s.id)
+		default:
+			return fmt.Errorf("%w: sandbox %s is %s", sandbox.ErrBusy, s.id, from.State())
+		}
 	}
 	s.cellDeadline.Store(time.Now().Add(snapshotTimeout).UnixNano())
-	defer s.cellRunning.Store(false)
+	// Until the image is kept, any way out is a failed pause: the VM runs
+	// on (or, if it went meanwhile, the move is refused and it stays lost).
+	settled := false
+	defer func() {
+		if !settled {
+			s.lc.move(evPauseFailed)
+		}
+	}()
 	if _, err := os.Stat(hostControlPath(s.dir)); err != nil {
 		return fmt.Errorf("%w: sandbox %s's VMM has no control socket (it was started by an older cellvm)", sandbox.ErrNotSupported, s.id)
 	}
@@ -102,12 +109,12 @@ func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 	// From here the VMM's exit is the pause's, not a lost VM (markLost),
 	// and calls wait for the pause and then resume (ready).
 	p.ended.Store(true)
-	s.state.Store(sandbox.StatePaused)
 	// A pause once asked for is carried through: the VMM ends after its
 	// save whether or not the caller still waits.
 	if err := m.takeSnapshot(context.WithoutCancel(ctx), s, tmp, control.ThenStop); err != nil {
 		p.ended.Store(false)
-		s.state.Store(sandbox.StateRunning)
+		s.lc.move(evPauseFailed)
+		settled = true
 		wait := time.Duration(0) // a VMM that went down ends the exchange first
 		if streamEnded(err) {
 			wait = lostGrace
@@ -140,10 +147,13 @@ func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 	}
 	if err := os.Rename(tmp, filepath.Join(s.dir, pausedDir)); err != nil {
 		// The VM is gone and its image cannot be named: it is lost.
+		settled = true
 		m.loseOnPurpose(s, fmt.Sprintf("its pause image could not be kept: %v", err))
 		return fmt.Errorf("pause sandbox %s: %w", s.id, err)
 	}
 	done = true
+	s.lc.move(evPaused)
+	settled = true
 	s.agent.DropIdle()
 	m.log.Info("sandbox paused to disk", "id", s.id, "took_ms", time.Since(start).Milliseconds(),
 		"image_bytes", dirUsage(filepath.Join(s.dir, pausedDir)))
@@ -159,8 +169,8 @@ func (m *VMManager) Resume(ctx context.Context, id string) error {
 	}
 	s.life.Lock()
 	defer s.life.Unlock()
-	if st := s.State(); st != sandbox.StatePaused {
-		return fmt.Errorf("%w: sandbox %s is %s, not paused", sandbox.ErrBusy, id, st)
+	if ph := s.lc.phase(); ph != phasePaused {
+		return fmt.Errorf("%w: sandbox %s is %s, not paused", sandbox.ErrBusy, id, ph.State())
 	}
 	return m.resumeLocked(ctx, s)
 }
@@ -188,6 +198,14 @@ func (m *VMManager) autoResume(s *vmSandbox) error {
 // s.life and s is paused. A resume that fails leaves s paused, with its
 // image, and says why.
 func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) {
+	if from, err := s.lc.move(evResumeStart); err != nil {
+		return fmt.Errorf("%w: sandbox %s is %s, not paused", sandbox.ErrBusy, s.id, from.State())
+	}
+	defer func() {
+		if err != nil {
+			s.lc.move(evResumeFailed)
+		}
+	}()
 	if err := m.memoryForResume(s); err != nil {
 		return err
 	}
@@ -272,7 +290,7 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	s.netMu.Unlock()
 	s.cgroup = st.cgroup
 	s.lastUsed.Store(time.Now().UnixNano())
-	s.state.Store(sandbox.StateRunning)
+	s.lc.move(evResumed)
 	go m.watch(s)
 	m.log.Info("sandbox resumed from disk", "id", s.id, "took_ms", time.Since(start).Milliseconds(), "pid", p.pid)
 	m.events.Publish(sandbox.Event{Type: sandbox.EventResumed, Sandbox: s.id})
@@ -300,7 +318,7 @@ func openImage(dir string, st *vmStart) error {
 // not keep the image.
 func (m *VMManager) loseOnPurpose(s *vmSandbox, reason string) {
 	why := sandbox.LostInfo{Reason: "the sandbox was being paused and " + reason}
-	if s.state.CompareAndSwap(sandbox.StatePaused, sandbox.StateLost) {
+	if _, err := s.lc.move(evVMExited); err == nil {
 		s.lost.Store(&why)
 		m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: s.id, Lost: &why})
 		m.log.Error("sandbox lost in a pause", "id", s.id, "reason", why.Reason)
@@ -316,7 +334,7 @@ func (m *VMManager) pauseIdle(now time.Time) {
 		return
 	}
 	for _, s := range m.sandboxes {
-		if s.internal || s.cfg.IdlePause <= 0 || s.State() != sandbox.StateRunning || s.cellRunning.Load() ||
+		if s.internal || s.cfg.IdlePause <= 0 || s.lc.phase() != phaseRunning ||
 			now.Sub(time.Unix(0, s.lastUsed.Load())) <= s.cfg.IdlePause {
 			continue
 		}
@@ -383,7 +401,7 @@ func (m *VMManager) takeBackPaused(s *vmSandbox, spec control.Spec) bool {
 	os.RemoveAll(filepath.Join(s.dir, backingDir))
 	s.cid = spec.Vsock.CID
 	s.proc = nil
-	s.state.Store(sandbox.StatePaused)
+	s.lc.adopt(phasePaused)
 	return true
 }
 

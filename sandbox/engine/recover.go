@@ -79,7 +79,7 @@ func (m *VMManager) recover() {
 			m.log.Info("took back a paused sandbox", "id", id)
 			continue
 		}
-		s.state.Store(sandbox.StateRunning)
+		s.lc.adopt(phaseRunning)
 		go m.watch(s)
 		m.log.Info("took back a running sandbox", "id", id, "pid", s.proc.pid)
 	}

@@ -84,15 +84,18 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotIn
 	if s.cfg.Workspace != "" {
 		return sandbox.SnapshotInfo{}, fmt.Errorf("%w: sandbox %s mounts workspace %s, which a snapshot cannot hold (its forks would share the volume); pause it instead", sandbox.ErrNotSupported, id, s.cfg.Workspace)
 	}
-	if !s.cellRunning.CompareAndSwap(false, true) {
-		return sandbox.SnapshotInfo{}, fmt.Errorf("%w: a cell is running in sandbox %s; snapshot it between cells", sandbox.ErrBusy, id)
+	if from, err := s.lc.move(evSnapshotStart); err != nil {
+		if from == phaseCell || from == phaseSnapshotting {
+			return sandbox.SnapshotInfo{}, fmt.Errorf("%w: a cell is running in sandbox %s; snapshot it between cells", sandbox.ErrBusy, id)
+		}
+		return sandbox.SnapshotInfo{}, fmt.Errorf("%w: sandbox %s is %s", sandbox.ErrBusy, id, from.State())
 	}
 	// The snapshot holds the sandbox as a cell would: busy, not idle,
 	// until it ends (reapLoop).
 	s.cellDeadline.Store(time.Now().Add(snapshotTimeout).UnixNano())
 	defer func() {
 		s.lastUsed.Store(time.Now().UnixNano())
-		s.cellRunning.Store(false)
+		s.lc.move(evSnapshotEnd)
 	}()
 	if _, err := os.Stat(hostControlPath(s.dir)); err != nil {
 		return sandbox.SnapshotInfo{}, fmt.Errorf("%w: sandbox %s's VMM has no control socket (it was started by an older cellvm)", sandbox.ErrNotSupported, id)

@@ -124,11 +124,34 @@ type templateUse struct {
 	source restoreSource
 }
 
+// templateHost is what the template builder needs of the engine, and all
+// it sees of it: the files a template is made from, and a VM no caller
+// sees, to boot, warm and snapshot.
+type templateHost interface {
+	// templateInputs names the files a template of image is made from
+	// (the VMM's binary, the kernel, the initrd, the root image): a
+	// change to any of them makes its templates stale.
+	templateInputs(image string) ([]string, error)
+	// bootTemplateVM boots an internal VM of cfg (counted in no caller's
+	// list, never a template's user).
+	bootTemplateVM(ctx context.Context, cfg sandbox.Config) (templateVM, error)
+}
+
+// templateVM is a booted template VM.
+type templateVM interface {
+	bootMS() int64
+	runCell(ctx context.Context, code string, timeout time.Duration) (cell.Result, error)
+	// snapshot saves the VM into dir and lets it run on.
+	snapshot(ctx context.Context, dir string) error
+	// destroy removes the VM and everything it had.
+	destroy()
+}
+
 type templates struct {
-	m   *VMManager
-	opt TemplateOptions
-	dir string
-	log *slog.Logger
+	host templateHost
+	opt  TemplateOptions
+	dir  string
+	log  *slog.Logger
 
 	mu      sync.Mutex
 	byShape map[templateShape]*template
@@ -147,7 +170,7 @@ type templates struct {
 // templates still current, removing the rest and any build an earlier
 // daemon left) and asks for the default shape's template; start starts
 // the builder.
-func newTemplates(m *VMManager, opt TemplateOptions) *templates {
+func newTemplates(host templateHost, opt TemplateOptions, stateDir string, log *slog.Logger) *templates {
 	if opt.MaxTemplates <= 0 {
 		opt.MaxTemplates = 4
 	}
@@ -161,7 +184,7 @@ func newTemplates(m *VMManager, opt TemplateOptions) *templates {
 		opt.BuildTimeout = 10 * time.Minute
 	}
 	ts := &templates{
-		m: m, opt: opt, dir: filepath.Join(m.opt.StateDir, "templates"), log: m.log,
+		host: host, opt: opt, dir: filepath.Join(stateDir, "templates"), log: log,
 		byShape: map[templateShape]*template{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	ts.ctx, ts.cancel = context.WithCancel(context.Background())
@@ -186,12 +209,11 @@ func (ts *templates) buildDir(id string) string { return filepath.Join(ts.dir, t
 func (ts *templates) key(shape templateShape) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "cellvm template 1\n%d %d %t\n", shape.VCPUs, shape.MemoryMiB, shape.Root)
-	o := ts.m.opt
-	root, err := ts.m.imagePath(shape.Image)
+	inputs, err := ts.host.templateInputs(shape.Image)
 	if err != nil {
 		return "", fmt.Errorf("template key: %w", err)
 	}
-	for _, p := range []string{o.Exe, o.Kernel, o.Initrd, root} {
+	for _, p := range inputs {
 		var st syscall.Stat_t
 		if err := syscall.Stat(p, &st); err != nil {
 			return "", fmt.Errorf("template key: %s: %w", p, err)
@@ -449,14 +471,14 @@ func (ts *templates) buildFiles(ctx context.Context, shape templateShape, key, d
 		return templateMeta{}, fmt.Errorf("template directory: %w", err)
 	}
 	cfg := sandbox.Config{VCPUs: shape.VCPUs, MemoryMiB: shape.MemoryMiB, Root: shape.Root, Image: shape.Image}
-	s, err := ts.m.launch(ctx, cfg, egress.Policy{}, nil, true)
+	vm, err := ts.host.bootTemplateVM(ctx, cfg)
 	if err != nil {
 		return templateMeta{}, fmt.Errorf("boot the template's VM: %w", err)
 	}
-	defer ts.m.destroy(s)
-	ts.log.Info("template VM booted; importing the data stack", "shape", shape, "boot_ms", s.bootMS.Load())
+	defer vm.destroy()
+	ts.log.Info("template VM booted; importing the data stack", "shape", shape, "boot_ms", vm.bootMS())
 	imports := time.Now()
-	r, err := s.agent.RunCell(ctx, templateWarmCode, ts.opt.BuildTimeout, nil)
+	r, err := vm.runCell(ctx, templateWarmCode, ts.opt.BuildTimeout)
 	if err == nil && r.Status != cell.StatusOK {
 		err = fmt.Errorf("status %s: %s", r.Status, cellError(r))
 	}
@@ -464,7 +486,7 @@ func (ts *templates) buildFiles(ctx context.Context, shape templateShape, key, d
 		return templateMeta{}, fmt.Errorf("import numpy, pandas and matplotlib in the template's VM: %w", err)
 	}
 	ts.log.Info("template VM imported the data stack; taking its snapshot", "shape", shape, "import_ms", time.Since(imports).Milliseconds())
-	if err := ts.m.takeSnapshot(ctx, s, dir, control.ThenResume); err != nil {
+	if err := vm.snapshot(ctx, dir); err != nil {
 		return templateMeta{}, fmt.Errorf("snapshot the template's VM: %w", err)
 	}
 	meta := templateMeta{Key: key, Shape: shape, BuiltAt: time.Now().UTC(),

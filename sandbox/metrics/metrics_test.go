@@ -8,9 +8,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/cellvm/cellvm/agent/fakesandbox"
 	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/sandbox/sandboxtest"
 )
 
 // value finds one sample of a gathered family by its labels: a counter's
@@ -57,15 +57,16 @@ func hasLabels(m *dto.Metric, kv []string) bool {
 
 func TestMetricsMove(t *testing.T) {
 	ctx := context.Background()
-	fake := fakesandbox.New(func(code string) (cell.Result, bool) {
-		switch code {
+	fake := sandboxtest.New()
+	fake.Script = func(ctx context.Context, c *sandboxtest.Cell) (cell.Result, error) {
+		switch c.Code {
 		case "boom":
-			return cell.Result{Status: cell.StatusError, Error: &cell.Error{Name: "ValueError"}}, true
+			return cell.Result{Status: cell.StatusError, Error: &cell.Error{Name: "ValueError"}}, nil
 		case "oom":
-			return cell.Result{Status: cell.StatusLost, KilledBy: cell.KilledByOOM}, true
+			return cell.Result{Status: cell.StatusLost, KilledBy: cell.KilledByOOM}, nil
 		}
-		return cell.Result{}, false
-	})
+		return cell.Result{}, sandboxtest.Pass
+	}
 	fake.MaxSandboxes = 3
 	reg := prometheus.NewRegistry()
 	m := Instrument(fake, reg)

@@ -17,9 +17,9 @@ import (
 	"os"
 	"sync"
 
+	"github.com/cellvm/cellvm/ratelog"
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/queue"
-	"github.com/cellvm/cellvm/ratelog"
 )
 
 // Feature bits (virtio 1.x, 5.2.3).

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellvm/cellvm/ratelog"
 	"github.com/cellvm/cellvm/virtio/block"
 	"github.com/cellvm/cellvm/virtio/virtiotest"
-	"github.com/cellvm/cellvm/ratelog"
 )
 
 const diskSectors = 64

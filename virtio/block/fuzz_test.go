@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/queue"
-	"github.com/cellvm/cellvm/guestmem"
 )
 
 // FuzzRequest lays the input over guest memory (byte 0: queue size as

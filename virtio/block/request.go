@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/queue"
-	"github.com/cellvm/cellvm/guestmem"
 )
 
 // errShortChain marks a chain that cannot hold a request header and a status

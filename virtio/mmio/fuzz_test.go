@@ -5,9 +5,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/rng"
-	"github.com/cellvm/cellvm/guestmem"
 )
 
 // checkedDevice wraps a device and fails the test if the transport breaks

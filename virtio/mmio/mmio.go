@@ -19,10 +19,10 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/cellvm/cellvm/virtio"
-	"github.com/cellvm/cellvm/virtio/queue"
 	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/ratelog"
+	"github.com/cellvm/cellvm/virtio"
+	"github.com/cellvm/cellvm/virtio/queue"
 )
 
 // MMIOSize is the size of a device's register window.

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/mmio"
 	"github.com/cellvm/cellvm/virtio/virtiotest"
-	"github.com/cellvm/cellvm/guestmem"
 )
 
 // fakeDevice records what the transport does to it.

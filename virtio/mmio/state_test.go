@@ -5,11 +5,11 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/mmio"
 	"github.com/cellvm/cellvm/virtio/queue"
 	"github.com/cellvm/cellvm/virtio/virtiotest"
-	"github.com/cellvm/cellvm/guestmem"
 )
 
 // pausable is a fakeDevice that can be paused, counting the calls.

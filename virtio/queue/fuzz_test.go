@@ -6,8 +6,8 @@ import (
 	"io"
 	"testing"
 
-	"github.com/cellvm/cellvm/virtio/queue"
 	"github.com/cellvm/cellvm/guestmem"
+	"github.com/cellvm/cellvm/virtio/queue"
 )
 
 // fuzzMemSize is the guest memory a fuzz input is laid over.

@@ -7,9 +7,9 @@ import (
 	"io"
 	"testing"
 
+	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/virtio/queue"
 	"github.com/cellvm/cellvm/virtio/virtiotest"
-	"github.com/cellvm/cellvm/guestmem"
 )
 
 const memSize = 1 << 20

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/virtio/queue"
 	"github.com/cellvm/cellvm/virtio/virtiotest"
-	"github.com/cellvm/cellvm/guestmem"
 )
 
 // copyMem is what a snapshot's memory file is: the guest's bytes at the

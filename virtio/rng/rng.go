@@ -10,9 +10,9 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/cellvm/cellvm/ratelog"
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/queue"
-	"github.com/cellvm/cellvm/ratelog"
 )
 
 // QueueSize is the largest queue the device accepts.

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cellvm/cellvm/virtio/queue"
 	"github.com/cellvm/cellvm/guestmem"
+	"github.com/cellvm/cellvm/virtio/queue"
 )
 
 // Heap hands out guest memory for buffers and queues, bump-allocated.

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/mmio"
-	"github.com/cellvm/cellvm/guestmem"
 )
 
 // Irq is an mmio.Interrupt that counts triggers and wakes waiters.

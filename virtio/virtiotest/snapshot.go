@@ -4,9 +4,9 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/virtio/mmio"
-	"github.com/cellvm/cellvm/guestmem"
 )
 
 // Snapshot pauses the harness's device and returns what a snapshot of it

@@ -9,14 +9,6 @@ import (
 	"github.com/cellvm/cellvm/virtio/queue"
 )
 
-type connState uint8
-
-const (
-	stateConnecting  connState = iota // host-initiated, REQUEST sent or pending
-	stateDialing                      // guest-initiated, dialing the host listener
-	stateEstablished                  // both sides connected
-)
-
 // Control packets a connection owes the guest.
 const (
 	pendRequest uint8 = 1 << iota
@@ -25,7 +17,8 @@ const (
 )
 
 // conn is one stream connection. All fields are guarded by the session
-// lock; cond (on that lock) wakes the socket goroutines.
+// lock; cond (on that lock) wakes the socket goroutines. state says what
+// the others mean (connstate.go), and moves only by move and closeConn.
 type conn struct {
 	s     *session
 	key   connKey
@@ -34,22 +27,16 @@ type conn struct {
 	timer *time.Timer // guest accept timeout, host-initiated only
 
 	state   connState
-	closed  bool
 	queued  bool // in s.ready
 	pending uint8
 
 	// Guest to host. rxCnt counts bytes taken from the guest, fwdCnt those
 	// written to the host socket; the difference is buffered in toHost and
 	// never exceeds bufAlloc.
-	rxCnt, fwdCnt   uint32
-	lastFwdSent     uint32 // fwd_cnt as the guest last heard it
-	toHost          []byte
-	okPending       []byte // "OK <port>\n", written before any data
-	writerBusy      bool
-	guestShutSend   bool // guest sends no more: half-close the host socket
-	guestShutRcv    bool // guest reads no more: stop reading the host
-	closeWhenFlushd bool // guest closed: flush, then close and RST
-	hostWriteClosed bool
+	rxCnt, fwdCnt uint32
+	lastFwdSent   uint32 // fwd_cnt as the guest last heard it
+	toHost        []byte
+	okPending     []byte // "OK <port>\n", written before any data
 
 	// Host to guest. txCnt counts bytes sent to the guest; the guest's
 	// buf_alloc and fwd_cnt bound how far it may run ahead.
@@ -57,8 +44,26 @@ type conn struct {
 	peerBufAlloc uint32
 	peerFwdCnt   uint32
 	toGuest      []byte
-	hostEOF      bool
-	shutSent     bool
+}
+
+// move takes c to the state after ev. An illegal move is logged
+// (rate-limited) and resets c; a move that ends c (both directions done,
+// or the guest closed and toHost flushed) closes it with the RST the
+// guest waits for. It reports whether c is still live.
+func (c *conn) move(ev connEvent) bool {
+	next, ok := c.state.next(ev)
+	if !ok {
+		c.s.v.log.Warn("illegal connection move: reset", "state", c.state.String(), "event", ev.String(),
+			"port", c.key.local, "peer_port", c.key.peer)
+		c.s.closeConn(c, true)
+		return false
+	}
+	if next.killed() {
+		c.s.closeConn(c, true)
+		return false
+	}
+	c.state = next
+	return true
 }
 
 // peerCredit is how many more bytes the guest can take.
@@ -88,15 +93,15 @@ func (c *conn) needCreditUpdate() bool {
 // nextOp is the next packet c owes the guest, if any.
 func (c *conn) nextOp() (uint16, bool) {
 	switch {
-	case c.closed:
+	case c.state.killed():
 		return 0, false
 	case c.pending&pendRequest != 0:
 		return OpRequest, true
 	case c.pending&pendResponse != 0:
 		return OpResponse, true
-	case c.state == stateEstablished && len(c.toGuest) > 0 && c.peerCredit() > 0:
+	case c.state.phase == phaseEstablished && len(c.toGuest) > 0 && c.peerCredit() > 0:
 		return OpRW, true
-	case c.hostEOF && len(c.toGuest) == 0 && !c.shutSent:
+	case c.state.recv == recvEOF && len(c.toGuest) == 0:
 		return OpShutdown, true
 	case c.pending&pendCreditUpdate != 0:
 		return OpCreditUpdate, true
@@ -134,16 +139,14 @@ func (c *conn) took(h *Header, room uint32) []byte {
 			c.cond.Broadcast() // the reader may fetch more
 		}
 	case OpShutdown:
-		c.shutSent = true
-		c.maybeFinish()
+		c.move(evShutSent)
 	}
 	return data
 }
 
 // fromGuest takes an RW packet's payload for the host socket.
 func (c *conn) fromGuest(payload *queue.Reader, n uint32) {
-	if c.state != stateEstablished || c.guestShutSend {
-		c.s.closeConn(c, true)
+	if !c.move(evData) {
 		return
 	}
 	if c.rxCnt+n-c.fwdCnt > bufAlloc {
@@ -161,29 +164,26 @@ func (c *conn) fromGuest(payload *queue.Reader, n uint32) {
 	c.cond.Broadcast()
 }
 
+// guestShutdown takes a SHUTDOWN's flags; with none it does nothing.
 func (c *conn) guestShutdown(flags uint32) {
-	if flags&ShutdownRcv != 0 {
-		c.guestShutRcv = true
-		c.toGuest = nil
+	var ev connEvent
+	switch flags & (ShutdownRcv | ShutdownSend) {
+	case 0:
+		return
+	case ShutdownRcv:
+		ev = evShutRecv
+	case ShutdownSend:
+		ev = evShutSend
+	default:
+		ev = evShutBoth // Linux's close(): it waits for our RST
 	}
-	if flags&ShutdownSend != 0 {
-		c.guestShutSend = true
-	}
-	if flags&(ShutdownRcv|ShutdownSend) == ShutdownRcv|ShutdownSend {
-		c.closeWhenFlushd = true // Linux's close(): it waits for our RST
-	}
-	c.cond.Broadcast()
-	c.maybeFinish()
-}
-
-// maybeFinish closes c once both directions are finished and flushed.
-func (c *conn) maybeFinish() {
-	if c.closed || c.writerBusy || len(c.toHost) > 0 || c.okPending != nil {
+	if !c.move(ev) {
 		return
 	}
-	if c.closeWhenFlushd && c.hostWriteClosed || c.guestShutSend && c.hostWriteClosed && c.shutSent {
-		c.s.closeConn(c, true)
+	if flags&ShutdownRcv != 0 {
+		c.toGuest = nil
 	}
+	c.cond.Broadcast()
 }
 
 // hostReader moves host socket data towards the guest, reading no more
@@ -195,17 +195,17 @@ func (c *conn) hostReader() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
-		for !c.closed && (c.state != stateEstablished || c.guestShutRcv || len(c.toGuest) > 0 || c.peerCredit() == 0) {
+		for !c.state.killed() && (c.state.phase != phaseEstablished || c.state.recv != recvOpen || len(c.toGuest) > 0 || c.peerCredit() == 0) {
 			c.cond.Wait()
 		}
-		if c.closed {
+		if c.state.killed() {
 			return
 		}
 		n := min(c.peerCredit(), MaxPayload)
 		s.mu.Unlock()
 		k, err := c.uds.Read(buf[:n])
 		s.mu.Lock()
-		if c.closed {
+		if c.state.killed() {
 			return
 		}
 		if k > 0 {
@@ -213,8 +213,9 @@ func (c *conn) hostReader() {
 			s.schedule(c)
 		}
 		if err != nil {
-			c.hostEOF = true
-			s.schedule(c)
+			if c.move(evHostEOF) {
+				s.schedule(c)
+			}
 			return
 		}
 	}
@@ -228,10 +229,10 @@ func (c *conn) hostWriter() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
-		for !c.closed && c.okPending == nil && len(c.toHost) == 0 && !(c.guestShutSend && !c.hostWriteClosed) {
+		for !c.state.killed() && c.okPending == nil && len(c.toHost) == 0 && c.state.send != sendShut && c.state.send != sendClosing {
 			c.cond.Wait()
 		}
-		if c.closed {
+		if c.state.killed() {
 			return
 		}
 		var data []byte
@@ -243,27 +244,23 @@ func (c *conn) hostWriter() {
 			data, c.toHost, isData = c.toHost, nil, true
 		}
 		if data == nil {
-			c.hostWriteClosed = true
-			if c.closeWhenFlushd {
-				s.closeConn(c, true)
-				return
+			// Flushed, and the guest sends no more.
+			if !c.move(evWriteShut) {
+				return // closed: the guest had closed, or both directions are done
 			}
 			s.mu.Unlock()
 			err := c.uds.CloseWrite()
 			s.mu.Lock()
-			if err != nil && !c.closed {
+			if err != nil && !c.state.killed() {
 				s.closeConn(c, true)
 				return
 			}
-			c.maybeFinish()
 			continue
 		}
-		c.writerBusy = true
 		s.mu.Unlock()
 		_, err := c.uds.Write(data)
 		s.mu.Lock()
-		c.writerBusy = false
-		if c.closed {
+		if c.state.killed() {
 			return
 		}
 		if err != nil {
@@ -278,6 +275,5 @@ func (c *conn) hostWriter() {
 				s.schedule(c)
 			}
 		}
-		c.maybeFinish()
 	}
 }

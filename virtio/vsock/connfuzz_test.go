@@ -270,7 +270,7 @@ func (w *connWorld) checkBounds() {
 			w.t.Fatalf("connection %+v is queued twice", c.key)
 		}
 		seen[c] = true
-		if !c.closed && s.conns[c.key] != c {
+		if !c.state.killed() && s.conns[c.key] != c {
 			w.t.Fatalf("queued connection %+v is neither live nor closed", c.key)
 		}
 	}

@@ -5,8 +5,8 @@ import (
 	"io"
 	"testing"
 
-	"github.com/cellvm/cellvm/virtio/queue"
 	"github.com/cellvm/cellvm/guestmem"
+	"github.com/cellvm/cellvm/virtio/queue"
 )
 
 // FuzzPacket lays the input over guest memory (byte 0: queue size as

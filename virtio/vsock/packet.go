@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/cellvm/cellvm/virtio/queue"
 	"github.com/cellvm/cellvm/guestmem"
+	"github.com/cellvm/cellvm/virtio/queue"
 )
 
 // Packet operations (virtio 1.x, 5.10.6).

@@ -87,7 +87,7 @@ func (s *session) wakeRx() {
 
 // schedule queues c for the rx goroutine. Called with mu held.
 func (s *session) schedule(c *conn) {
-	if !c.queued && !c.closed {
+	if !c.queued && !c.state.killed() {
 		c.queued = true
 		s.ready = append(s.ready, c)
 	}
@@ -110,10 +110,11 @@ func (s *session) queueRST(local, peer uint32) {
 // closeConn removes c and closes its host socket, which ends its reader and
 // writer; with rst the guest is told. Called with mu held.
 func (s *session) closeConn(c *conn, rst bool) {
-	if c.closed {
-		return
+	next, ok := c.state.next(evKill)
+	if !ok {
+		return // killed already
 	}
-	c.closed = true
+	c.state = next
 	delete(s.conns, c.key)
 	if c.uds != nil {
 		c.uds.Close()
@@ -147,13 +148,12 @@ func (s *session) hostConnect(uds *net.UnixConn, port uint32) {
 	if s.nextPort == 0 {
 		s.nextPort = firstHostPort
 	}
-	c := s.newConn(key, uds)
-	c.state = stateConnecting
+	c := s.newConn(key, uds, connState{phase: phaseLocalInit})
 	c.pending |= pendRequest
 	c.timer = time.AfterFunc(guestAcceptTimeout, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if c.state == stateConnecting && !c.closed {
+		if c.state.phase == phaseLocalInit {
 			s.v.log.Info("guest did not accept", "port", port)
 			s.closeConn(c, true)
 		}
@@ -170,8 +170,7 @@ func (s *session) guestConnect(h Header) {
 		s.queueRST(key.local, key.peer)
 		return
 	}
-	c := s.newConn(key, nil)
-	c.state = stateDialing
+	c := s.newConn(key, nil, connState{phase: phasePeerInit})
 	c.updateCredit(h)
 	s.wg.Add(1)
 	go func() {
@@ -179,7 +178,7 @@ func (s *session) guestConnect(h Header) {
 		uds, err := s.v.dialHost(key.local)
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if c.closed {
+		if c.state.killed() {
 			if uds != nil {
 				uds.Close()
 			}
@@ -190,16 +189,18 @@ func (s *session) guestConnect(h Header) {
 			s.closeConn(c, true)
 			return
 		}
-		c.uds = uds
-		c.state = stateEstablished
+		c.uds = uds // closeConn closes it from here on
+		if !c.move(evDialed) {
+			return
+		}
 		c.pending |= pendResponse
 		s.startIO(c)
 		s.schedule(c)
 	}()
 }
 
-func (s *session) newConn(key connKey, uds *net.UnixConn) *conn {
-	c := &conn{s: s, key: key, uds: uds}
+func (s *session) newConn(key connKey, uds *net.UnixConn, st connState) *conn {
+	c := &conn{s: s, key: key, uds: uds, state: st}
 	c.cond = sync.NewCond(&s.mu)
 	s.conns[key] = c
 	return c
@@ -298,11 +299,9 @@ func (s *session) handle(h Header, payload *queue.Reader) {
 	c.updateCredit(h)
 	switch h.Op {
 	case OpResponse:
-		if c.state != stateConnecting {
-			s.closeConn(c, true)
+		if !c.move(evResponse) {
 			return
 		}
-		c.state = stateEstablished
 		c.timer.Stop()
 		c.okPending = s.okLine(c)
 		c.cond.Broadcast()

@@ -14,7 +14,9 @@
 // guest that overruns it is reset). Each connection has a reader and a writer
 // goroutine for its Unix socket; the rx and tx queues each have one goroutine.
 // All connection state is under one session lock, and no socket I/O happens
-// while holding it.
+// while holding it. A connection's life is a state machine after
+// Firecracker's (connstate.go): one transition function, which refuses a
+// move the protocol does not allow, and the connection is reset.
 package vsock
 
 import (
@@ -29,8 +31,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cellvm/cellvm/virtio"
 	"github.com/cellvm/cellvm/ratelog"
+	"github.com/cellvm/cellvm/virtio"
 )
 
 // Queue indices and size.

@@ -99,9 +99,9 @@ func (g *guest) expect(op uint16) (Header, []byte) {
 	return h, d
 }
 
-// hostConnect does the host side of CONNECT up to the guest's REQUEST and
-// answers it; it returns the host socket and the connection's ports.
-func (g *guest) hostConnect(port uint32) (net.Conn, Header) {
+// hostRequest does the host side of CONNECT up to the guest's REQUEST; it
+// returns the host socket and the REQUEST.
+func (g *guest) hostRequest(port uint32) (net.Conn, Header) {
 	g.t.Helper()
 	c, err := net.Dial("unix", g.uds)
 	if err != nil {
@@ -115,6 +115,14 @@ func (g *guest) hostConnect(port uint32) (net.Conn, Header) {
 	if req.DstPort != port || req.SrcPort < firstHostPort {
 		g.t.Fatalf("REQUEST %+v", req)
 	}
+	return c, req
+}
+
+// hostConnect is hostRequest with the guest's RESPONSE and the host's OK
+// line; it returns the host socket and the connection's ports.
+func (g *guest) hostConnect(port uint32) (net.Conn, Header) {
+	g.t.Helper()
+	c, req := g.hostRequest(port)
 	g.send(Header{SrcPort: port, DstPort: req.SrcPort, Op: OpResponse}, nil)
 	line := readLine(g.t, c)
 	if line != fmt.Sprintf("OK %d", req.SrcPort) {
@@ -238,13 +246,7 @@ func TestBadConnectLine(t *testing.T) {
 
 func TestHostConnectGuestRefuses(t *testing.T) {
 	g := newGuest(t)
-	c, err := net.Dial("unix", g.uds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprintf(c, "CONNECT 9\n")
-	req, _ := g.expect(OpRequest)
+	c, req := g.hostRequest(9)
 	g.send(Header{SrcPort: 9, DstPort: req.SrcPort, Op: OpRST}, nil)
 	expectEOF(t, c)
 }
@@ -329,13 +331,7 @@ func TestMalformedPacketsAreReset(t *testing.T) {
 
 func TestCreditHostToGuest(t *testing.T) {
 	g := newGuest(t)
-	c, err := net.Dial("unix", g.uds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprintf(c, "CONNECT 80\n")
-	req, _ := g.expect(OpRequest)
+	c, req := g.hostRequest(80)
 	// The guest has only 100 bytes of buffer.
 	g.send(Header{SrcPort: 80, DstPort: req.SrcPort, Op: OpResponse, BufAlloc: 100}, nil)
 	readLine(t, c)

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/cellvm/cellvm/vmm/boot"
 	"github.com/cellvm/cellvm/guestmem"
+	"github.com/cellvm/cellvm/vmm/boot"
 )
 
 // bzImageLoadAddr is where the protected-mode kernel goes (code32_start's

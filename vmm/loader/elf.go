@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/cellvm/cellvm/vmm/boot"
 	"github.com/cellvm/cellvm/guestmem"
+	"github.com/cellvm/cellvm/vmm/boot"
 )
 
 const (

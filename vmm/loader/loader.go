@@ -16,8 +16,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/cellvm/cellvm/vmm/boot"
 	"github.com/cellvm/cellvm/guestmem"
+	"github.com/cellvm/cellvm/vmm/boot"
 )
 
 // Kernel is a loaded kernel.

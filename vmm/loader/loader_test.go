@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cellvm/cellvm/vmm/boot"
 	"github.com/cellvm/cellvm/guestmem"
+	"github.com/cellvm/cellvm/vmm/boot"
 )
 
 // makeELF builds a minimal x86-64 ELF executable with one PT_LOAD segment

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { Busy, ConnectError, Invalid, Sandbox } from '../src/index.js';
 import { BAD_NAMES, GOOD_NAMES, SOCKET, fromClient, needsDaemon, nowhere, withSandboxes } from '../test-support/fake.js';
 
-// The fake daemon's images (clients/fakeimages_test.go): 'default', 'team'
+// The fake daemon's images (sandbox/sandboxtest/images.go): 'default', 'team'
 // (built with --apt jq) and 'scratch', which nothing uses and which one
 // test here deletes. Only this file uses images (the other test files
 // share the daemon).

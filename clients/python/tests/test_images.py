@@ -6,7 +6,7 @@ from cellvm import AsyncSandbox, Sandbox
 
 from .fake import BAD_NAMES, GOOD_NAMES, SOCKET, RefusedBeforeSending, needs_daemon
 
-# The fake daemon's images (clients/fakeimages_test.go): "default", "team"
+# The fake daemon's images (sandbox/sandboxtest/images.go): "default", "team"
 # (built with --apt jq) and "scratch", which nothing uses and which
 # test_delete_image deletes (the other tests leave it alone).
 

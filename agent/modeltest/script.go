@@ -1,16 +1,30 @@
-// Package fakemodel is a fake model server for tests: one httptest-style
-// HTTP handler that speaks the wire formats of Anthropic Messages, OpenAI
-// Chat Completions, OpenAI Responses and Gemini generateContent, and plays a
-// scripted conversation. It is a normal package so that tests elsewhere (the
-// nested-KVM rig running `cellvm chat` against a real microVM) can start it.
+// Package modeltest is a test double of the model APIs the agent calls,
+// as net/http/httptest is of a server: one HTTP handler that speaks the
+// wire formats of Anthropic Messages, OpenAI Chat Completions, OpenAI
+// Responses and Gemini generateContent, and plays a scripted conversation.
 //
-// The server checks what a real API checks and a careless client gets
-// wrong: every tool call in the history has exactly one result with its id
-// in the next user turn, no result answers an unknown call, and (Chat
-// Completions) tool messages directly follow their assistant message. A
-// request that breaks a rule gets the API's 400 error and is recorded in
-// Violations, so a test sees the mistake rather than a scripted success.
-package fakemodel
+// What is real: each API's request and response shapes, its auth header
+// (when APIKey is set), its error bodies and its retry headers (Fault).
+// The server also checks what a real API checks and a careless client
+// gets wrong: every tool call in the history has exactly one result with
+// its id in the next user turn, no result answers an unknown call, and
+// (Chat Completions) tool messages directly follow their assistant
+// message. A request that breaks a rule gets the API's 400 error and is
+// recorded in Violations, so a test sees the mistake rather than a
+// scripted success.
+//
+// What is not: there is no model. Step i of the Script answers the
+// request that holds i assistant turns, whatever the request says.
+//
+// How tests use it: New(script), then Start (or serve the Server as an
+// http.Handler); Requests and Violations say what the client sent, and
+// CheckDefaultTranscript checks DefaultScript's conversation field by
+// field. DefaultScriptCells answers DefaultScript's cells in a
+// sandboxtest manager the way the real interpreter does. It is a package
+// of its own, not a _test file, so that tests elsewhere (the nested-KVM
+// rig running `cellvm chat` against a real microVM) can start it; nothing
+// but tests imports it.
+package modeltest
 
 // Call is one scripted tool call. Args is sent as the model would write
 // it; it need not be valid JSON (a malformed call), and ID may be empty (a

@@ -9,12 +9,59 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cellvm/cellvm/api"
 	"github.com/cellvm/cellvm/image/derive"
+	"github.com/cellvm/cellvm/image/store"
 )
+
+// The image commands: `cellvm image build` runs on the daemon's host and
+// writes into its images directory (package image/derive does the work);
+// `image ls` and `image rm` ask the daemon, which knows which sandboxes
+// and snapshots use an image.
+
+// imageCommand is `cellvm image build|ls|rm`.
+func (a *app) imageCommand() *cobra.Command {
+	return groupCommand("image", "build, list or remove the root images the daemon's sandboxes can boot (cellvm sandbox create --image NAME)",
+		a.imageBuildCommand(),
+		a.daemonCommandChecked(&cobra.Command{Use: "rm IMAGE...", Aliases: []string{"remove"}, Short: "remove built images (refused while a sandbox or a snapshot uses one)", Args: minArgs(1, "at least one IMAGE")},
+			func(args []string) error {
+				for _, name := range args {
+					if !store.ValidName(name) {
+						return usagef("%q is not the name of a built image (1 to %d of a-z, 0-9, '-', '_', '.', starting with a letter or digit; the default image is the daemon's own)", clipArg(name), store.MaxName)
+					}
+				}
+				return nil
+			},
+			func(ctx context.Context, c *api.Client, args []string) error {
+				return a.removeEach(ctx, "cellvm image rm", "name", args, c.DeleteImage)
+			}),
+		a.daemonCommand(&cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "list the daemon's images", Args: noArgs},
+			func(ctx context.Context, c *api.Client, _ []string) error {
+				list, err := c.Images(ctx)
+				if err != nil {
+					return err
+				}
+				if a.jsonOut {
+					return printJSON(a.stdout, list)
+				}
+				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tSIZE\tPYTHON\tSANDBOXES\tBUILT")
+				for _, im := range list {
+					py := im.Python
+					if py == "" {
+						py = "-"
+					}
+					fmt.Fprintf(tw, "%s\t%d MiB\t%s\t%d\t%s\n", im.Name, im.SizeBytes>>20, py, im.Sandboxes, im.BuiltAt.Local().Format(time.DateTime))
+				}
+				return tw.Flush()
+			}),
+	)
+}
 
 // imageBuildCommand is `cellvm image build NAME`: it builds on this host,
 // as root, into the daemon's images directory, where the daemon finds it
@@ -46,8 +93,8 @@ func (a *app) imageBuildCommand() *cobra.Command {
 	fs.StringVar(&socket, "socket", os.Getenv("CELLVM_SOCKET"), "the daemon's socket, to find its state directory (default $CELLVM_SOCKET, else "+DefaultSocket+")")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		spec.Name = args[0]
-		if !derive.ValidName(spec.Name) {
-			return usagef("%q is not an image name (1 to %d of a-z, 0-9, '-', '_', '.', starting with a letter or digit; not \"default\")", clipArg(spec.Name), derive.MaxName)
+		if !store.ValidName(spec.Name) {
+			return usagef("%q is not an image name (1 to %d of a-z, 0-9, '-', '_', '.', starting with a letter or digit; not \"default\")", clipArg(spec.Name), store.MaxName)
 		}
 		var apt []string
 		for _, v := range spec.Apt {
@@ -88,7 +135,7 @@ func (a *app) imageBuildCommand() *cobra.Command {
 			verb = "up to date"
 		}
 		fmt.Fprintf(a.stdout, "image %s %s: %s (%d MiB, key %s) in %.1f s; boot it with: cellvm sandbox create --image %s\n",
-			spec.Name, verb, filepath.Join(res.Dir, derive.ImageFile), res.Record.SizeBytes>>20, res.Key[:12], time.Since(start).Seconds(), spec.Name)
+			spec.Name, verb, filepath.Join(res.Dir, store.ImageFile), res.Record.SizeBytes>>20, res.Key[:12], time.Since(start).Seconds(), spec.Name)
 		return nil
 	}
 	return cmd

@@ -1,4 +1,4 @@
-package clients
+package sandboxtest
 
 import (
 	"context"
@@ -10,35 +10,34 @@ import (
 	"github.com/cellvm/cellvm/sandbox"
 )
 
-// The fake manager's workspaces, by the VM manager's rules
-// (sandbox/workspace.go) with no volume: a workspace is the files under
-// /workspace/ of the sandbox that holds it, made on the first create that
-// names it and kept when that sandbox is deleted, so the next sandbox with
-// the name reads them. One sandbox at a time holds a workspace, from its
-// create to its delete (paused or lost too); a second create asking for
-// it is busy, and so is deleting it. A sandbox with a workspace always
-// boots and cannot be snapshotted.
+// Workspaces, by the VM manager's rules with no volume: a workspace is
+// the files under /workspace/ of the sandbox that holds it, made on the
+// first create that names it and kept when that sandbox is deleted, so
+// the next sandbox with the name reads them. One sandbox at a time holds
+// a workspace, from its create to its delete (paused or lost too); a
+// second create asking for it is busy, and so is deleting it. A sandbox
+// with a workspace always boots and cannot be snapshotted.
 
-// fakeWorkspace is a workspace: its files, and the sandbox holding it.
-type fakeWorkspace struct {
+// workspace is a workspace: its files, and the sandbox holding it.
+type workspace struct {
 	info  sandbox.WorkspaceInfo // Sandbox is the holder, "" when none
 	files map[string][]byte
 }
 
 // holdWorkspace finds or makes the workspace a create names, for sandbox
 // id, refusing one another sandbox holds; "" is none. The caller holds
-// f.mu and has validated the name.
-func (f *fakeManager) holdWorkspace(name, id string) (*fakeWorkspace, error) {
+// m.mu and has validated the name.
+func (m *Manager) holdWorkspace(name, id string) (*workspace, error) {
 	if name == "" {
 		return nil, nil
 	}
-	ws := f.workspaces[name]
+	ws := m.workspaces[name]
 	if ws == nil {
-		ws = &fakeWorkspace{info: sandbox.WorkspaceInfo{Name: name, SizeBytes: sandbox.DefaultWorkspaceBytes,
-			CreatedAt: time.Unix(1700000000, 0).Add(time.Duration(f.next) * time.Second).UTC()},
+		ws = &workspace{info: sandbox.WorkspaceInfo{Name: name, SizeBytes: sandbox.DefaultWorkspaceBytes,
+			CreatedAt: epoch.Add(time.Duration(m.next) * time.Second)},
 			files: map[string][]byte{}}
-		f.workspaces[name] = ws
-		f.events = append(f.events, "make workspace "+name)
+		m.workspaces[name] = ws
+		m.note("make workspace %s", name)
 	} else if ws.info.Sandbox != "" {
 		return nil, fmt.Errorf("%w: workspace %s is mounted by sandbox %s; one sandbox at a time can hold a workspace",
 			sandbox.ErrBusy, name, ws.info.Sandbox)
@@ -48,8 +47,8 @@ func (f *fakeManager) holdWorkspace(name, id string) (*fakeWorkspace, error) {
 }
 
 // releaseWorkspace ends b's hold on its workspace, if any; the caller
-// holds f.mu.
-func (f *fakeManager) releaseWorkspace(b *fakeBox) {
+// holds m.mu.
+func (m *Manager) releaseWorkspace(b *box) {
 	if b.ws != nil {
 		b.ws.info.Sandbox = ""
 		b.ws = nil
@@ -58,18 +57,20 @@ func (f *fakeManager) releaseWorkspace(b *fakeBox) {
 
 // filesAt is where the file at guestPath lives: in b's workspace for one
 // under /workspace/ of a sandbox with a workspace, in b's own files else.
-func (b *fakeBox) filesAt(guestPath string) map[string][]byte {
+func (b *box) filesAt(guestPath string) map[string][]byte {
 	if b.ws != nil && strings.HasPrefix(guestPath, "/workspace/") {
 		return b.ws.files
 	}
 	return b.files
 }
 
-func (f *fakeManager) Workspaces(ctx context.Context) ([]sandbox.WorkspaceInfo, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (m *Manager) Workspaces(ctx context.Context) ([]sandbox.WorkspaceInfo, error) {
+	if err := m.enterLocked("Workspaces"); err != nil {
+		return nil, err
+	}
+	defer m.mu.Unlock()
 	out := []sandbox.WorkspaceInfo{}
-	for _, ws := range f.workspaces {
+	for _, ws := range m.workspaces {
 		info := ws.info
 		for _, data := range ws.files {
 			info.DiskBytes += int64(len(data))
@@ -80,20 +81,22 @@ func (f *fakeManager) Workspaces(ctx context.Context) ([]sandbox.WorkspaceInfo, 
 	return out, nil
 }
 
-func (f *fakeManager) DeleteWorkspace(ctx context.Context, name string) error {
+func (m *Manager) DeleteWorkspace(ctx context.Context, name string) error {
+	if err := m.enterLocked("DeleteWorkspace", name); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
 	if !sandbox.ValidWorkspaceName(name) {
 		return fmt.Errorf("%w: workspace %q is not a workspace name", sandbox.ErrInvalid, name)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	ws := f.workspaces[name]
+	ws := m.workspaces[name]
 	switch {
 	case ws == nil:
 		return fmt.Errorf("%w: no workspace %s", sandbox.ErrNotFound, name)
 	case ws.info.Sandbox != "":
 		return fmt.Errorf("%w: workspace %s is held by sandbox %s; delete the sandbox first", sandbox.ErrBusy, name, ws.info.Sandbox)
 	}
-	delete(f.workspaces, name)
-	f.events = append(f.events, "delete workspace "+name)
+	delete(m.workspaces, name)
+	m.note("delete workspace %s", name)
 	return nil
 }

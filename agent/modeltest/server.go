@@ -1,4 +1,4 @@
-package fakemodel
+package modeltest
 
 import (
 	"encoding/json"
@@ -119,7 +119,7 @@ func apiOf(path string) (API, bool) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	api, ok := apiOf(r.URL.Path)
 	if !ok || r.Method != http.MethodPost {
-		http.Error(w, "fakemodel: no such endpoint", http.StatusNotFound)
+		http.Error(w, "modeltest: no such endpoint", http.StatusNotFound)
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 256<<20))

@@ -1,4 +1,4 @@
-package fakemodel
+package modeltest
 
 import (
 	"fmt"
