@@ -119,3 +119,32 @@ func TestLifecycleOneCellAtATime(t *testing.T) {
 		t.Errorf("the cell's end after its VM exited: %v, phase %v; want lost kept", err, l.phase())
 	}
 }
+
+// FuzzLifecycle drives a lifecycle with any sequence of events: it never
+// panics, every phase it reaches is known, a refused event leaves the
+// phase as it was, and once deleted nothing moves it.
+func FuzzLifecycle(f *testing.F) {
+	f.Add([]byte{byte(evBooted), byte(evCellStart), byte(evVMExited), byte(evCellEnd), byte(evDelete), byte(evDeleted)})
+	f.Add([]byte{byte(evBooted), byte(evPauseStart), byte(evPaused), byte(evResumeStart), byte(evResumeFailed), byte(evResumeStart), byte(evResumed)})
+	f.Fuzz(func(t *testing.T, evs []byte) {
+		var l lifecycle
+		for _, b := range evs {
+			ev := lifeEvent(b % (byte(numLifeEvents) + 2)) // a few unknown ones too
+			before := l.phase()
+			from, err := l.move(ev)
+			after := l.phase()
+			if from != before {
+				t.Fatalf("%v: move says it left %v, the phase was %v", ev, from, before)
+			}
+			if after >= numPhases {
+				t.Fatalf("%v from %v reached an unknown phase %v", ev, before, after)
+			}
+			if err != nil && after != before {
+				t.Fatalf("%v refused in %v, yet the phase became %v", ev, before, after)
+			}
+			if before == phaseDeleted && after != phaseDeleted {
+				t.Fatalf("%v moved a deleted sandbox to %v", ev, after)
+			}
+		}
+	})
+}
