@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"syscall"
 
@@ -73,6 +74,11 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "cellvm drop: no program")
 		return 2
 	}
+	// no_new_privs and the parent-death signal are a thread's, not the
+	// process's, and exec keeps only the calling thread's: become and
+	// the exec must run on one OS thread, or the program may start
+	// without no_new_privs (seen: 1 run in about 50 under load).
+	runtime.LockOSThread()
 	if err := become(s); err != nil {
 		fmt.Fprintf(os.Stderr, "cellvm: could not start %s with the cells' credentials: %v\n", argv[0], err)
 		return 126
