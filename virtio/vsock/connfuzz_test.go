@@ -52,7 +52,15 @@ type connWorld struct {
 	host  []net.Conn
 	rx    int            // rx buffers posted and not yet taken back
 	taken map[uint16]int // rx packets the guest took, by op
+	// waited is the time the run's steps have spent waiting for the
+	// device; past fuzzWaitBudget they stop waiting, so that no input
+	// (thousands of wait steps) outlasts the fuzzer's patience with a
+	// worker, and a slow input is not mistaken for a hung device.
+	waited time.Duration
 }
+
+// fuzzWaitBudget bounds the waiting of one run's steps.
+const fuzzWaitBudget = 2 * time.Second
 
 func runConnOps(t *testing.T, data []byte) *connWorld {
 	base := runtime.NumGoroutine()
@@ -131,10 +139,16 @@ func (w *connWorld) step(kind, a, b, c byte) bool {
 		}
 	case 7:
 		if b%4 == 3 { // the guest waits (a little) for a packet
-			if u, ok := w.h.TryWait(rxQueue, 100*time.Millisecond); ok {
+			wait := min(100*time.Millisecond, fuzzWaitBudget-w.waited)
+			if wait <= 0 {
+				break
+			}
+			start := time.Now()
+			if u, ok := w.h.TryWait(rxQueue, wait); ok {
 				w.rx--
 				w.record(u)
 			}
+			w.waited += time.Since(start)
 			break
 		}
 		if len(w.host) > 0 {
@@ -142,7 +156,11 @@ func (w *connWorld) step(kind, a, b, c byte) bool {
 			conn.SetReadDeadline(time.Now().Add(time.Millisecond))
 			conn.Read(make([]byte, 4096))
 		}
-		time.Sleep(time.Duration(b%4) * time.Millisecond) // let the device's goroutines run
+		if w.waited < fuzzWaitBudget {
+			d := time.Duration(b%4) * time.Millisecond
+			time.Sleep(d) // let the device's goroutines run
+			w.waited += d
+		}
 	}
 	return !w.h.NeedsReset()
 }
