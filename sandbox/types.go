@@ -116,7 +116,8 @@ func (p NetworkPolicy) Validate() error {
 // means none.
 //
 // Its JSON form is {vcpus, memory_mib, env, ttl_s, idle_timeout_s,
-// idle_pause_s, root, network: {allow}, snapshot, start, workspace} with whole seconds, and decoding it is strict: an
+// idle_pause_s, root, network: {allow}, snapshot, start, workspace, image,
+// tenant} with whole seconds, and decoding it is strict: an
 // unknown field is an error, because a misspelt limit ("memory_mb") that
 // was silently ignored would create a sandbox the caller did not ask for.
 type Config struct {
@@ -157,6 +158,10 @@ type Config struct {
 	// DefaultImage for the daemon's own, or one under its images
 	// directory. A fork has its snapshot's.
 	Image string
+	// Tenant owns the sandbox (tenant.go; "" reads as DefaultTenant). A
+	// front end serving tenants sets it from the caller, whatever the
+	// request said; its workspace is the tenant's of that name.
+	Tenant string
 }
 
 // Config.Start's values.
@@ -187,6 +192,7 @@ type configJSON struct {
 	Start        string            `json:"start,omitempty"`
 	Workspace    string            `json:"workspace,omitempty"`
 	Image        string            `json:"image,omitempty"`
+	Tenant       string            `json:"tenant,omitempty"`
 }
 
 // MarshalJSON writes the wire form; durations are rounded down to seconds.
@@ -204,6 +210,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		Start:        c.Start,
 		Workspace:    c.Workspace,
 		Image:        c.Image,
+		Tenant:       c.Tenant,
 	})
 }
 
@@ -230,6 +237,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		Start:       w.Start,
 		Workspace:   w.Workspace,
 		Image:       w.Image,
+		Tenant:      w.Tenant,
 	}
 	return nil
 }
@@ -297,6 +305,11 @@ func (c Config) Validate() error {
 	}
 	if c.Image != "" && !ValidImageName(c.Image) {
 		return fmt.Errorf("%w: image %q: want 1 to %d of a-z, 0-9, '-', '_' and '.', starting with a letter or digit", ErrInvalid, clip(c.Image, 64), MaxWorkspaceName)
+	}
+	if c.Tenant != "" {
+		if err := CheckTenantName(c.Tenant); err != nil {
+			return err
+		}
 	}
 	if c.Workspace != "" {
 		if !ValidWorkspaceName(c.Workspace) {
@@ -482,6 +495,8 @@ type SnapshotInfo struct {
 	// VCPUs and MemoryMiB are the snapshot's machine, which its forks have.
 	VCPUs     int `json:"vcpus"`
 	MemoryMiB int `json:"memory_mib"`
+	// Tenant owns the snapshot: its sandbox's owner.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // ValidSnapshotID reports whether id has the form of a snapshot id
@@ -565,8 +580,10 @@ type Manager interface {
 	// DeleteSnapshot removes a snapshot; running forks keep what they use.
 	DeleteSnapshot(ctx context.Context, id string) error
 
-	// Workspaces lists the persistent volumes (Config.Workspace);
-	// DeleteWorkspace removes one, ErrBusy while a sandbox holds it.
+	// Workspaces lists the persistent volumes (Config.Workspace) of
+	// every tenant; DeleteWorkspace removes the one of that name of the
+	// tenant ctx's Caller acts for (DefaultTenant without one), ErrBusy
+	// while a sandbox holds it.
 	Workspaces(ctx context.Context) ([]WorkspaceInfo, error)
 	DeleteWorkspace(ctx context.Context, name string) error
 	// Images lists the root images sandboxes can boot (Config.Image);
