@@ -256,7 +256,10 @@ func (s *server) writeError(w http.ResponseWriter, err error) {
 			rec.errMsg = e.Message
 		}
 	}
-	if e.Code == CodeFull {
+	switch d, ok := sandbox.RetryAfter(err); {
+	case ok:
+		w.Header().Set("Retry-After", fmt.Sprint(max(1, int((d+time.Second-1)/time.Second))))
+	case e.Code == CodeFull, e.Code == CodeQuota:
 		w.Header().Set("Retry-After", "5")
 	}
 	b, _ := json.Marshal(errorBody{Error: e})

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"sort"
 	"strings"
 	"time"
 
@@ -53,7 +54,24 @@ var (
 	ErrNotSupported = errors.New("not supported")
 	// ErrTooLarge: a body or file is larger than the limit allows.
 	ErrTooLarge = errors.New("too large")
+	// ErrQuota: the caller's tenant is at one of its caps (sandboxes,
+	// vCPUs, memory, disk, creates per minute). The error names the cap;
+	// one that frees up with time says when (RetryAfter).
+	ErrQuota = errors.New("tenant quota reached")
+	// ErrForbidden: the caller may see the object but not do this to it
+	// (a tenant deleting the operator's image).
+	ErrForbidden = errors.New("forbidden")
 )
+
+// RetryAfter returns how long err says to wait before retrying, when it
+// says (an error with a RetryAfter() time.Duration method in its chain).
+func RetryAfter(err error) (time.Duration, bool) {
+	var ra interface{ RetryAfter() time.Duration }
+	if errors.As(err, &ra) {
+		return ra.RetryAfter(), true
+	}
+	return 0, false
+}
 
 // Limits on requests. They bound what a caller can make the daemon hold in
 // memory or ask of a guest.
@@ -426,6 +444,27 @@ type Info struct {
 	// StartedFrom is how the VM started: StartedFromTemplate,
 	// StartedFromBoot or StartedFromSnapshot ("" when not known).
 	StartedFrom string `json:"started_from,omitempty"`
+	// EnvNames are the names of Config.Env, sorted. Env values are
+	// write-only: a front end returns Redacted(), whose Config has no Env.
+	EnvNames []string `json:"env_names,omitempty"`
+}
+
+// Redacted returns i without its env values: Config.Env is dropped and
+// EnvNames holds its names. Front ends return only redacted Infos, so a
+// secret passed in env never comes back in an answer, an event or a log.
+func (i Info) Redacted() Info {
+	if len(i.Config.Env) == 0 {
+		i.Config.Env = nil
+		return i
+	}
+	names := make([]string, 0, len(i.Config.Env))
+	for k := range i.Config.Env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	i.EnvNames = names
+	i.Config.Env = nil
+	return i
 }
 
 // KilledByProtocol is LostInfo.KilledBy when the daemon stopped a VM
