@@ -48,8 +48,11 @@ func TestAnotherTenantsSandboxIsMissing(t *testing.T) {
 	}
 	const missing = "sb-fake999"
 	calls := map[string]func(ctx context.Context, id string) error{
-		"get":       func(ctx context.Context, id string) error { _, err := m.Get(ctx, id); return err },
-		"cells":     func(ctx context.Context, id string) error { _, err := m.RunCell(ctx, id, "x = 0", time.Second, nil); return err },
+		"get": func(ctx context.Context, id string) error { _, err := m.Get(ctx, id); return err },
+		"cells": func(ctx context.Context, id string) error {
+			_, err := m.RunCell(ctx, id, "x = 0", time.Second, nil)
+			return err
+		},
 		"interrupt": func(ctx context.Context, id string) error { return m.Interrupt(ctx, id) },
 		"restart":   func(ctx context.Context, id string) error { return m.Restart(ctx, id) },
 		"exec": func(ctx context.Context, id string) error {
