@@ -73,6 +73,7 @@ type server struct {
 	maxTimeout         time.Duration
 	streamWriteTimeout time.Duration
 	mcp                http.Handler // nil: MCP is not served
+	knownTenant        func(string) bool // nil: any valid tenant name
 
 	registry    *prometheus.Registry
 	reqMetrics  *requestMetrics
@@ -112,12 +113,20 @@ func NewServer(m sandbox.Manager, log *slog.Logger, opts ...Option) http.Handler
 
 // ServeHTTP logs the request, refuses non-canonical paths and turns the
 // mux's plain-text 404 and 405 into JSON errors.
-func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
 	rec := &statusRecorder{ResponseWriter: w}
+	r, err := s.withCaller(req)
+	if err != nil {
+		r = req
+	}
 	// Deferred so that a handler aborting a half-sent response
 	// (panic(http.ErrAbortHandler)) is logged too.
 	defer s.logRequest(r, rec, start)
+	if err != nil {
+		s.writeError(rec, err)
+		return
+	}
 	s.serve(rec, r)
 }
 
