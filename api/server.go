@@ -72,7 +72,7 @@ type server struct {
 	defTimeout         time.Duration
 	maxTimeout         time.Duration
 	streamWriteTimeout time.Duration
-	mcp                http.Handler // nil: MCP is not served
+	mcp                http.Handler      // nil: MCP is not served
 	knownTenant        func(string) bool // nil: any valid tenant name
 
 	registry    *prometheus.Registry
