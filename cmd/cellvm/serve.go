@@ -25,6 +25,7 @@ import (
 	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/sandbox/metrics"
+	"github.com/cellvm/cellvm/sandbox/tenant"
 	"github.com/cellvm/cellvm/vmm/consolelog"
 )
 
@@ -57,9 +58,13 @@ type serveOptions struct {
 	tlsKey      string
 	socketGroup string
 
+	tenants *tenantFlags
+
 	mcp        bool
 	mcpFlags   *mcpFlags
 	mcpSession time.Duration
+	// mcpMaxSessions caps each tenant's MCP sessions.
+	mcpMaxSessions int
 	// cellTimeout is a cell's or command's limit when its request names
 	// none; maxCellTimeout the most a request may ask for.
 	cellTimeout, maxCellTimeout time.Duration
@@ -125,6 +130,8 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.DurationVar(&o.maxCellTimeout, "max-cell-timeout", api.DefaultMaxTimeout, "the longest time limit a cell or command may ask for")
 	fs.DurationVar(&o.mcpSession, "mcp-idle-timeout", 15*time.Minute, "end an MCP session (and delete its sandbox) after this long without a request")
 	o.mcpFlags = addMCPFlagsPrefixed(fs)
+	fs.IntVar(&o.mcpMaxSessions, "mcp-max-sessions", 16, "cap on each tenant's open MCP sessions (0: none; the tenant config's max_mcp_sessions overrides it)")
+	o.tenants = addTenantFlags(fs)
 	cmd.RunE = func(*cobra.Command, []string) error { return a.serve(o) }
 	return cmd
 }
@@ -189,6 +196,9 @@ func (o *serveOptions) check() error {
 	if o.maxWorkspace < 0 {
 		return usagef("--max-workspaces %d is negative", o.maxWorkspace)
 	}
+	if err := o.tenants.check(); err != nil {
+		return err
+	}
 	if o.snapshotMiB < 0 || o.snapshotMiB > 1<<40 {
 		return usagef("--snapshot-max-mib %d: want 0 (no cap) or a size in MiB", o.snapshotMiB)
 	}
@@ -215,6 +225,11 @@ func (a *app) serve(o *serveOptions) error {
 			return usageError{err}
 		}
 	}
+	tenantFile, err := o.tenants.load()
+	if err != nil {
+		return err
+	}
+	known := knownTenants(tokens, tenantFile)
 	var sockOpts []api.ListenOption
 	sockOpts = append(sockOpts, api.WithListenLogger(log))
 	if o.socketGroup != "" {
@@ -234,10 +249,14 @@ func (a *app) serve(o *serveOptions) error {
 	defer closeManager()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.Instrument(inner, reg)
-	apiOpts := []api.Option{api.WithMetrics(reg), api.WithTimeouts(o.cellTimeout, o.maxCellTimeout)}
+	// Every front end calls the tenant layer, which calls the metrics'
+	// wrapper over the engine.
+	m := tenant.New(metrics.Instrument(inner, reg), tenant.Options{Quotas: o.tenants.quotas, File: tenantFile, Log: log})
+	logTenants(log, known, o.tenants, tenantFile)
+	apiOpts := []api.Option{api.WithMetrics(reg), api.WithTimeouts(o.cellTimeout, o.maxCellTimeout),
+		api.WithTenants(func(t string) bool { return known[t] })}
 	if o.mcp {
-		mh, closeMCP := newMCPHandler(m, o, log)
+		mh, closeMCP := newMCPHandler(m, o, tenantFile, log)
 		defer closeMCP()
 		apiOpts = append(apiOpts, api.WithMCP(mh))
 	}
