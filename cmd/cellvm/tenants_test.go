@@ -331,4 +331,3 @@ func (s sessionSpy) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	return resp, err
 }
-
