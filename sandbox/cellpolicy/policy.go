@@ -198,12 +198,18 @@ func RefusedExec(reason string) cell.ExecResult {
 	return cell.ExecResult{ExitCode: ExecExitCode, Stderr: ErrorName + ": " + reason + "\n"}
 }
 
-// IsRefusedCell reports whether res is a cell the policy refused.
+// IsRefusedCell reports whether res has the shape of a cell the policy
+// refused: error PolicyRefused and no execution count (a cell that ran has
+// one, so code raising its own PolicyRefused exception does not match).
+// It is for display and tests; a record that must not be forged (the
+// audit log) comes from Options.OnRefuse.
 func IsRefusedCell(res cell.Result) bool {
-	return res.Status == cell.StatusError && res.Error != nil && res.Error.Name == ErrorName
+	return res.Status == cell.StatusError && res.Error != nil && res.Error.Name == ErrorName && res.ExecutionCount == 0
 }
 
-// IsRefusedExec reports whether res is a command the policy refused.
+// IsRefusedExec reports whether res has the shape of a command the policy
+// refused. A command can imitate it (exit 126, the same stderr); a record
+// that must not be forged comes from Options.OnRefuse.
 func IsRefusedExec(res cell.ExecResult) bool {
 	return res.ExitCode == ExecExitCode && strings.HasPrefix(res.Stderr, ErrorName+": ")
 }

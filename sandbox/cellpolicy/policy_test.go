@@ -95,6 +95,10 @@ func TestRefusesOSSystemAndRunsTheNextCell(t *testing.T) {
 	if ran := ranCells(inner); len(ran) != 1 || !strings.Contains(ran[0], "x = 6") {
 		t.Errorf("the inner manager saw %v, want the allowed cell only", ran)
 	}
+	imitation := cell.Result{Status: cell.StatusError, ExecutionCount: 3, Error: &cell.Error{Name: ErrorName, Value: "from user code"}}
+	if IsRefusedCell(imitation) {
+		t.Error("IsRefusedCell matched a cell that ran and raised its own PolicyRefused")
+	}
 	if main := res.MainResult(); main == nil || main.Data[cell.MIMEText] != "6" {
 		t.Errorf("allowed cell's value: %+v", res.Results)
 	}
