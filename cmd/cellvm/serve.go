@@ -63,6 +63,7 @@ type serveOptions struct {
 	// cellTimeout is a cell's or command's limit when its request names
 	// none; maxCellTimeout the most a request may ask for.
 	cellTimeout, maxCellTimeout time.Duration
+	policy                      *cellPolicyFlags // serve_policy.go
 }
 
 // deps are what tests replace: how the daemon and the embedded manager are
@@ -125,6 +126,7 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.DurationVar(&o.maxCellTimeout, "max-cell-timeout", api.DefaultMaxTimeout, "the longest time limit a cell or command may ask for")
 	fs.DurationVar(&o.mcpSession, "mcp-idle-timeout", 15*time.Minute, "end an MCP session (and delete its sandbox) after this long without a request")
 	o.mcpFlags = addMCPFlagsPrefixed(fs)
+	o.policy = addCellPolicyFlags(fs)
 	cmd.RunE = func(*cobra.Command, []string) error { return a.serve(o) }
 	return cmd
 }
@@ -192,7 +194,7 @@ func (o *serveOptions) check() error {
 	if o.snapshotMiB < 0 || o.snapshotMiB > 1<<40 {
 		return usagef("--snapshot-max-mib %d: want 0 (no cap) or a size in MiB", o.snapshotMiB)
 	}
-	return nil
+	return o.policy.check()
 }
 
 func (a *app) serve(o *serveOptions) error {
@@ -232,6 +234,9 @@ func (a *app) serve(o *serveOptions) error {
 		return err
 	}
 	defer closeManager()
+	if inner, err = o.policy.wrap(inner, log); err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.Instrument(inner, reg)
