@@ -22,10 +22,11 @@ import (
 // interpreter are not asked about.
 type Approve func(ctx context.Context, tool, code string) (approved string, ok bool, err error)
 
-// Refusal texts, as the model reads them.
+// What the model reads when the user refuses a call (the clients' approve
+// callbacks give the same text: clients/tooldef.go copies RefusedCode).
 const (
-	refusedCell = "The user refused to run this code; it did not run and the sandbox is unchanged. Do not run it again as it is: ask the user what they want, or take another approach."
-	refusedExec = "The user refused to run this command; it did not run and the sandbox is unchanged. Do not run it again as it is: ask the user what they want, or take another approach."
+	RefusedCode    = "The user refused to run this code; it did not run and the sandbox is unchanged. Do not run it again as it is: ask the user what they want, or take another approach."
+	RefusedCommand = "The user refused to run this command; it did not run and the sandbox is unchanged. Do not run it again as it is: ask the user what they want, or take another approach."
 )
 
 // approveCode asks t.Approve about a run_python call. It returns the code
@@ -40,7 +41,7 @@ func (t *Toolbox) approveCode(ctx context.Context, code string) (string, bool, *
 		r := ToolError("not run: asking the user for approval failed: %v", err)
 		return "", false, &r
 	case !ok:
-		return "", false, &ToolResult{Text: refusedCell, IsError: true}
+		return "", false, &ToolResult{Text: RefusedCode, IsError: true}
 	case len(got) > sandbox.MaxCodeBytes:
 		r := ToolError("not run: the user's edited code is %d bytes, at most %d", len(got), sandbox.MaxCodeBytes)
 		return "", false, &r
@@ -64,7 +65,7 @@ func (t *Toolbox) approveArgv(ctx context.Context, req sandbox.ExecRequest) (san
 		r := ToolError("not run: asking the user for approval failed: %v", err)
 		return req, false, &r
 	case !ok:
-		return req, false, &ToolResult{Text: refusedExec, IsError: true}
+		return req, false, &ToolResult{Text: RefusedCommand, IsError: true}
 	case got == string(orig):
 		return req, false, nil
 	}
