@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -272,27 +271,34 @@ func TestCancelledRequestEndsTheHook(t *testing.T) {
 }
 
 func TestConcurrentHooksAreBounded(t *testing.T) {
-	m, _, id := setup(t, "sleep 1\nexit 0\n", 400*time.Millisecond, nil)
-	// Fill every slot with a hook that outlives the deadline, then one more.
-	var wg sync.WaitGroup
-	results := make(chan cell.Result, MaxConcurrent+1)
-	for i := 0; i < MaxConcurrent+1; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, err := m.RunCell(context.Background(), id, "x = 1", time.Minute, nil)
-			if err != nil && !errors.Is(err, sandbox.ErrBusy) {
-				t.Error(err)
-			}
-			results <- res
-		}()
+	m, inner, id := setup(t, "exit 0\n", 300*time.Millisecond, nil)
+	// Every slot taken, as by MaxConcurrent hooks still running.
+	for i := 0; i < MaxConcurrent; i++ {
+		m.hook.slots <- struct{}{}
 	}
-	wg.Wait()
-	close(results)
-	for res := range results {
-		if !IsRefusedCell(res) {
-			t.Errorf("a cell whose hook outlived its deadline ran: %+v", res)
-		}
+	res, err := m.RunCell(context.Background(), id, "x = 1", time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !IsRefusedCell(res) || !strings.Contains(res.Error.Value, "16 hooks were already running") {
+		t.Errorf("with every slot taken: %+v, want a refusal saying so", res.Error)
+	}
+	<-m.hook.slots
+	if res, err := m.RunCell(context.Background(), id, "x = 1", time.Minute, nil); err != nil || res.Status != cell.StatusOK {
+		t.Errorf("with a slot free: %+v, %v", res, err)
+	}
+	if ran := ranCells(inner); len(ran) != 1 {
+		t.Errorf("the inner manager saw %v, want one cell", ran)
+	}
+}
+
+// A hook that decides without reading its input (1 MiB of code) still
+// allows: its closed stdin is not a failure.
+func TestHookThatIgnoresItsInput(t *testing.T) {
+	m, _, id := setup(t, "exit 0\n", 0, nil)
+	res, err := m.RunCell(context.Background(), id, "x = 1\n"+strings.Repeat("#", sandbox.MaxCodeBytes-7), time.Minute, nil)
+	if err != nil || IsRefusedCell(res) {
+		t.Errorf("%+v, %v", res.Error, err)
 	}
 }
 
