@@ -62,7 +62,8 @@ func confirmChat(t *testing.T, d *fakeDaemon, modelURL string, typed ...string) 
 	}
 	slave.Close()
 	screen := &lockedBuffer{}
-	go io.Copy(screen, master) // ends with EIO when the command exits
+	copied := make(chan struct{})
+	go func() { io.Copy(screen, master); close(copied) }() // EIO once the command has exited
 	const prompt = "?? run this cell? [y]es, [n]o (the model is told), [e]dit: "
 	for i, answer := range typed {
 		for strings.Count(screen.String(), prompt) <= i {
@@ -76,7 +77,11 @@ func confirmChat(t *testing.T, d *fakeDaemon, modelURL string, typed ...string) 
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("cellvm chat --confirm: %v; the terminal shows:\n%s", err, screen.String())
 	}
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-copied:
+	case <-time.After(5 * time.Second):
+		t.Errorf("the terminal's output did not end after the command exited")
+	}
 	return screen.String()
 }
 
