@@ -68,6 +68,7 @@ type serveOptions struct {
 	// cellTimeout is a cell's or command's limit when its request names
 	// none; maxCellTimeout the most a request may ask for.
 	cellTimeout, maxCellTimeout time.Duration
+	policy                      *cellPolicyFlags // serve_policy.go
 }
 
 // deps are what tests replace: how the daemon and the embedded manager are
@@ -132,6 +133,7 @@ func (a *app) serveCommand() *cobra.Command {
 	o.mcpFlags = addMCPFlagsPrefixed(fs)
 	fs.IntVar(&o.mcpMaxSessions, "mcp-max-sessions", 16, "cap on each tenant's open MCP sessions (0: none; the tenant config's max_mcp_sessions overrides it)")
 	o.tenants = addTenantFlags(fs)
+	o.policy = addCellPolicyFlags(fs)
 	cmd.RunE = func(*cobra.Command, []string) error { return a.serve(o) }
 	return cmd
 }
@@ -202,7 +204,7 @@ func (o *serveOptions) check() error {
 	if o.snapshotMiB < 0 || o.snapshotMiB > 1<<40 {
 		return usagef("--snapshot-max-mib %d: want 0 (no cap) or a size in MiB", o.snapshotMiB)
 	}
-	return nil
+	return o.policy.check()
 }
 
 func (a *app) serve(o *serveOptions) error {
@@ -247,6 +249,9 @@ func (a *app) serve(o *serveOptions) error {
 		return err
 	}
 	defer closeManager()
+	if inner, err = o.policy.wrap(inner, log); err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Every front end calls the tenant layer, which calls the metrics'
