@@ -37,6 +37,18 @@ func deniedSet(public []netip.Prefix) []netip.Prefix {
 	return out
 }
 
+// barredV4 is the IPv4 part of what the operator's rules keep closed:
+// no sandbox has an IPv6 path to close.
+func barredV4(g egress.Guard) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range g.Closed() {
+		if p.Addr().Is4() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // checkPublic checks the ranges a host declares public: each must lie in
 // a special range a policy may name (a public range of the internet needs
 // no declaring; this host, multicast and broadcast cannot be public),

@@ -102,7 +102,7 @@ func TestSpecialRanges(t *testing.T) {
 		for _, p := range c.public {
 			public = append(public, netip.MustParsePrefix(p))
 		}
-		steps := policySteps(l, deniedSet(public), mustParse(t, c.entries...))
+		steps := policySteps(l, nil, deniedSet(public), mustParse(t, c.entries...))
 		for _, a := range c.open {
 			if !decide(steps, nil, netip.MustParseAddr(a), protoTCP, 80) {
 				t.Errorf("%v (public %v): %s shut, want open", c.entries, c.public, a)
