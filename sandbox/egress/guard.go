@@ -83,14 +83,14 @@ func (g Guard) WithAllowPrivate(extra ...netip.Prefix) Guard {
 
 // opened is AllowPrivate less the metadata addresses.
 func (g Guard) opened() []netip.Prefix {
-	return without(normalize(g.AllowPrivate), metadata())
+	return Without(normalize(g.AllowPrivate), metadata())
 }
 
 // Closed returns what stays shut to every sandbox these rules cover: Deny
 // less AllowPrivate, the metadata addresses always. It is what package
 // netpolicy enforces and what the daemon logs.
 func (g Guard) Closed() []netip.Prefix {
-	return normalize(without(normalize(g.Deny), g.opened()))
+	return normalize(Without(normalize(g.Deny), g.opened()))
 }
 
 // Check refuses an allowlist with an IP or CIDR entry (with or without a

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -272,8 +273,28 @@ func TestParseRanges(t *testing.T) {
 	}
 }
 
+func TestSubtract(t *testing.T) {
+	for _, c := range []struct {
+		r, p string
+		want string
+	}{
+		{"10.0.0.0/8", "192.168.0.0/16", "[10.0.0.0/8]"},
+		{"10.0.0.0/8", "10.0.0.0/8", "[]"},
+		{"10.0.0.0/8", "0.0.0.0/0", "[]"},
+		{"198.18.0.0/15", "198.18.0.0/16", "[198.19.0.0/16]"},
+		{"198.18.0.0/15", "198.19.0.0/16", "[198.18.0.0/16]"},
+		{"192.0.0.0/24", "192.0.0.128/26", "[192.0.0.0/25 192.0.0.192/26]"},
+		{"10.0.0.0/30", "10.0.0.1/32", "[10.0.0.0/32 10.0.0.2/31]"},
+	} {
+		got := subtract(netip.MustParsePrefix(c.r), netip.MustParsePrefix(c.p))
+		if fmt.Sprint(got) != c.want {
+			t.Errorf("%s - %s = %v, want %s", c.r, c.p, got, c.want)
+		}
+	}
+}
+
 func TestWithout(t *testing.T) {
-	got := without(prefixes("10.0.0.0/8"), prefixes("10.1.2.3/32"))
+	got := Without(prefixes("10.0.0.0/8"), prefixes("10.1.2.3/32"))
 	if len(got) != 24 {
 		t.Errorf("10.0.0.0/8 less a /32: %d prefixes, want 24", len(got))
 	}
@@ -282,13 +303,13 @@ func TestWithout(t *testing.T) {
 			t.Errorf("%v holds the address taken out", p)
 		}
 	}
-	if got := without(prefixes("::/0"), prefixes("::/0")); len(got) != 0 {
+	if got := Without(prefixes("::/0"), prefixes("::/0")); len(got) != 0 {
 		t.Errorf("::/0 less itself = %v", got)
 	}
-	if got := without(prefixes("10.0.0.0/8"), prefixes("::/0")); !slices.Equal(got, prefixes("10.0.0.0/8")) {
+	if got := Without(prefixes("10.0.0.0/8"), prefixes("::/0")); !slices.Equal(got, prefixes("10.0.0.0/8")) {
 		t.Errorf("IPv4 less IPv6 = %v", got)
 	}
-	if got := without(prefixes("2001:db8::/32"), prefixes("2001:db8::1/128")); len(got) != 96 {
+	if got := Without(prefixes("2001:db8::/32"), prefixes("2001:db8::1/128")); len(got) != 96 {
 		t.Errorf("a /32 less a /128: %d prefixes, want 96", len(got))
 	}
 }

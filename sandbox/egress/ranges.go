@@ -104,9 +104,11 @@ func normalize(lists ...[]netip.Prefix) []netip.Prefix {
 	return slices.Clip(out)
 }
 
-// without returns set less the addresses of remove, as prefixes. All are
-// canonical.
-func without(set, remove []netip.Prefix) []netip.Prefix {
+// Without returns set less the addresses of remove, as prefixes, both
+// families (netpolicy takes public ranges out of the special ones with
+// it). It expects canonical prefixes (host bits zero, as ParseRanges and
+// Parse give them).
+func Without(set, remove []netip.Prefix) []netip.Prefix {
 	var out []netip.Prefix
 	for _, s := range set {
 		rest := []netip.Prefix{s}
@@ -162,5 +164,5 @@ func covered(p netip.Prefix, set []netip.Prefix) bool {
 			return true
 		}
 	}
-	return len(without([]netip.Prefix{p}, set)) == 0
+	return len(Without([]netip.Prefix{p}, set)) == 0
 }
