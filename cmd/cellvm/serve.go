@@ -44,6 +44,7 @@ type serveOptions struct {
 	workspaceMiB int64
 	maxWorkspace int
 	publicRanges prefixList
+	egress       egressOptions // serve_egress.go
 	// templates: warm starts from a template per machine shape, at
 	// most maxTemplates of them in templatesMiB of disk.
 	templates    bool
@@ -118,7 +119,8 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.Int64Var(&o.workspaceMiB, "workspace-mib", sandbox.DefaultWorkspaceBytes>>20, "size in MiB of a workspace made from now on: the most its files can take (the file on the host is sparse)")
 	fs.IntVar(&o.maxWorkspace, "max-workspaces", 64, "cap on the number of workspaces (0: none); a create that would make one more is refused with 503")
 	fs.Int64Var(&o.snapshotMiB, "snapshot-max-mib", 0, "cap in MiB on the disk machine images take: snapshots and paused sandboxes (0: none); a snapshot or pause past it is refused")
-	fs.Var(&o.publicRanges, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses)")
+	fs.Var(&o.publicRanges, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses); one that --egress-deny holds stays closed unless --egress-allow-private names it too")
+	o.egress.addFlags(fs)
 	fs.Var(&o.dnsUpstreams, "dns-upstream", "`IP:PORT[,IP:PORT...]` resolvers that the guests' DNS asks for allowed names, e.g. one that knows a private package index (default: /etc/resolv.conf's)")
 	fs.StringVar(&o.node, "node", "", "this daemon's node name, written into sandbox ids (sb-NODE-...) for a router in front of many daemons")
 	fs.StringVar(&o.listen, "listen", "", "also serve the API over TLS at tcp://HOST:PORT (needs --token-file)")
@@ -219,6 +221,9 @@ func (a *app) serve(o *serveOptions) error {
 	}
 	log, err := newLogger(a.stderr, o.guest.logLevel)
 	if err != nil {
+		return err
+	}
+	if err := o.egress.resolve(log, o.publicRanges, hostInterfaces); err != nil {
 		return err
 	}
 	var tokens *api.Tokens
@@ -330,7 +335,7 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 	}
 	var netHost *netpolicy.Host
 	if o.network {
-		if netHost, err = netpolicy.NewHost(netpolicy.HostConfig{Uplink: o.uplink, PublicRanges: o.publicRanges, Upstreams: o.dnsUpstreams.strings()}, log); err != nil {
+		if netHost, err = netpolicy.NewHost(netpolicy.HostConfig{Uplink: o.uplink, PublicRanges: o.publicRanges, Upstreams: o.dnsUpstreams.strings(), Egress: o.egress.guard}, log); err != nil {
 			return nil, nil, fmt.Errorf("network policies: %w (pass --network=false to run without them)", err)
 		}
 		log.Info("network policies on", "uplink", o.uplink, "public_ranges", o.publicRanges.String(), "dns_upstreams", o.dnsUpstreams.String())
