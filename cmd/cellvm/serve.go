@@ -261,7 +261,8 @@ func (a *app) serve(o *serveOptions) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Every front end calls the tenant layer, which calls the metrics'
 	// wrapper over the engine.
-	m := tenant.New(metrics.Instrument(inner, reg), tenant.Options{Quotas: o.tenants.quotas, File: tenantFile, Log: log})
+	m := tenant.New(metrics.Instrument(inner, reg), tenant.Options{Quotas: o.tenants.quotas, File: tenantFile, Log: log,
+		CheckEgress: o.checkEgress})
 	logTenants(log, known, o.tenants, tenantFile)
 	apiOpts := []api.Option{api.WithMetrics(reg), api.WithTimeouts(o.cellTimeout, o.maxCellTimeout),
 		api.WithTenants(func(t string) bool { return known[t] })}
@@ -356,6 +357,7 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		BootTimeout: bootTimeoutFromEnv(), Net: netHost, Jail: jailOpt, ConsoleMaxBytes: o.consoleMiB << 20,
 		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node, MaxImageBytes: o.snapshotMiB << 20,
 		WorkspaceBytes: o.workspaceMiB << 20, MaxWorkspaces: o.maxWorkspace,
+		AllowPrivate: func(t string) []netip.Prefix { return o.tenants.file.For(t).AllowPrivate() },
 		Templates: engine.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20},
 	})
 	if err != nil {

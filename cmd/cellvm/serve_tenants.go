@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"sort"
 
@@ -16,6 +17,8 @@ import (
 type tenantFlags struct {
 	configFile string
 	quotas     tenant.Quotas
+	// file is the tenant file once loaded (nil: none).
+	file *tenant.File
 }
 
 func addTenantFlags(fs *pflag.FlagSet) *tenantFlags {
@@ -47,7 +50,18 @@ func (f *tenantFlags) load() (*tenant.File, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
+	f.file = tf
 	return tf, nil
+}
+
+// checkEgress checks a tenant's allowlist against the operator's egress
+// rules, with the ranges the tenant file opens for it.
+func (o *serveOptions) checkEgress(t string, allow []string) error {
+	g := o.egress.guard.WithAllowPrivate(o.tenants.file.For(t).AllowPrivate()...)
+	if err := g.Check(allow); err != nil {
+		return fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+	}
+	return nil
 }
 
 // knownTenants is the set of tenants the operator may act for: the
