@@ -331,3 +331,41 @@ func (s sessionSpy) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	return resp, err
 }
+
+// TestOperatorsEgressRulesBindTenants: a tenant's allowlist naming a
+// denied range is refused at create and at policy update, and the
+// operator's --egress-allow-private opens one for everyone.
+func TestOperatorsEgressRulesBindTenants(t *testing.T) {
+	d := startTenantDaemon(t, "--egress-allow-private", "10.20.0.0/16")
+	st, body := d.call(t, alphaToken, "POST", "/v1/sandboxes", `{"network":{"allow":["8.8.8.8"]}}`)
+	if st != http.StatusCreated {
+		t.Fatalf("a public allow: %d %s", st, body)
+	}
+	var info sandbox.Info
+	json.Unmarshal([]byte(body), &info)
+	for _, allow := range []string{`["169.254.169.254"]`, `["10.0.0.0/8"]`, `["192.168.1.1"]`, `["100.100.100.200"]`, `["0.0.0.0/0","169.254.169.254/32"]`} {
+		before := strings.Count(func() string { _, b := d.call(t, alphaToken, "GET", "/v1/sandboxes", ""); return b }(), `"id":`)
+		if st, body := d.call(t, alphaToken, "POST", "/v1/sandboxes", `{"network":{"allow":`+allow+`}}`); st != http.StatusBadRequest || !strings.Contains(body, "denied") {
+			t.Errorf("create with %s: %d %s, want 400 naming the rule", allow, st, body)
+		}
+		if after := strings.Count(func() string { _, b := d.call(t, alphaToken, "GET", "/v1/sandboxes", ""); return b }(), `"id":`); after != before {
+			t.Errorf("a refused create with %s made a sandbox", allow)
+		}
+		if st, body := d.call(t, alphaToken, "PUT", "/v1/sandboxes/"+info.ID+"/network", `{"allow":`+allow+`}`); st != http.StatusBadRequest || !strings.Contains(body, "denied") {
+			t.Errorf("policy update to %s: %d %s, want 400", allow, st, body)
+		}
+	}
+	if _, body := d.call(t, alphaToken, "GET", "/v1/sandboxes/"+info.ID, ""); !strings.Contains(body, `"allow":["8.8.8.8"]`) {
+		t.Errorf("a refused update changed the policy: %s", body)
+	}
+	// The operator's --egress-allow-private range is open to all tenants.
+	for _, token := range []string{alphaToken, betaToken} {
+		if st, body := d.call(t, token, "POST", "/v1/sandboxes", `{"network":{"allow":["10.20.1.5"]}}`); st != http.StatusCreated {
+			t.Errorf("an --egress-allow-private range: %d %s", st, body)
+		}
+	}
+	// 0.0.0.0/0 alone passes: the denied ranges stay closed inside it.
+	if st, body := d.call(t, betaToken, "POST", "/v1/sandboxes", `{"network":{"allow":["0.0.0.0/0"]}}`); st != http.StatusCreated {
+		t.Errorf("0.0.0.0/0: %d %s", st, body)
+	}
+}
