@@ -358,7 +358,7 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node, MaxImageBytes: o.snapshotMiB << 20,
 		WorkspaceBytes: o.workspaceMiB << 20, MaxWorkspaces: o.maxWorkspace,
 		AllowPrivate: func(t string) []netip.Prefix { return o.tenants.file.For(t).AllowPrivate() },
-		Templates: engine.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20},
+		Templates:    engine.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20},
 	})
 	if err != nil {
 		closeNet()

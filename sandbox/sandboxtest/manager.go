@@ -25,6 +25,10 @@ type Manager struct {
 	// Script, when set, answers cells before the scripted ones and the
 	// stand-in interpreter (see Script).
 	Script Script
+	// Node, when set, makes sandbox ids as a daemon with --node does:
+	// sb-NODE-<12 hex>, the hex the sandbox's number (a router in front
+	// of many daemons reads the node from the id).
+	Node string
 
 	events sandbox.EventHub
 
@@ -222,6 +226,9 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 		return sandbox.Info{}, err
 	}
 	id := fmt.Sprintf("sb-fake%d", m.next+1)
+	if m.Node != "" {
+		id = fmt.Sprintf("sb-%s-%012x", m.Node, m.next+1)
+	}
 	ws, err := m.holdWorkspace(cfg.Tenant, cfg.Workspace, id)
 	if err != nil {
 		return sandbox.Info{}, err
