@@ -50,8 +50,9 @@ const snapshotTimeout = 5 * time.Minute
 // snapshotMeta is snapshot.json.
 type snapshotMeta struct {
 	Info sandbox.SnapshotInfo `json:"info"`
-	// Config is the sandbox's at the time; a fork takes what it does not
-	// set itself (env, TTL, idle timeout) from it.
+	// Config is the sandbox's at the time; a fork takes its env from it
+	// when it sets none. A fork's lifetimes are its own create's, or the
+	// daemon's defaults, as for any create.
 	Config sandbox.Config `json:"config"`
 	// Network says the snapshot's machine has a NIC, and MAC is its
 	// address (the guest's driver read it at boot; a fork's NIC keeps it).

@@ -25,6 +25,10 @@ type Manager struct {
 	// Script, when set, answers cells before the scripted ones and the
 	// stand-in interpreter (see Script).
 	Script Script
+	// Lifetimes are the defaults and cap a create's TTL and idle timeout
+	// get (Config.WithLifetimes), as the VM manager's options give them.
+	// The zero value gives none.
+	Lifetimes sandbox.Lifetimes
 
 	events sandbox.EventHub
 
@@ -210,6 +214,10 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
+		return sandbox.Info{}, err
+	}
+	cfg, err := cfg.WithLifetimes(m.Lifetimes)
+	if err != nil {
 		return sandbox.Info{}, err
 	}
 	if err := m.capsAllow(cfg); err != nil {
