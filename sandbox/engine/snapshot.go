@@ -69,7 +69,9 @@ func newSnapshotID() string {
 	return "snap-" + hex.EncodeToString(b)
 }
 
-func (m *VMManager) snapshotsDir() string { return filepath.Join(m.opt.StateDir, "snapshots") }
+func (m *VMManager) snapshotsDir() string { return snapshotsDirIn(m.opt.StateDir) }
+
+func snapshotsDirIn(stateDir string) string { return filepath.Join(stateDir, "snapshots") }
 
 func (m *VMManager) snapshotDir(id string) string { return filepath.Join(m.snapshotsDir(), id) }
 
