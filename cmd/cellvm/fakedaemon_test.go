@@ -18,7 +18,11 @@ import (
 func fakeDeps() deps {
 	m := newScriptedFake()
 	return deps{
-		daemonManager:   func(*serveOptions, *slog.Logger) (sandbox.Manager, func(), error) { return m, func() {}, nil },
+		daemonManager: func(o *serveOptions, _ *slog.Logger) (sandbox.Manager, func(), error) {
+			// serve's lifetimes, as the daemon's engine gets them.
+			m.Lifetimes = o.life.lifetimes()
+			return m, func() {}, nil
+		},
 		embeddedManager: func(*guestFlags, *slog.Logger) (sandbox.Manager, func(), error) { return m, func() {}, nil },
 	}
 }
