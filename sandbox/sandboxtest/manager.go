@@ -29,6 +29,10 @@ type Manager struct {
 	// sb-NODE-<12 hex>, the hex the sandbox's number (a router in front
 	// of many daemons reads the node from the id).
 	Node string
+	// Lifetimes are the defaults and cap a create's TTL and idle timeout
+	// get (Config.WithLifetimes), as the VM manager's options give them.
+	// The zero value gives none.
+	Lifetimes sandbox.Lifetimes
 
 	events sandbox.EventHub
 
@@ -214,6 +218,10 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
+		return sandbox.Info{}, err
+	}
+	cfg, err := cfg.WithLifetimes(m.Lifetimes)
+	if err != nil {
 		return sandbox.Info{}, err
 	}
 	if err := m.capsAllow(cfg); err != nil {
