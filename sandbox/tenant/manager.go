@@ -119,6 +119,7 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 			return sandbox.Info{}, err
 		}
 	}
+	shape := cfg.WithDefaults() // what the quotas count
 	if cfg.Snapshot != "" {
 		if !sandbox.ValidSnapshotID(cfg.Snapshot) {
 			return sandbox.Info{}, fmt.Errorf("%w: snapshot %q is not a snapshot id (snap- and 12 hex digits)", sandbox.ErrInvalid, clipString(cfg.Snapshot, 64))
@@ -133,8 +134,7 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 		if all(c) && cfg.Tenant == "" {
 			cfg.Tenant = snap.Tenant // the operator's fork stays with the snapshot's owner
 		}
-		// A fork has its snapshot's machine.
-		cfg.VCPUs, cfg.MemoryMiB = snap.VCPUs, snap.MemoryMiB
+		shape.VCPUs, shape.MemoryMiB = snap.VCPUs, snap.MemoryMiB // a fork has its snapshot's machine
 	}
 	if cfg.Network != nil && m.opt.CheckEgress != nil && !all(c) {
 		if err := cfg.Network.Validate(); err != nil {
@@ -146,7 +146,8 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 	}
 	var release func()
 	if !all(c) {
-		if release, err = m.admit(ctx, cfg.WithDefaults()); err != nil {
+		shape.Tenant, shape.Workspace = cfg.Tenant, cfg.Workspace
+		if release, err = m.admit(ctx, shape); err != nil {
 			m.log.Info("tenant: create refused by a quota", "tenant", cfg.Tenant, "error", err)
 			return sandbox.Info{}, err
 		}
