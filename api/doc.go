@@ -19,8 +19,7 @@
 // are rate limited per client address, IPv6 by /64, in a bounded table,
 // so a flood of failures can slow guessing but never refuse a valid token.
 // Behind proxies named by WithTrustedProxies the client address comes from
-// X-Forwarded-For. Dial
-// is the client's side of both.
+// X-Forwarded-For. Dial is the client's side of both.
 //
 // Routes (the table in routes.go is the one source; the OpenAPI document is
 // tested to match it):
