@@ -110,12 +110,16 @@ type tokenGate struct {
 	log     *slog.Logger
 	trusted []netip.Prefix
 	fails   *failTable
-	now     func() time.Time // nil: time.Now
 
 	// logLimit bounds the refusals logged: clients choose how many
 	// there are. The ones left out are counted in the next line.
 	logLimit   *rate.Limiter
 	suppressed atomic.Int64
+
+	// audit: the refusals' records (WithGateAudit), nil for none.
+	audit           *auditSink
+	auditLimit      *rate.Limiter
+	auditSuppressed atomic.Int64
 }
 
 func (g *tokenGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -125,18 +129,17 @@ func (g *tokenGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.next.ServeHTTP(w, r.WithContext(withClientAddr(r.Context(), client)))
 		return
 	}
-	now := time.Now()
-	if g.now != nil {
-		now = g.now()
-	}
-	ok, retry := g.fails.spend(failKey(client), now)
+	start := time.Now()
+	ok, retry := g.fails.spend(failKey(client), start)
 	if !ok {
 		g.logRefusal(r, client, hadToken, "api: refused a client that failed authentication too often")
+		g.auditRefusal(r, client.String(), http.StatusTooManyRequests, CodeRateLimited, start)
 		w.Header().Set("Retry-After", fmt.Sprint(int(retry/time.Second)+1))
 		writeAuthError(w, http.StatusTooManyRequests, CodeRateLimited, "too many failed authentications from this address; retry later")
 		return
 	}
 	g.logRefusal(r, client, hadToken, "api: refused a request without a valid bearer token")
+	g.auditRefusal(r, client.String(), http.StatusUnauthorized, CodeUnauthorized, start)
 	w.Header().Set("WWW-Authenticate", `Bearer realm="cellvm"`)
 	writeAuthError(w, http.StatusUnauthorized, CodeUnauthorized, "a valid bearer token is required (Authorization: Bearer TOKEN)")
 }
