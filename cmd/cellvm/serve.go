@@ -63,6 +63,7 @@ type serveOptions struct {
 	// cellTimeout is a cell's or command's limit when its request names
 	// none; maxCellTimeout the most a request may ask for.
 	cellTimeout, maxCellTimeout time.Duration
+	audit                       *auditFlags // serve_audit.go
 }
 
 // deps are what tests replace: how the daemon and the embedded manager are
@@ -125,6 +126,7 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.DurationVar(&o.maxCellTimeout, "max-cell-timeout", api.DefaultMaxTimeout, "the longest time limit a cell or command may ask for")
 	fs.DurationVar(&o.mcpSession, "mcp-idle-timeout", 15*time.Minute, "end an MCP session (and delete its sandbox) after this long without a request")
 	o.mcpFlags = addMCPFlagsPrefixed(fs)
+	o.audit = addAuditFlags(fs)
 	cmd.RunE = func(*cobra.Command, []string) error { return a.serve(o) }
 	return cmd
 }
@@ -192,7 +194,7 @@ func (o *serveOptions) check() error {
 	if o.snapshotMiB < 0 || o.snapshotMiB > 1<<40 {
 		return usagef("--snapshot-max-mib %d: want 0 (no cap) or a size in MiB", o.snapshotMiB)
 	}
-	return nil
+	return o.audit.check(o.listen)
 }
 
 func (a *app) serve(o *serveOptions) error {
@@ -202,9 +204,7 @@ func (a *app) serve(o *serveOptions) error {
 	if o.socket == "" {
 		o.socket = DefaultSocket
 	}
-	if o.stateDir == "" {
-		o.stateDir = filepath.Join(filepath.Dir(o.socket), "state")
-	}
+	o.stateDir = stateDirFor(o.socket, o.stateDir)
 	log, err := newLogger(a.stderr, o.guest.logLevel)
 	if err != nil {
 		return err
@@ -227,6 +227,13 @@ func (a *app) serve(o *serveOptions) error {
 	if err := os.MkdirAll(filepath.Dir(o.socket), 0o700); err != nil {
 		return fmt.Errorf("socket directory: %w", err)
 	}
+	// Opened before the manager and closed after it, for the records
+	// of the sandboxes it ends.
+	auditOpts, gateOpts, closeAudit, err := o.audit.open(o.stateDir, log)
+	if err != nil {
+		return err
+	}
+	defer closeAudit()
 	inner, closeManager, err := a.deps.daemonManager(o, log)
 	if err != nil {
 		return err
@@ -241,7 +248,7 @@ func (a *app) serve(o *serveOptions) error {
 		defer closeMCP()
 		apiOpts = append(apiOpts, api.WithMCP(mh))
 	}
-	handler := api.NewServer(m, log, apiOpts...)
+	handler := api.NewServer(m, log, append(apiOpts, auditOpts...)...)
 	var servers []*http.Server
 	errc := make(chan error, 2)
 	ln, err := api.ListenUnix(o.socket, sockOpts...)
@@ -260,7 +267,7 @@ func (a *app) serve(o *serveOptions) error {
 		if err != nil {
 			return fmt.Errorf("--listen: %w", err)
 		}
-		tcpSrv := api.NewHTTPServer(api.RequireToken(handler, tokens, log))
+		tcpSrv := api.NewHTTPServer(api.RequireToken(handler, tokens, log, gateOpts...))
 		tcpSrv.TLSConfig = tlsCfg
 		servers = append(servers, tcpSrv)
 		go func() { errc <- tcpSrv.ServeTLS(tln, "", "") }()
