@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -145,10 +146,20 @@ func TestServeWritesTheAuditLog(t *testing.T) {
 		return rec
 	}
 	// The create's record has no sandbox in it until the lead's handlers
-	// fill it; the refused inspect and the delete name theirs.
+	// fill it; the refused inspect and the delete name theirs, and the
+	// sandbox's end has its own record, written as the manager publishes
+	// it (before or after the DELETE's).
 	d.cellvm(t, "sandbox", "rm", id)
-	if rec := next(); rec.Action != "DELETE /v1/sandboxes/{id}" || rec.Sandbox != id || !strings.HasPrefix(rec.Peer, "uid:") {
-		t.Errorf("followed record %+v", rec)
+	got := map[string]audit.Record{}
+	for len(got) < 2 {
+		rec := next()
+		got[rec.Action] = rec
+	}
+	if rec := got["DELETE /v1/sandboxes/{id}"]; rec.Sandbox != id || !strings.HasPrefix(rec.Peer, "uid:") || rec.Status != 204 {
+		t.Errorf("followed the delete %+v", rec)
+	}
+	if rec := got[audit.ActionSandboxEnd]; rec.Sandbox != id || rec.Reason != "deleted: request" {
+		t.Errorf("followed the end %+v", rec)
 	}
 
 	r := d.cellvm(t, "audit", "--json", "--state-dir", state)
@@ -158,7 +169,8 @@ func TestServeWritesTheAuditLog(t *testing.T) {
 		json.Unmarshal([]byte(l), &rec)
 		actions = append(actions, fmt.Sprintf("%s %d", rec.Action, rec.Status))
 	}
-	want := "POST /v1/sandboxes 201,GET /v1/sandboxes/{id} 404,DELETE /v1/sandboxes/{id} 204"
+	slices.Sort(actions)
+	want := "DELETE /v1/sandboxes/{id} 204,GET /v1/sandboxes/{id} 404,POST /v1/sandboxes 201,sandbox.end 0"
 	if r.code != 0 || strings.Join(actions, ",") != want {
 		t.Errorf("audit: %v, want %s (%+v)", actions, want, r)
 	}

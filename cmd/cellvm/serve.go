@@ -242,6 +242,9 @@ func (a *app) serve(o *serveOptions) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.Instrument(inner, reg)
+	if err := o.audit.watchEnds(m, log); err != nil {
+		return err
+	}
 	apiOpts := []api.Option{api.WithMetrics(reg), api.WithTimeouts(o.cellTimeout, o.maxCellTimeout)}
 	if o.mcp {
 		mh, closeMCP := newMCPHandler(m, o, log)

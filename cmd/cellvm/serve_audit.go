@@ -1,24 +1,62 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync"
 
 	"github.com/spf13/pflag"
 
 	"github.com/cellvm/cellvm/api"
 	"github.com/cellvm/cellvm/audit"
+	"github.com/cellvm/cellvm/sandbox"
 )
 
 // auditFlags are serve's audit log and client-address flags.
 type auditFlags struct {
-	file     string
-	maxMiB   int64
-	keep     int
-	code     string
-	trusted  prefixList
-	stateDir string // set by serve: where the default file goes
+	file    string
+	maxMiB  int64
+	keep    int
+	code    string
+	trusted prefixList
+
+	// The sandbox-end watcher (watchEnds): stopped by open's closer,
+	// which serve runs after the manager's, so that the ends a shutdown
+	// makes are recorded too.
+	log  *audit.Log
+	ends *endWatcher
+}
+
+// endWatcher is the sandbox-end watcher's stream, which Close ends.
+type endWatcher struct {
+	mu      sync.Mutex
+	st      sandbox.EventStream
+	stopped bool
+	done    chan struct{}
+}
+
+// swap makes st the stream, unless the watcher was stopped.
+func (w *endWatcher) swap(st sandbox.EventStream) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		st.Close()
+		return false
+	}
+	w.st = st
+	return true
+}
+
+// stop closes the stream and waits for the events it held to be written.
+func (w *endWatcher) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	w.st.Close()
+	w.mu.Unlock()
+	<-w.done
 }
 
 // auditOff is the --audit-log value that turns the log off.
@@ -75,7 +113,77 @@ func (f *auditFlags) open(stateDir string, log *slog.Logger) ([]api.Option, []ap
 		return nil, nil, nil, fmt.Errorf("%w (--audit-log FILE puts it elsewhere; --audit-log off turns it off)", err)
 	}
 	log.Info("audit log", "file", path, "max_mib", f.maxMiB, "keep", f.keep, "code", f.code)
-	return []api.Option{api.WithAudit(l)}, append(gate, api.WithGateAudit(l)), func() { l.Close() }, nil
+	f.log = l
+	closeAll := func() {
+		if f.ends != nil {
+			f.ends.stop()
+		}
+		l.Close()
+	}
+	return []api.Option{api.WithAudit(l)}, append(gate, api.WithGateAudit(l)), closeAll, nil
+}
+
+// watchEnds writes a record (audit.ActionSandboxEnd) for each sandbox
+// that ends, however it ends: deleted through the API, by its TTL or idle
+// timeout, at shutdown, or lost. It does nothing when the log is off.
+func (f *auditFlags) watchEnds(m sandbox.Manager, log *slog.Logger) error {
+	if f.log == nil {
+		return nil
+	}
+	st, err := m.Events(context.Background())
+	if err != nil {
+		return fmt.Errorf("audit log: watching sandbox ends: %w", err)
+	}
+	w := &endWatcher{st: st, done: make(chan struct{})}
+	f.ends = w
+	go func() {
+		defer close(w.done)
+		for {
+			ev, err := st.Next(context.Background())
+			if errors.Is(err, sandbox.ErrEventsLagged) {
+				// Say so in the log itself, and watch again.
+				f.writeEnd(log, audit.Record{Action: audit.ActionSandboxEnd, Error: "events_lagged",
+					Reason: "the audit log fell behind the sandbox events: some sandbox ends before this one are not recorded"})
+				if st, err = m.Events(context.Background()); err == nil && w.swap(st) {
+					continue
+				}
+				return
+			}
+			if err != nil {
+				return // the stream was closed (shutdown)
+			}
+			if rec, ok := endRecord(ev); ok {
+				f.writeEnd(log, rec)
+			}
+		}
+	}()
+	return nil
+}
+
+// endRecord is the record of a deleted or lost event.
+// TODO(lead): Tenant from the event once it carries one, and Egress from
+// the sandbox's egress counters once the deleted and lost events carry
+// them (allowed/dropped connections, DNS answers by name).
+func endRecord(ev sandbox.Event) (audit.Record, bool) {
+	rec := audit.Record{Time: ev.Time, Action: audit.ActionSandboxEnd, Sandbox: ev.Sandbox}
+	switch ev.Type {
+	case sandbox.EventDeleted:
+		rec.Reason = "deleted: " + ev.Reason
+	case sandbox.EventLost:
+		rec.ResultStatus = "lost"
+		if ev.Lost != nil {
+			rec.Reason, rec.KilledBy = "lost: "+ev.Lost.Reason, ev.Lost.KilledBy
+		}
+	default:
+		return rec, false
+	}
+	return rec, true
+}
+
+func (f *auditFlags) writeEnd(log *slog.Logger, rec audit.Record) {
+	if err := f.log.Write(rec); err != nil {
+		log.Error("audit log: a sandbox end was not written", "sandbox", rec.Sandbox, "err", err)
+	}
 }
 
 // stateDirFor is the state directory serve uses for --socket and
