@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/cellvm/cellvm/audit"
+	"github.com/cellvm/cellvm/sandbox"
 )
 
 // The audit log (cellvm serve --audit-log). ServeHTTP gives every request
@@ -34,7 +35,7 @@ import (
 // cut off with an error, and GETs a handler marks with Always (downloads).
 // The auth gate writes its own refusals (WithGateAudit), at a bounded
 // rate: whoever reaches the port can send them. The entry fills in the
-// route, the peer, the status, the duration, the error code, and the ids
+// route, the caller (tenant, token id, peer, operator), the status, the duration, the error code, and the ids
 // in the path ({id} of a sandbox or snapshot route, {name} of a workspace
 // or image, {path} of a file); handlers add the rest (the code's digest, a
 // created sandbox's id, a file's size and digest, a policy's allow lists,
@@ -181,11 +182,15 @@ func (e *AuditEntry) fillFromRequest(rec *audit.Record) {
 			rec.Action = r.Method + " " + clipString(r.URL.Path, 128) // no route
 		}
 	}
+	if c, ok := sandbox.CallerFrom(r.Context()); ok {
+		rec.Tenant = cmpOr(rec.Tenant, c.Tenant)
+		rec.TokenID = cmpOr(rec.TokenID, c.TokenID)
+		rec.Peer = cmpOr(rec.Peer, c.Peer)
+		rec.Operator = rec.Operator || c.Operator
+	}
 	if rec.Peer == "" {
 		rec.Peer = requestPeer(r.Context(), r)
 	}
-	// TODO(lead): Tenant and TokenID from sandbox.CallerFrom(r.Context())
-	// once the tenancy core lands; Peer from it too.
 	id := func(name string) string { return clipString(r.PathValue(name), 128) }
 	switch {
 	case strings.Contains(r.Pattern, " /v1/sandboxes/{id}"):

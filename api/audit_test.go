@@ -79,7 +79,10 @@ func TestAuditThroughTheGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect("create", func(r audit.Record) bool { return r.Action == "POST /v1/sandboxes" && r.Status == http.StatusCreated })
+	expect("create", func(r audit.Record) bool {
+		return r.Action == "POST /v1/sandboxes" && r.Status == http.StatusCreated &&
+			r.Tenant == sandbox.DefaultTenant && r.TokenID == TokenID(testToken) && !r.Operator
+	})
 	if _, err := c.List(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +102,8 @@ func TestAuditThroughTheGate(t *testing.T) {
 	expect("network", func(r audit.Record) bool { return r.Action == "PUT /v1/sandboxes/{id}/network" && r.Sandbox == info.ID })
 	bad.List(ctx)
 	expect("a wrong token", func(r audit.Record) bool {
-		return r.Action == audit.ActionAuth && r.Status == 401 && r.Error == CodeUnauthorized && r.Reason == "GET /v1/sandboxes"
+		return r.Action == audit.ActionAuth && r.Status == 401 && r.Error == CodeUnauthorized && r.Reason == "GET /v1/sandboxes" &&
+			r.Tenant == "" && r.TokenID == ""
 	})
 	if err := c.Delete(ctx, info.ID); err != nil {
 		t.Fatal(err)

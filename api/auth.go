@@ -5,51 +5,92 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/cellvm/cellvm/sandbox"
 )
 
 // MinTokenLen is the shortest bearer token accepted in a token file.
 const MinTokenLen = 16
 
-// Tokens is the set of bearer tokens a TCP listener accepts. Only their
-// SHA-256 digests are kept, and every check compares all of them in
-// constant time, so neither a token's length nor which one matched shows
-// in the time an answer takes.
+// Tokens is the set of bearer tokens a TCP listener accepts, each with
+// its tenant. Only their SHA-256 digests are kept, and every check
+// compares all of them in constant time, so neither a token's length nor
+// which one matched shows in the time an answer takes.
 type Tokens struct {
-	digests [][sha256.Size]byte
+	entries []tokenEntry
 }
 
-// LoadTokens reads a token file: one token a line; blank lines and lines
-// starting with # are skipped. The tokens themselves never appear in an
-// error.
+type tokenEntry struct {
+	digest [sha256.Size]byte
+	tenant string
+}
+
+// LoadTokens reads a token file: one token a line, as "TOKEN" or
+// "TOKEN TENANT" (a bare token is sandbox.DefaultTenant's); blank lines
+// and lines starting with # are skipped. A malformed line is an error
+// naming its line, never the token.
 func LoadTokens(path string) (*Tokens, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
 	}
+	t, err := ParseTokens(b)
+	if err != nil {
+		return nil, fmt.Errorf("token file %s%w", path, err)
+	}
+	return t, nil
+}
+
+// ParseTokens parses a token file's contents (see LoadTokens). Its errors
+// start with ", line N: " or ": " so LoadTokens can put the path before.
+func ParseTokens(b []byte) (*Tokens, error) {
 	t := &Tokens{}
+	seen := map[[sha256.Size]byte]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		if len(line) < MinTokenLen {
-			return nil, fmt.Errorf("token file %s, line %d: a token must be at least %d characters", path, n, MinTokenLen)
+		f := strings.Fields(line)
+		tenant := sandbox.DefaultTenant
+		switch len(f) {
+		case 1:
+		case 2:
+			tenant = f[1]
+			if !sandbox.ValidTenantName(tenant) {
+				return nil, fmt.Errorf(", line %d: the tenant name must be 1 to %d of a-z, 0-9, '-', '_' and '.', starting with a letter or digit", n, sandbox.MaxTenantName)
+			}
+		default:
+			return nil, fmt.Errorf(", line %d: want TOKEN or TOKEN TENANT, found %d fields", n, len(f))
 		}
-		t.digests = append(t.digests, sha256.Sum256([]byte(line)))
+		if len(f[0]) < MinTokenLen {
+			return nil, fmt.Errorf(", line %d: a token must be at least %d characters", n, MinTokenLen)
+		}
+		d := sha256.Sum256([]byte(f[0]))
+		if seen[d] {
+			return nil, fmt.Errorf(", line %d: the token is on an earlier line too", n)
+		}
+		seen[d] = true
+		t.entries = append(t.entries, tokenEntry{digest: d, tenant: tenant})
 	}
-	if len(t.digests) == 0 {
-		return nil, fmt.Errorf("token file %s holds no token", path)
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf(": %v", err)
+	}
+	if len(t.entries) == 0 {
+		return nil, fmt.Errorf(" holds no token")
 	}
 	return t, nil
 }
@@ -59,20 +100,57 @@ func (t *Tokens) Len() int {
 	if t == nil {
 		return 0
 	}
-	return len(t.digests)
+	return len(t.entries)
+}
+
+// Tenants returns the tenants the tokens name, sorted, each once.
+func (t *Tokens) Tenants() []string {
+	if t == nil {
+		return nil
+	}
+	set := map[string]bool{}
+	for _, e := range t.entries {
+		set[e.tenant] = true
+	}
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Valid reports whether token is one of the set.
 func (t *Tokens) Valid(token string) bool {
+	_, _, ok := t.Lookup(token)
+	return ok
+}
+
+// Lookup returns token's tenant and its id (TokenID), when token is one
+// of the set. Every entry is compared, in constant time.
+func (t *Tokens) Lookup(token string) (tenant, id string, ok bool) {
 	if t == nil || token == "" {
-		return false
+		return "", "", false
 	}
 	d := sha256.Sum256([]byte(token))
-	ok := 0
-	for _, want := range t.digests {
-		ok |= subtle.ConstantTimeCompare(d[:], want[:])
+	found := -1
+	for i, e := range t.entries {
+		if subtle.ConstantTimeCompare(d[:], e.digest[:]) == 1 {
+			found = i
+		}
 	}
-	return ok == 1
+	if found < 0 {
+		return "", "", false
+	}
+	return t.entries[found].tenant, TokenID(token), true
+}
+
+// TokenID names a token in logs and audit records without giving it away:
+// the first 12 hex digits of the SHA-256 of "cellvm token id\x00" and the
+// token (a separate digest from the one kept for the check).
+func TokenID(token string) string {
+	d := sha256.Sum256([]byte("cellvm token id\x00" + token))
+	return hex.EncodeToString(d[:6])
 }
 
 // RequireToken wraps h so that every request must carry
@@ -125,8 +203,9 @@ type tokenGate struct {
 func (g *tokenGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	client := clientAddr(r, g.trusted)
 	token, hadToken := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if hadToken && g.tokens.Valid(strings.TrimSpace(token)) {
-		g.next.ServeHTTP(w, r.WithContext(withClientAddr(r.Context(), client)))
+	if tenant, tokenID, valid := g.tokens.Lookup(strings.TrimSpace(token)); hadToken && valid {
+		ctx := sandbox.WithCaller(r.Context(), sandbox.Caller{Tenant: tenant, TokenID: tokenID, Peer: client.String()})
+		g.next.ServeHTTP(w, r.WithContext(withClientAddr(ctx, client)))
 		return
 	}
 	start := time.Now()

@@ -11,7 +11,7 @@ import (
 // Error codes carried in {"error":{"code":...}}.
 const (
 	CodeInvalid      = "invalid"       // 400 (405 for a wrong method)
-	CodeForbidden    = "forbidden"     // 403: peer uid not allowed
+	CodeForbidden    = "forbidden"     // 403: peer uid not allowed, or not the caller's to change
 	CodeNotFound     = "not_found"     // 404
 	CodeBusy         = "busy"          // 409: a cell is running, or wrong state
 	CodeLost         = "lost"          // 410: the sandbox's VM died
@@ -21,10 +21,12 @@ const (
 	CodeFull         = "full"          // 503: host capacity reached, retry later
 	CodeUnauthorized = "unauthorized"  // 401: no valid bearer token (TCP listener)
 	CodeRateLimited  = "rate_limited"  // 429: too many failed authentications
+	CodeQuota        = "quota"         // 429: the tenant is at one of its caps
 )
 
-// ErrForbidden matches an *Error with CodeForbidden.
-var ErrForbidden = errors.New("forbidden")
+// ErrForbidden matches an *Error with CodeForbidden; it is the contract's
+// sentinel.
+var ErrForbidden = sandbox.ErrForbidden
 
 // ErrUnauthorized matches an *Error with CodeUnauthorized or
 // CodeRateLimited.
@@ -47,6 +49,7 @@ var codeTable = []struct {
 	{CodeTooLarge, http.StatusRequestEntityTooLarge, sandbox.ErrTooLarge},
 	{CodeNotSupported, http.StatusNotImplemented, sandbox.ErrNotSupported},
 	{CodeFull, http.StatusServiceUnavailable, sandbox.ErrFull},
+	{CodeQuota, http.StatusTooManyRequests, sandbox.ErrQuota},
 	{CodeUnauthorized, http.StatusUnauthorized, ErrUnauthorized},
 	{CodeRateLimited, http.StatusTooManyRequests, ErrUnauthorized},
 	{CodeInternal, http.StatusInternalServerError, nil},

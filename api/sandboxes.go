@@ -36,7 +36,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/v1/sandboxes/"+info.ID)
-	s.writeJSON(w, http.StatusCreated, info)
+	s.writeJSON(w, http.StatusCreated, info.Redacted())
 }
 
 func (s *server) list(w http.ResponseWriter, r *http.Request) {
@@ -48,6 +48,9 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 	if infos == nil {
 		infos = []sandbox.Info{}
 	}
+	for i := range infos {
+		infos[i] = infos[i].Redacted()
+	}
 	s.writeJSON(w, http.StatusOK, ListResponse{Sandboxes: infos})
 }
 
@@ -57,7 +60,7 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, info)
+	s.writeJSON(w, http.StatusOK, info.Redacted())
 }
 
 func (s *server) delete(w http.ResponseWriter, r *http.Request) {

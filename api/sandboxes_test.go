@@ -38,8 +38,14 @@ func TestSandboxLifecycleThroughClient(t *testing.T) {
 	if info.ID == "" || info.State != sandbox.StateRunning {
 		t.Fatalf("Create returned %+v", info)
 	}
-	if !reflect.DeepEqual(info.Config, want) {
-		t.Errorf("config round trip: got %+v, want %+v", info.Config, want)
+	// Env values are write-only: the answer names them only.
+	wantBack := want
+	wantBack.Env = nil
+	if !reflect.DeepEqual(info.Config, wantBack) {
+		t.Errorf("config round trip: got %+v, want %+v", info.Config, wantBack)
+	}
+	if !reflect.DeepEqual(info.EnvNames, []string{"MODE", "_X1"}) {
+		t.Errorf("env names: got %v, want [MODE _X1]", info.EnvNames)
 	}
 	id := info.ID
 

@@ -72,8 +72,9 @@ type server struct {
 	defTimeout         time.Duration
 	maxTimeout         time.Duration
 	streamWriteTimeout time.Duration
-	mcp                http.Handler // nil: MCP is not served
-	audit              *auditSink   // nil: no audit records (audit.go)
+	mcp                http.Handler      // nil: MCP is not served
+	knownTenant        func(string) bool // nil: any valid tenant name
+	audit              *auditSink        // nil: no audit records (audit.go)
 
 	registry    *prometheus.Registry
 	reqMetrics  *requestMetrics
@@ -113,14 +114,22 @@ func NewServer(m sandbox.Manager, log *slog.Logger, opts ...Option) http.Handler
 
 // ServeHTTP logs the request, refuses non-canonical paths and turns the
 // mux's plain-text 404 and 405 into JSON errors.
-func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
 	rec := &statusRecorder{ResponseWriter: w}
+	r, err := s.withCaller(req)
+	if err != nil {
+		r = req
+	}
 	r, rec.audit = s.startAudit(r, start)
 	// Deferred so that a handler aborting a half-sent response
 	// (panic(http.ErrAbortHandler)) is logged too.
 	defer s.logRequest(r, rec, start)
 	defer func() { rec.audit.commit(rec.status, rec.errCode) }()
+	if err != nil {
+		s.writeError(rec, err)
+		return
+	}
 	s.serve(rec, r)
 }
 
@@ -263,7 +272,10 @@ func (s *server) writeError(w http.ResponseWriter, err error) {
 			rec.errMsg = e.Message
 		}
 	}
-	if e.Code == CodeFull {
+	switch d, ok := sandbox.RetryAfter(err); {
+	case ok:
+		w.Header().Set("Retry-After", fmt.Sprint(max(1, int((d+time.Second-1)/time.Second))))
+	case e.Code == CodeFull, e.Code == CodeQuota:
 		w.Header().Set("Retry-After", "5")
 	}
 	b, _ := json.Marshal(errorBody{Error: e})

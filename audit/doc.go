@@ -26,6 +26,8 @@
 //	token_id       a short digest of the bearer token (never the token:
 //	               Record has no field that could hold one)
 //	peer           the client's address, or "uid:N" on the Unix socket
+//	operator       true when the caller was the operator (the Unix socket),
+//	               acting for tenant when it names one
 //	action         "METHOD /route/{pattern}", or ActionSandboxEnd, ActionAuth
 //	sandbox, snapshot, workspace, image
 //	               the objects the request named or made

@@ -49,7 +49,7 @@ func readAll(t *testing.T, path string) []Record {
 func TestRecordFieldsAndNames(t *testing.T) {
 	l, path := openTest(t, Options{FullCode: true})
 	rec := Record{
-		Time: time.Date(2026, 1, 2, 3, 4, 5, 6, time.FixedZone("x", 3600)), Tenant: "alpha", TokenID: "tk-1a2b3c", Peer: "192.0.2.1",
+		Time: time.Date(2026, 1, 2, 3, 4, 5, 6, time.FixedZone("x", 3600)), Tenant: "alpha", TokenID: "tk-1a2b3c", Peer: "192.0.2.1", Operator: true,
 		Action: "POST /v1/sandboxes/{id}/cells", Sandbox: "sb-1", Snapshot: "snap-1", Workspace: "data", Image: "default",
 		Path: "/work/a.txt", Size: 12, SHA256: strings.Repeat("ab", 32),
 		Policy: &PolicyChange{OldAllow: []string{}, NewAllow: []string{"pypi.org"}},
@@ -71,7 +71,7 @@ func TestRecordFieldsAndNames(t *testing.T) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	want := "action code code_bytes code_sha256 duration_ms egress error image killed_by path peer policy reason result_status sandbox sha256 size snapshot status suppressed tenant time token_id workspace"
+	want := "action code code_bytes code_sha256 duration_ms egress error image killed_by operator path peer policy reason result_status sandbox sha256 size snapshot status suppressed tenant time token_id workspace"
 	if got := strings.Join(keys, " "); got != want {
 		t.Errorf("JSON names changed:\n got %s\nwant %s", got, want)
 	}

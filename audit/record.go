@@ -21,7 +21,10 @@ type Record struct {
 	Tenant  string    `json:"tenant,omitempty"`
 	TokenID string    `json:"token_id,omitempty"`
 	Peer    string    `json:"peer,omitempty"`
-	Action  string    `json:"action"`
+	// Operator: the caller was the operator (a Unix-socket peer), acting
+	// for Tenant when it names one.
+	Operator bool   `json:"operator,omitempty"`
+	Action   string `json:"action"`
 
 	Sandbox   string `json:"sandbox,omitempty"`
 	Snapshot  string `json:"snapshot,omitempty"`

@@ -27,6 +27,9 @@ type ImageInfo struct {
 	Key          string   `json:"key,omitempty"`
 	Apt          []string `json:"apt,omitempty"`
 	BuildSeconds float64  `json:"build_seconds,omitempty"`
+	// Tenant owns an image built or pulled through the API; "" for the
+	// default image and the operator's, which every tenant sees.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // ValidImageName reports whether name can name an image (the rule of
@@ -43,6 +46,8 @@ type WorkspaceInfo struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Sandbox is the sandbox that holds it now, if any.
 	Sandbox string `json:"sandbox,omitempty"`
+	// Tenant owns it: workspace names are per tenant.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // DefaultWorkspaceBytes is a workspace's size when the engine's option (serve --workspace-size)

@@ -44,6 +44,8 @@ type Event struct {
 	Reason string `json:"reason,omitempty"`
 	// Network is the new allowlist of a policy_changed event.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// Tenant owns the sandbox; a tenant's stream carries its own only.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // EventStream delivers events in order from the moment it was opened.

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"sort"
 	"strings"
 	"time"
 
@@ -53,7 +54,24 @@ var (
 	ErrNotSupported = errors.New("not supported")
 	// ErrTooLarge: a body or file is larger than the limit allows.
 	ErrTooLarge = errors.New("too large")
+	// ErrQuota: the caller's tenant is at one of its caps (sandboxes,
+	// vCPUs, memory, disk, creates per minute). The error names the cap;
+	// one that frees up with time says when (RetryAfter).
+	ErrQuota = errors.New("tenant quota reached")
+	// ErrForbidden: the caller may see the object but not do this to it
+	// (a tenant deleting the operator's image).
+	ErrForbidden = errors.New("forbidden")
 )
+
+// RetryAfter returns how long err says to wait before retrying, when it
+// says (an error with a RetryAfter() time.Duration method in its chain).
+func RetryAfter(err error) (time.Duration, bool) {
+	var ra interface{ RetryAfter() time.Duration }
+	if errors.As(err, &ra) {
+		return ra.RetryAfter(), true
+	}
+	return 0, false
+}
 
 // Limits on requests. They bound what a caller can make the daemon hold in
 // memory or ask of a guest.
@@ -116,7 +134,8 @@ func (p NetworkPolicy) Validate() error {
 // means none.
 //
 // Its JSON form is {vcpus, memory_mib, env, ttl_s, idle_timeout_s,
-// idle_pause_s, root, network: {allow}, snapshot, start, workspace} with whole seconds, and decoding it is strict: an
+// idle_pause_s, root, network: {allow}, snapshot, start, workspace, image,
+// tenant} with whole seconds, and decoding it is strict: an
 // unknown field is an error, because a misspelt limit ("memory_mb") that
 // was silently ignored would create a sandbox the caller did not ask for.
 type Config struct {
@@ -157,6 +176,10 @@ type Config struct {
 	// DefaultImage for the daemon's own, or one under its images
 	// directory. A fork has its snapshot's.
 	Image string
+	// Tenant owns the sandbox (tenant.go; "" reads as DefaultTenant). A
+	// front end serving tenants sets it from the caller, whatever the
+	// request said; its workspace is the tenant's of that name.
+	Tenant string
 }
 
 // Config.Start's values.
@@ -187,6 +210,7 @@ type configJSON struct {
 	Start        string            `json:"start,omitempty"`
 	Workspace    string            `json:"workspace,omitempty"`
 	Image        string            `json:"image,omitempty"`
+	Tenant       string            `json:"tenant,omitempty"`
 }
 
 // MarshalJSON writes the wire form; durations are rounded down to seconds.
@@ -204,6 +228,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		Start:        c.Start,
 		Workspace:    c.Workspace,
 		Image:        c.Image,
+		Tenant:       c.Tenant,
 	})
 }
 
@@ -230,6 +255,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		Start:       w.Start,
 		Workspace:   w.Workspace,
 		Image:       w.Image,
+		Tenant:      w.Tenant,
 	}
 	return nil
 }
@@ -297,6 +323,11 @@ func (c Config) Validate() error {
 	}
 	if c.Image != "" && !ValidImageName(c.Image) {
 		return fmt.Errorf("%w: image %q: want 1 to %d of a-z, 0-9, '-', '_' and '.', starting with a letter or digit", ErrInvalid, clip(c.Image, 64), MaxWorkspaceName)
+	}
+	if c.Tenant != "" {
+		if err := CheckTenantName(c.Tenant); err != nil {
+			return err
+		}
 	}
 	if c.Workspace != "" {
 		if !ValidWorkspaceName(c.Workspace) {
@@ -413,6 +444,27 @@ type Info struct {
 	// StartedFrom is how the VM started: StartedFromTemplate,
 	// StartedFromBoot or StartedFromSnapshot ("" when not known).
 	StartedFrom string `json:"started_from,omitempty"`
+	// EnvNames are the names of Config.Env, sorted. Env values are
+	// write-only: a front end returns Redacted(), whose Config has no Env.
+	EnvNames []string `json:"env_names,omitempty"`
+}
+
+// Redacted returns i without its env values: Config.Env is dropped and
+// EnvNames holds its names. Front ends return only redacted Infos, so a
+// secret passed in env never comes back in an answer, an event or a log.
+func (i Info) Redacted() Info {
+	if len(i.Config.Env) == 0 {
+		i.Config.Env = nil
+		return i
+	}
+	names := make([]string, 0, len(i.Config.Env))
+	for k := range i.Config.Env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	i.EnvNames = names
+	i.Config.Env = nil
+	return i
 }
 
 // KilledByProtocol is LostInfo.KilledBy when the daemon stopped a VM
@@ -482,6 +534,8 @@ type SnapshotInfo struct {
 	// VCPUs and MemoryMiB are the snapshot's machine, which its forks have.
 	VCPUs     int `json:"vcpus"`
 	MemoryMiB int `json:"memory_mib"`
+	// Tenant owns the snapshot: its sandbox's owner.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // ValidSnapshotID reports whether id has the form of a snapshot id
@@ -565,8 +619,10 @@ type Manager interface {
 	// DeleteSnapshot removes a snapshot; running forks keep what they use.
 	DeleteSnapshot(ctx context.Context, id string) error
 
-	// Workspaces lists the persistent volumes (Config.Workspace);
-	// DeleteWorkspace removes one, ErrBusy while a sandbox holds it.
+	// Workspaces lists the persistent volumes (Config.Workspace) of
+	// every tenant; DeleteWorkspace removes the one of that name of the
+	// tenant ctx's Caller acts for (DefaultTenant without one), ErrBusy
+	// while a sandbox holds it.
 	Workspaces(ctx context.Context) ([]WorkspaceInfo, error)
 	DeleteWorkspace(ctx context.Context, name string) error
 	// Images lists the root images sandboxes can boot (Config.Image);

@@ -155,7 +155,7 @@ func TestServeWritesTheAuditLog(t *testing.T) {
 		rec := next()
 		got[rec.Action] = rec
 	}
-	if rec := got["DELETE /v1/sandboxes/{id}"]; rec.Sandbox != id || !strings.HasPrefix(rec.Peer, "uid:") || rec.Status != 204 {
+	if rec := got["DELETE /v1/sandboxes/{id}"]; rec.Sandbox != id || !strings.HasPrefix(rec.Peer, "uid:") || !rec.Operator || rec.Status != 204 {
 		t.Errorf("followed the delete %+v", rec)
 	}
 	if rec := got[audit.ActionSandboxEnd]; rec.Sandbox != id || rec.Reason != "deleted: request" {

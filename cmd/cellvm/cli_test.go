@@ -424,7 +424,7 @@ func TestSandboxCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil || r.code != 0 {
 		t.Fatalf("create --json: %+v %v", r, err)
 	}
-	if info.Config.TTL != time.Hour || info.Config.IdleTimeout != 15*time.Minute || info.Config.Env["A"] != "1" ||
+	if info.Config.TTL != time.Hour || info.Config.IdleTimeout != 15*time.Minute || len(info.Config.Env) != 0 || fmt.Sprint(info.EnvNames) != "[A]" ||
 		info.Config.Network == nil || info.Config.Network.Allow[0] != "pypi.org" || info.Config.MemoryMiB != 256 {
 		t.Errorf("create's config: %+v", info.Config)
 	}

@@ -239,7 +239,7 @@ func (m *VMManager) reserve(cfg sandbox.Config, internal bool) (*vmSandbox, erro
 		}
 	}
 	if cfg.Workspace != "" {
-		if s := m.workspaceHolder(cfg.Workspace, nil); s != nil {
+		if s := m.workspaceHolder(cfg.Tenant, cfg.Workspace, nil); s != nil {
 			return nil, fmt.Errorf("%w: workspace %s is mounted by sandbox %s (%s); one sandbox at a time can hold a workspace", sandbox.ErrBusy, cfg.Workspace, s.id, s.State())
 		}
 	}
@@ -325,7 +325,7 @@ func (m *VMManager) Create(ctx context.Context, cfg sandbox.Config) (info sandbo
 		return sandbox.Info{}, err
 	}
 	m.log.Info("sandbox created", "id", s.id, "vcpus", cfg.VCPUs, "memory_mib", cfg.MemoryMiB, "started_from", s.startedFrom, "boot_ms", s.bootMS.Load())
-	m.events.Publish(sandbox.Event{Type: sandbox.EventCreated, Sandbox: s.id})
+	m.events.Publish(sandbox.Event{Type: sandbox.EventCreated, Sandbox: s.id, Tenant: s.cfg.Tenant})
 	return m.info(s), nil
 }
 
@@ -390,7 +390,7 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 		spec.Cmdline += " cellvm.cellsroot=1"
 	}
 	if cfg.Workspace != "" {
-		ws, err := m.openWorkspace(ctx, cfg.Workspace, true)
+		ws, err := m.openWorkspace(ctx, cfg.Tenant, cfg.Workspace, true)
 		if err != nil {
 			return nil, err
 		}
@@ -507,7 +507,7 @@ func (m *VMManager) markLost(s *vmSandbox) {
 					msg = "sandbox lost: the guest broke the agent protocol, so its VM was stopped"
 				}
 				s.lost.Store(&why)
-				m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: s.id, Lost: &why})
+				m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: s.id, Tenant: s.cfg.Tenant, Lost: &why})
 				m.log.Warn(msg, "id", s.id, "error", p.err, "reason", why.Reason, "killed_by", why.KilledBy,
 					"vmm_log", lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 4096), 10),
 					"console", lastLines(consoleTail(s.dir, 8192), 30))
@@ -670,7 +670,7 @@ func (m *VMManager) Delete(ctx context.Context, id string) error {
 	}
 	m.destroy(s)
 	m.log.Info("sandbox deleted", "id", id)
-	m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: id, Reason: sandbox.DeletedByRequest})
+	m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: id, Tenant: s.cfg.Tenant, Reason: sandbox.DeletedByRequest})
 	return nil
 }
 
@@ -981,7 +981,7 @@ func (m *VMManager) SetNetwork(ctx context.Context, id string, p sandbox.Network
 	if err := m.setNetwork(s, pol); err != nil {
 		return err
 	}
-	m.events.Publish(sandbox.Event{Type: sandbox.EventPolicyChanged, Sandbox: id, Network: &sandbox.NetworkPolicy{Allow: pol.Entries()}})
+	m.events.Publish(sandbox.Event{Type: sandbox.EventPolicyChanged, Sandbox: id, Tenant: s.cfg.Tenant, Network: &sandbox.NetworkPolicy{Allow: pol.Entries()}})
 	return nil
 }
 
@@ -1018,7 +1018,7 @@ func (m *VMManager) reapLoop() {
 		for s, why := range expired {
 			m.log.Info("sandbox expired", "id", s.id, "reason", why)
 			m.destroy(s)
-			m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: s.id, Reason: why})
+			m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: s.id, Tenant: s.cfg.Tenant, Reason: why})
 		}
 	}
 }
@@ -1049,7 +1049,7 @@ func (m *VMManager) Close() error {
 			defer wg.Done()
 			m.destroy(s)
 			if !s.internal {
-				m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: s.id, Reason: sandbox.DeletedByShutdown})
+				m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: s.id, Tenant: s.cfg.Tenant, Reason: sandbox.DeletedByShutdown})
 			}
 		}()
 	}

@@ -157,7 +157,7 @@ func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 	s.agent.DropIdle()
 	m.log.Info("sandbox paused to disk", "id", s.id, "took_ms", time.Since(start).Milliseconds(),
 		"image_bytes", dirUsage(filepath.Join(s.dir, pausedDir)))
-	m.events.Publish(sandbox.Event{Type: sandbox.EventPaused, Sandbox: s.id})
+	m.events.Publish(sandbox.Event{Type: sandbox.EventPaused, Sandbox: s.id, Tenant: s.cfg.Tenant})
 	return nil
 }
 
@@ -240,7 +240,7 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 			continue
 		}
 		// The workspace, held by s all the while it was paused.
-		ws, err := m.openWorkspace(ctx, s.cfg.Workspace, false)
+		ws, err := m.openWorkspace(ctx, s.cfg.Tenant, s.cfg.Workspace, false)
 		if err != nil {
 			return fmt.Errorf("resume sandbox %s: %w", s.id, err)
 		}
@@ -293,7 +293,7 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	s.lc.move(evResumed)
 	go m.watch(s)
 	m.log.Info("sandbox resumed from disk", "id", s.id, "took_ms", time.Since(start).Milliseconds(), "pid", p.pid)
-	m.events.Publish(sandbox.Event{Type: sandbox.EventResumed, Sandbox: s.id})
+	m.events.Publish(sandbox.Event{Type: sandbox.EventResumed, Sandbox: s.id, Tenant: s.cfg.Tenant})
 	return nil
 }
 
@@ -320,7 +320,7 @@ func (m *VMManager) loseOnPurpose(s *vmSandbox, reason string) {
 	why := sandbox.LostInfo{Reason: "the sandbox was being paused and " + reason}
 	if _, err := s.lc.move(evVMExited); err == nil {
 		s.lost.Store(&why)
-		m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: s.id, Lost: &why})
+		m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: s.id, Tenant: s.cfg.Tenant, Lost: &why})
 		m.log.Error("sandbox lost in a pause", "id", s.id, "reason", why.Reason)
 	}
 }

@@ -137,7 +137,7 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotIn
 		Info: sandbox.SnapshotInfo{
 			ID: snapID, SandboxID: id, CreatedAt: time.Now().UTC(),
 			SizeBytes: diskUsage(filepath.Join(tmp, snapStateFile)) + diskUsage(filepath.Join(tmp, snapMemFile)),
-			VCPUs:     cfg.VCPUs, MemoryMiB: cfg.MemoryMiB,
+			VCPUs:     cfg.VCPUs, MemoryMiB: cfg.MemoryMiB, Tenant: cfg.Tenant,
 		},
 		Config: cfg, Network: s.net != nil,
 	}
@@ -205,6 +205,7 @@ func (m *VMManager) loadSnapshot(id string) (*snapshotMeta, error) {
 	if err := json.Unmarshal(b, &meta); err != nil {
 		return nil, fmt.Errorf("snapshot %s: bad %s: %w", id, snapMetaFile, err)
 	}
+	meta.Info.Tenant = meta.Config.Tenant // its sandbox's owner
 	return &meta, nil
 }
 

@@ -144,7 +144,7 @@ func TestDaemonSpecRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	boot := machine(a.ID, 64)
-	boot.Disks = append(boot.Disks, diskRecord{Path: "workspace notes", File: inodeOf(t, m.workspacePath("notes"))})
+	boot.Disks = append(boot.Disks, diskRecord{Path: "workspace notes", File: inodeOf(t, m.workspacePath("", "notes"))})
 	boot.CmdlineWorkspace = true
 	if got := plan(a.ID, 0); !reflect.DeepEqual(got, boot) {
 		t.Errorf("boot:\n got %+v\nwant %+v", got, boot)

@@ -21,7 +21,9 @@ import (
 // of the sandbox's own writable layer, so a conversation keeps its files
 // across a deleted sandbox or a restarted daemon.
 //
-// On the host a workspace is one sparse file, StateDir/workspaces/NAME.ext4,
+// On the host a workspace is one sparse file, StateDir/workspaces/NAME.ext4
+// for DefaultTenant's and StateDir/workspaces/TENANT~NAME.ext4 for another
+// tenant's (names are per tenant, and neither name can hold a '~'),
 // made by mkfs.ext4 on first use with Options.WorkspaceBytes as its size:
 // the guest's file system cannot grow past it, and the host's disk holds
 // only what was written. The host never mounts it (the guest wrote it, so
@@ -53,8 +55,37 @@ const MaxWorkspaceBytes = jailFSize
 
 func (m *VMManager) workspacesDir() string { return filepath.Join(m.opt.StateDir, "workspaces") }
 
-func (m *VMManager) workspacePath(name string) string {
-	return filepath.Join(m.workspacesDir(), name+".ext4")
+func (m *VMManager) workspacePath(tenant, name string) string {
+	return filepath.Join(m.workspacesDir(), workspaceFile(tenant, name))
+}
+
+// workspaceFile is the file name of tenant's workspace name.
+func workspaceFile(tenant, name string) string {
+	if t := sandbox.Owner(tenant); t != sandbox.DefaultTenant {
+		return t + "~" + name + ".ext4"
+	}
+	return name + ".ext4"
+}
+
+// parseWorkspaceFile is workspaceFile's inverse; ok is false for a file
+// that is not a workspace (a partial one, or not ours).
+func parseWorkspaceFile(file string) (tenant, name string, ok bool) {
+	base, ok := strings.CutSuffix(file, ".ext4")
+	if !ok {
+		return "", "", false
+	}
+	tenant, name, found := strings.Cut(base, "~")
+	if !found {
+		tenant, name = sandbox.DefaultTenant, base
+	} else if !sandbox.ValidTenantName(tenant) || tenant == sandbox.DefaultTenant {
+		return "", "", false
+	}
+	return tenant, name, sandbox.ValidWorkspaceName(name)
+}
+
+// holds reports whether s's config names tenant's workspace name.
+func holds(cfg sandbox.Config, tenant, name string) bool {
+	return cfg.Workspace == name && sandbox.Owner(cfg.Tenant) == sandbox.Owner(tenant)
 }
 
 func (m *VMManager) workspaceBytes() int64 {
@@ -68,11 +99,11 @@ func (m *VMManager) workspaceBytes() int64 {
 	}
 }
 
-// workspaceHolder is the sandbox other than self that holds workspace
-// name, or nil. Caller holds m.mu.
-func (m *VMManager) workspaceHolder(name string, self *vmSandbox) *vmSandbox {
+// workspaceHolder is the sandbox other than self that holds tenant's
+// workspace name, or nil. Caller holds m.mu.
+func (m *VMManager) workspaceHolder(tenant, name string, self *vmSandbox) *vmSandbox {
 	for _, s := range m.sandboxes {
-		if s != self && s.cfg.Workspace == name {
+		if s != self && holds(s.cfg, tenant, name) {
 			return s
 		}
 	}
@@ -84,11 +115,11 @@ func (m *VMManager) workspaceHolder(name string, self *vmSandbox) *vmSandbox {
 // mounted already: an empty one in its place would be corrupted). The
 // caller holds the workspace (its sandbox is reserved), so nothing else
 // makes, deletes or mounts it meanwhile.
-func (m *VMManager) openWorkspace(ctx context.Context, name string, create bool) (*os.File, error) {
-	path := m.workspacePath(name)
+func (m *VMManager) openWorkspace(ctx context.Context, tenant, name string, create bool) (*os.File, error) {
+	path := m.workspacePath(tenant, name)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) && create {
-		if err := m.makeWorkspace(ctx, name); err != nil {
+		if err := m.makeWorkspace(ctx, tenant, name); err != nil {
 			return nil, err
 		}
 		f, err = os.OpenFile(path, os.O_RDWR, 0)
@@ -106,7 +137,7 @@ func (m *VMManager) openWorkspace(ctx context.Context, name string, create bool)
 // makeWorkspace makes workspace name's volume: a sparse file of the
 // configured size with an empty ext4 on it, written beside its final name
 // and renamed into place, so a failed make leaves nothing.
-func (m *VMManager) makeWorkspace(ctx context.Context, name string) error {
+func (m *VMManager) makeWorkspace(ctx context.Context, tenant, name string) error {
 	if err := os.MkdirAll(m.workspacesDir(), 0o700); err != nil {
 		return fmt.Errorf("workspace %s: %w", name, err)
 	}
@@ -116,7 +147,7 @@ func (m *VMManager) makeWorkspace(ctx context.Context, name string) error {
 		}
 	}
 	size := m.workspaceBytes()
-	tmp := m.workspacePath(name) + partialSuffix
+	tmp := m.workspacePath(tenant, name) + partialSuffix
 	os.Remove(tmp)
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -139,13 +170,13 @@ func (m *VMManager) makeWorkspace(ctx context.Context, name string) error {
 		}
 	}
 	if err == nil {
-		err = os.Rename(tmp, m.workspacePath(name))
+		err = os.Rename(tmp, m.workspacePath(tenant, name))
 	}
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("make workspace %s: %w", name, err)
 	}
-	m.log.Info("workspace made", "name", name, "size_mib", size>>20)
+	m.log.Info("workspace made", "name", name, "tenant", sandbox.Owner(tenant), "size_mib", size>>20)
 	return nil
 }
 
@@ -154,7 +185,7 @@ func (m *VMManager) countWorkspaces() int {
 	ents, _ := os.ReadDir(m.workspacesDir())
 	n := 0
 	for _, e := range ents {
-		if name, ok := strings.CutSuffix(e.Name(), ".ext4"); ok && sandbox.ValidWorkspaceName(name) {
+		if _, _, ok := parseWorkspaceFile(e.Name()); ok {
 			n++
 		}
 	}
@@ -171,52 +202,60 @@ func (m *VMManager) Workspaces(ctx context.Context) ([]sandbox.WorkspaceInfo, er
 		return nil, fmt.Errorf("list workspaces: %w", err)
 	}
 	m.mu.Lock()
-	holders := map[string]string{}
+	holders := map[string]string{} // by file name
 	for _, s := range m.sandboxes {
 		if s.cfg.Workspace != "" {
-			holders[s.cfg.Workspace] = s.id
+			holders[workspaceFile(s.cfg.Tenant, s.cfg.Workspace)] = s.id
 		}
 	}
 	m.mu.Unlock()
 	out := []sandbox.WorkspaceInfo{}
 	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), ".ext4")
-		if !ok || !sandbox.ValidWorkspaceName(name) || !e.Type().IsRegular() {
+		tenant, name, ok := parseWorkspaceFile(e.Name())
+		if !ok || !e.Type().IsRegular() {
 			continue // a partial one, or not ours
 		}
 		fi, err := e.Info()
 		if err != nil {
 			continue // deleted meanwhile
 		}
-		w := sandbox.WorkspaceInfo{Name: name, SizeBytes: fi.Size(), CreatedAt: fi.ModTime().UTC(), Sandbox: holders[name]}
+		w := sandbox.WorkspaceInfo{Name: name, Tenant: tenant, SizeBytes: fi.Size(), CreatedAt: fi.ModTime().UTC(), Sandbox: holders[e.Name()]}
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 			w.DiskBytes = st.Blocks * 512
 			w.CreatedAt = time.Unix(st.Ctim.Sec, st.Ctim.Nsec).UTC()
 		}
 		out = append(out, w)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Tenant != out[j].Tenant {
+			return out[i].Tenant < out[j].Tenant
+		}
+		return out[i].Name < out[j].Name
+	})
 	return out, nil
 }
 
-// DeleteWorkspace implements Manager. A workspace a sandbox holds is
+// DeleteWorkspace implements Manager: it removes the workspace of that
+// name of the tenant ctx's caller acts for. A workspace a sandbox holds is
 // ErrBusy.
 func (m *VMManager) DeleteWorkspace(ctx context.Context, name string) error {
 	if !sandbox.ValidWorkspaceName(name) {
 		return fmt.Errorf("%w: workspace %q is not a workspace name", sandbox.ErrInvalid, clip(name, 64))
 	}
+	caller, _ := sandbox.CallerFrom(ctx)
+	tenant := caller.Tenant
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s := m.workspaceHolder(name, nil); s != nil {
+	if s := m.workspaceHolder(tenant, name, nil); s != nil {
 		return fmt.Errorf("%w: workspace %s is held by sandbox %s; delete the sandbox first", sandbox.ErrBusy, name, s.id)
 	}
-	err := os.Remove(m.workspacePath(name))
+	err := os.Remove(m.workspacePath(tenant, name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w: no workspace %s", sandbox.ErrNotFound, name)
 	}
 	if err != nil {
 		return fmt.Errorf("delete workspace %s: %w", name, err)
 	}
-	m.log.Info("workspace deleted", "name", name)
+	m.log.Info("workspace deleted", "name", name, "tenant", sandbox.Owner(tenant))
 	return nil
 }

@@ -107,7 +107,7 @@ func (m *Manager) SetNetwork(ctx context.Context, id string, p sandbox.NetworkPo
 	return m.withBox(id, func(b *box) error {
 		pol := sandbox.NetworkPolicy{Allow: append([]string{}, p.Allow...)}
 		b.info.Config.Network = &pol
-		m.events.Publish(sandbox.Event{Type: sandbox.EventPolicyChanged, Sandbox: id, Network: &pol})
+		m.events.Publish(sandbox.Event{Type: sandbox.EventPolicyChanged, Sandbox: id, Network: &pol, Tenant: b.info.Config.Tenant})
 		return nil
 	})
 }

@@ -34,7 +34,7 @@ type Manager struct {
 	next       int // the last number given to a sandbox or a snapshot
 	boxes      map[string]*box
 	snaps      map[string]*snap
-	workspaces map[string]*workspace
+	workspaces map[wsKey]*workspace
 	images     map[string]sandbox.ImageInfo
 	fail       map[string]error
 	calls      []string
@@ -73,7 +73,7 @@ func New() *Manager {
 		MaxDiskMiB:   defaultMaxDiskMiB,
 		boxes:        map[string]*box{},
 		snaps:        map[string]*snap{},
-		workspaces:   map[string]*workspace{},
+		workspaces:   map[wsKey]*workspace{},
 		images:       startImages(),
 		fail:         map[string]error{},
 	}
@@ -176,7 +176,7 @@ func (m *Manager) usable(id string) (*box, error) {
 	case sandbox.StatePaused:
 		b.info.State = sandbox.StateRunning
 		m.note("resume %s (by a call)", id)
-		m.events.Publish(sandbox.Event{Type: sandbox.EventResumed, Sandbox: id})
+		m.events.Publish(sandbox.Event{Type: sandbox.EventResumed, Sandbox: id, Tenant: b.info.Config.Tenant})
 	}
 	return b, nil
 }
@@ -222,7 +222,7 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 		return sandbox.Info{}, err
 	}
 	id := fmt.Sprintf("sb-fake%d", m.next+1)
-	ws, err := m.holdWorkspace(cfg.Workspace, id)
+	ws, err := m.holdWorkspace(cfg.Tenant, cfg.Workspace, id)
 	if err != nil {
 		return sandbox.Info{}, err
 	}
@@ -245,7 +245,7 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 	} else {
 		m.note("create %s", id)
 	}
-	m.events.Publish(sandbox.Event{Type: sandbox.EventCreated, Sandbox: id})
+	m.events.Publish(sandbox.Event{Type: sandbox.EventCreated, Sandbox: id, Tenant: cfg.Tenant})
 	return b.info, nil
 }
 
@@ -309,7 +309,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	m.deleted = append(m.deleted, id)
 	m.note("delete %s", id)
 	m.changed.Broadcast()
-	m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: id, Reason: sandbox.DeletedByRequest})
+	m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: id, Reason: sandbox.DeletedByRequest, Tenant: b.info.Config.Tenant})
 	return nil
 }
 

@@ -16,7 +16,7 @@ func (m *Manager) Lose(id string, why sandbox.LostInfo) error {
 	return m.update(id, func(b *box) {
 		b.info.State = sandbox.StateLost
 		b.info.Lost = &why
-		m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: id, Lost: &why})
+		m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: id, Lost: &why, Tenant: b.info.Config.Tenant})
 	})
 }
 

@@ -126,7 +126,7 @@ func (m *Manager) Pause(ctx context.Context, id string) error {
 	}
 	b.info.State = sandbox.StatePaused
 	m.note("pause %s", id)
-	m.events.Publish(sandbox.Event{Type: sandbox.EventPaused, Sandbox: id})
+	m.events.Publish(sandbox.Event{Type: sandbox.EventPaused, Sandbox: id, Tenant: b.info.Config.Tenant})
 	return nil
 }
 
@@ -144,7 +144,7 @@ func (m *Manager) Resume(ctx context.Context, id string) error {
 	}
 	b.info.State = sandbox.StateRunning
 	m.note("resume %s", id)
-	m.events.Publish(sandbox.Event{Type: sandbox.EventResumed, Sandbox: id})
+	m.events.Publish(sandbox.Event{Type: sandbox.EventResumed, Sandbox: id, Tenant: b.info.Config.Tenant})
 	return nil
 }
 
@@ -173,7 +173,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotInfo
 	sn := &snap{
 		info: sandbox.SnapshotInfo{ID: fmt.Sprintf("snap-%012x", m.next), SandboxID: id,
 			CreatedAt: epoch.Add(time.Duration(m.next) * time.Second),
-			SizeBytes: int64(cfg.MemoryMiB) << 19, VCPUs: cfg.VCPUs, MemoryMiB: cfg.MemoryMiB},
+			SizeBytes: int64(cfg.MemoryMiB) << 19, VCPUs: cfg.VCPUs, MemoryMiB: cfg.MemoryMiB, Tenant: cfg.Tenant},
 		cfg: cfg, vars: maps.Clone(b.vars), files: maps.Clone(b.files),
 	}
 	m.snaps[sn.info.ID] = sn

@@ -18,6 +18,11 @@ import (
 // second create asking for it is busy, and so is deleting it. A sandbox
 // with a workspace always boots and cannot be snapshotted.
 
+// wsKey names a workspace: names are per tenant.
+type wsKey struct{ tenant, name string }
+
+func keyOf(tenant, name string) wsKey { return wsKey{sandbox.Owner(tenant), name} }
+
 // workspace is a workspace: its files, and the sandbox holding it.
 type workspace struct {
 	info  sandbox.WorkspaceInfo // Sandbox is the holder, "" when none
@@ -27,16 +32,16 @@ type workspace struct {
 // holdWorkspace finds or makes the workspace a create names, for sandbox
 // id, refusing one another sandbox holds; "" is none. The caller holds
 // m.mu and has validated the name.
-func (m *Manager) holdWorkspace(name, id string) (*workspace, error) {
+func (m *Manager) holdWorkspace(tenant, name, id string) (*workspace, error) {
 	if name == "" {
 		return nil, nil
 	}
-	ws := m.workspaces[name]
+	ws := m.workspaces[keyOf(tenant, name)]
 	if ws == nil {
-		ws = &workspace{info: sandbox.WorkspaceInfo{Name: name, SizeBytes: sandbox.DefaultWorkspaceBytes,
+		ws = &workspace{info: sandbox.WorkspaceInfo{Name: name, Tenant: sandbox.Owner(tenant), SizeBytes: sandbox.DefaultWorkspaceBytes,
 			CreatedAt: epoch.Add(time.Duration(m.next) * time.Second)},
 			files: map[string][]byte{}}
-		m.workspaces[name] = ws
+		m.workspaces[keyOf(tenant, name)] = ws
 		m.note("make workspace %s", name)
 	} else if ws.info.Sandbox != "" {
 		return nil, fmt.Errorf("%w: workspace %s is mounted by sandbox %s; one sandbox at a time can hold a workspace",
@@ -77,7 +82,12 @@ func (m *Manager) Workspaces(ctx context.Context) ([]sandbox.WorkspaceInfo, erro
 		}
 		out = append(out, info)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Tenant != out[j].Tenant {
+			return out[i].Tenant < out[j].Tenant
+		}
+		return out[i].Name < out[j].Name
+	})
 	return out, nil
 }
 
@@ -89,14 +99,16 @@ func (m *Manager) DeleteWorkspace(ctx context.Context, name string) error {
 	if !sandbox.ValidWorkspaceName(name) {
 		return fmt.Errorf("%w: workspace %q is not a workspace name", sandbox.ErrInvalid, name)
 	}
-	ws := m.workspaces[name]
+	caller, _ := sandbox.CallerFrom(ctx)
+	key := keyOf(caller.Tenant, name)
+	ws := m.workspaces[key]
 	switch {
 	case ws == nil:
 		return fmt.Errorf("%w: no workspace %s", sandbox.ErrNotFound, name)
 	case ws.info.Sandbox != "":
 		return fmt.Errorf("%w: workspace %s is held by sandbox %s; delete the sandbox first", sandbox.ErrBusy, name, ws.info.Sandbox)
 	}
-	delete(m.workspaces, name)
+	delete(m.workspaces, key)
 	m.note("delete workspace %s", name)
 	return nil
 }

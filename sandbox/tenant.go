@@ -1,0 +1,100 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// Tenants, as the contract names them. A tenant is whoever holds a token:
+// every sandbox, snapshot and workspace has one owner tenant (Config.Tenant,
+// SnapshotInfo.Tenant, WorkspaceInfo.Tenant), and a front end serving
+// tenants (package sandbox/tenant) lets each see and act on its own only.
+// The engine records owners; it does not enforce them, because an engine
+// embedded in one program has one user.
+
+// DefaultTenant owns what a bare token makes, and what was made before
+// tenants existed (an empty Tenant field reads as DefaultTenant).
+const DefaultTenant = "default"
+
+// MaxTenantName bounds a tenant's name.
+const MaxTenantName = 64
+
+// ValidTenantName reports whether name can name a tenant: 1 to
+// MaxTenantName of a-z, 0-9, '-', '_' and '.', starting with a letter or a
+// digit. It appears in file names and audit records, so the alphabet is
+// small.
+func ValidTenantName(name string) bool { return ValidWorkspaceName(name) }
+
+// CheckTenantName is ValidTenantName as an error that names the rule.
+func CheckTenantName(name string) error {
+	if !ValidTenantName(name) {
+		return fmt.Errorf("%w: tenant %q: want 1 to %d of a-z, 0-9, '-', '_' and '.', starting with a letter or digit", ErrInvalid, clip(name, 80), MaxTenantName)
+	}
+	return nil
+}
+
+// Owner returns tenant, or DefaultTenant when it is empty.
+func Owner(tenant string) string {
+	if tenant == "" {
+		return DefaultTenant
+	}
+	return tenant
+}
+
+// Caller is who makes a request, as the front end that authenticated it
+// says. It travels in the request's context (WithCaller).
+type Caller struct {
+	// Tenant is the tenant the request acts for: the token's tenant, or
+	// the one an operator names. Empty only for an operator acting for
+	// no tenant in particular (it sees every tenant's objects, and what
+	// it makes belongs to DefaultTenant).
+	Tenant string
+	// Operator is a peer of the daemon's Unix socket: it sees and acts on
+	// every tenant's objects.
+	Operator bool
+	// TokenID is a short digest of the bearer token, never the token; ""
+	// on the Unix socket.
+	TokenID string
+	// Peer is the client's address, or "uid:N" on the Unix socket.
+	Peer string
+}
+
+// Sees reports whether c may see an object owned by owner: an operator
+// acting for no tenant sees all, anyone else only its tenant's.
+func (c Caller) Sees(owner string) bool {
+	if c.Operator && c.Tenant == "" {
+		return true
+	}
+	return Owner(c.Tenant) == Owner(owner)
+}
+
+// String names the caller for logs: "tenant alpha (token 1a2b3c4d)".
+func (c Caller) String() string {
+	var b strings.Builder
+	switch {
+	case c.Operator && c.Tenant == "":
+		b.WriteString("the operator")
+	case c.Operator:
+		fmt.Fprintf(&b, "the operator for tenant %s", c.Tenant)
+	default:
+		fmt.Fprintf(&b, "tenant %s", Owner(c.Tenant))
+	}
+	if c.TokenID != "" {
+		fmt.Fprintf(&b, " (token %s)", c.TokenID)
+	}
+	return b.String()
+}
+
+type callerKey struct{}
+
+// WithCaller returns ctx carrying c.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// CallerFrom returns the caller ctx carries, if any.
+func CallerFrom(ctx context.Context) (Caller, bool) {
+	c, ok := ctx.Value(callerKey{}).(Caller)
+	return c, ok
+}
