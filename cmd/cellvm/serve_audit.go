@@ -161,11 +161,11 @@ func (f *auditFlags) watchEnds(m sandbox.Manager, log *slog.Logger) error {
 }
 
 // endRecord is the record of a deleted or lost event.
-// TODO(lead): Tenant from the event once it carries one, and Egress from
-// the sandbox's egress counters once the deleted and lost events carry
-// them (allowed/dropped connections, DNS answers by name).
+// TODO(lead): Egress from the sandbox's egress counters once the deleted
+// and lost events carry them (allowed/dropped connections, DNS answers by
+// name); the record's Egress field is there for them.
 func endRecord(ev sandbox.Event) (audit.Record, bool) {
-	rec := audit.Record{Time: ev.Time, Action: audit.ActionSandboxEnd, Sandbox: ev.Sandbox}
+	rec := audit.Record{Time: ev.Time, Action: audit.ActionSandboxEnd, Sandbox: ev.Sandbox, Tenant: ev.Tenant}
 	switch ev.Type {
 	case sandbox.EventDeleted:
 		rec.Reason = "deleted: " + ev.Reason

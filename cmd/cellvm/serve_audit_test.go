@@ -29,7 +29,7 @@ func TestSandboxEndsAreAudited(t *testing.T) {
 	ctx := context.Background()
 	var ids []string
 	for i := 0; i < 3; i++ {
-		info, err := m.Create(ctx, sandbox.Config{})
+		info, err := m.Create(ctx, sandbox.Config{Tenant: "alpha"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +56,7 @@ func TestSandboxEndsAreAudited(t *testing.T) {
 	if r := got[0]; r.Action != audit.ActionSandboxEnd || r.Sandbox != ids[0] || r.ResultStatus != "lost" || r.KilledBy != "seccomp" || r.Reason != "lost: the VMM was killed" {
 		t.Errorf("lost: %+v", r)
 	}
-	if r := got[2]; r.Sandbox != ids[2] || r.Reason != "deleted: request" || r.Time.IsZero() {
+	if r := got[2]; r.Sandbox != ids[2] || r.Reason != "deleted: request" || r.Time.IsZero() || r.Tenant != "alpha" {
 		t.Errorf("deleted: %+v", r)
 	}
 }
