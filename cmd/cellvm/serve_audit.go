@@ -130,7 +130,10 @@ func (f *auditFlags) watchEnds(m sandbox.Manager, log *slog.Logger) error {
 	if f.log == nil {
 		return nil
 	}
-	st, err := m.Events(context.Background())
+	// The operator's view: every tenant's sandboxes (a tenant.Manager
+	// refuses a stream without a caller).
+	ctx := sandbox.WithCaller(context.Background(), sandbox.Caller{Operator: true, Peer: "audit"})
+	st, err := m.Events(ctx)
 	if err != nil {
 		return fmt.Errorf("audit log: watching sandbox ends: %w", err)
 	}
@@ -144,7 +147,7 @@ func (f *auditFlags) watchEnds(m sandbox.Manager, log *slog.Logger) error {
 				// Say so in the log itself, and watch again.
 				f.writeEnd(log, audit.Record{Action: audit.ActionSandboxEnd, Error: "events_lagged",
 					Reason: "the audit log fell behind the sandbox events: some sandbox ends before this one are not recorded"})
-				if st, err = m.Events(context.Background()); err == nil && w.swap(st) {
+				if st, err = m.Events(ctx); err == nil && w.swap(st) {
 					continue
 				}
 				return

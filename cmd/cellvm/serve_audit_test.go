@@ -10,6 +10,7 @@ import (
 	"github.com/cellvm/cellvm/audit"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/sandbox/sandboxtest"
+	"github.com/cellvm/cellvm/sandbox/tenant"
 )
 
 // TestSandboxEndsAreAudited: every deleted or lost sandbox gets an end
@@ -22,20 +23,23 @@ func TestSandboxEndsAreAudited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := sandboxtest.New()
+	// Behind the tenant wrapper, as the daemon runs it: the watcher
+	// must see every tenant's ends.
+	inner := sandboxtest.New()
+	m := tenant.New(inner, tenant.Options{})
 	if err := f.watchEnds(m, log); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
+	ctx := sandbox.WithCaller(context.Background(), sandbox.Caller{Tenant: "alpha", TokenID: "t1", Peer: "192.0.2.1"})
 	var ids []string
 	for i := 0; i < 3; i++ {
-		info, err := m.Create(ctx, sandbox.Config{Tenant: "alpha"})
+		info, err := m.Create(ctx, sandbox.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, info.ID)
 	}
-	m.Lose(ids[0], sandbox.LostInfo{Reason: "the VMM was killed", KilledBy: "seccomp"})
+	inner.Lose(ids[0], sandbox.LostInfo{Reason: "the VMM was killed", KilledBy: "seccomp"})
 	m.Delete(ctx, ids[1])
 	m.Delete(ctx, ids[2])
 	closeAudit() // at once: the queued events are written first
