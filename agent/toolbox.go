@@ -37,6 +37,9 @@ type Toolbox struct {
 	Root bool
 	// MaxReadBytes bounds read_file (default 1 MiB).
 	MaxReadBytes int64
+	// Approve, if set, is asked before each run_python and exec call
+	// runs, and may refuse or edit it (approve.go).
+	Approve Approve
 }
 
 func (t *Toolbox) timeouts() (def, max time.Duration) {
@@ -151,9 +154,16 @@ func (t *Toolbox) runPython(ctx context.Context, args json.RawMessage) ToolResul
 	if err != nil {
 		return ToolError("%v", err)
 	}
-	res, err := t.Manager.RunCell(ctx, t.SandboxID, *a.Code, timeout, nil)
+	code, edited, refused := t.approveCode(ctx, *a.Code)
+	if refused != nil {
+		return *refused
+	}
+	res, err := t.Manager.RunCell(ctx, t.SandboxID, code, timeout, nil)
 	if err != nil {
 		return sandboxError(err)
+	}
+	if edited {
+		return t.noteEdited(FormatCell(res, t.Format), "code", code)
 	}
 	return FormatCell(res, t.Format)
 }
@@ -175,9 +185,17 @@ func (t *Toolbox) exec(ctx context.Context, args json.RawMessage) ToolResult {
 	if err := req.Validate(); err != nil {
 		return ToolError("%v", err)
 	}
+	req, edited, refused := t.approveArgv(ctx, req)
+	if refused != nil {
+		return *refused
+	}
 	res, err := t.Manager.Exec(ctx, t.SandboxID, req)
 	if err != nil {
 		return sandboxError(err)
+	}
+	if edited {
+		argv, _ := json.Marshal(req.Argv)
+		return t.noteEdited(FormatExec(res, t.Format), "command", string(argv))
 	}
 	return FormatExec(res, t.Format)
 }

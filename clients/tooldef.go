@@ -43,6 +43,9 @@ type toolDefinition struct {
 	// DefaultTimeoutS is the default time limit of a call that the Go
 	// toolbox states and uses.
 	DefaultTimeoutS int `json:"default_timeout_s"`
+	// Refused is what the model reads when an approve callback refuses a
+	// cell (agent.RefusedCode).
+	Refused string `json:"refused"`
 }
 
 // ToolDefinition renders the run_python tool definition from package
@@ -51,6 +54,7 @@ func ToolDefinition() ([]byte, error) {
 	def := toolDefinition{
 		Comment:      "Generated from cellvm's Go package agent by `go generate ./clients`; do not edit.",
 		Descriptions: map[string]string{},
+		Refused:      agent.RefusedCode,
 	}
 	for _, v := range []struct {
 		key  string

@@ -124,7 +124,7 @@ func (a *Attachment) adoptPins(left map[netip.Addr]*leftPin, now time.Time) (kep
 			}
 		}
 		ports, ok := pinPorts(pol, names)
-		if !ok || !lp.stop.After(now) || a.h.deniedAddr(ip, a.addrs.Pool) || len(a.pins) >= a.h.cfg.MaxPins {
+		if !ok || !lp.stop.After(now) || deniedAddr(ip, a.addrs.Pool, a.h.denied, a.barred) || len(a.pins) >= a.h.cfg.MaxPins {
 			dropped++
 			continue
 		}

@@ -28,6 +28,17 @@ type AttachOption func(*attachOptions)
 
 type attachOptions struct {
 	vethNS, vethPeer string
+	allowPrivate     []netip.Prefix
+}
+
+// WithAllowPrivate opens these parts of the operator's closed ranges
+// (HostConfig.Egress) for this sandbox alone, on top of the operator's
+// AllowPrivate: a tenant's own egress_allow_private. A metadata address
+// stays closed whatever they cover. What they open is then like the rest
+// of the special ranges: an entry naming an address or a prefix inside
+// it opens it; a broad entry (0.0.0.0/0) does not.
+func WithAllowPrivate(ranges ...netip.Prefix) AttachOption {
+	return func(o *attachOptions) { o.allowPrivate = append(o.allowPrivate, ranges...) }
 }
 
 // WithVethPeer makes the link a veth pair instead of a TAP, its peer named
@@ -52,9 +63,12 @@ type Attachment struct {
 	// MAC is the address to give the guest's virtio-net device.
 	MAC net.HardwareAddr
 
-	h      *Host
-	names  objectNames
-	addrs  linkAddrs
+	h     *Host
+	names objectNames
+	addrs linkAddrs
+	// barred are the operator's closed ranges (IPv4) for this sandbox:
+	// the host's less those WithAllowPrivate opened.
+	barred []netip.Prefix
 	policy atomic.Pointer[egress.Policy]
 	dns    *dnsproxy.Server
 	stop   chan struct{}
@@ -118,9 +132,13 @@ func (h *Host) Attach(ctx context.Context, sandboxID string, p egress.Policy, op
 		h:         h,
 		names:     n,
 		addrs:     h.alloc.slotAddrs(slot),
+		barred:    h.barred,
 		pins:      map[netip.Addr]*pin{},
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
+	}
+	if len(o.allowPrivate) > 0 {
+		a.barred = barredV4(h.cfg.Egress.WithAllowPrivate(o.allowPrivate...))
 	}
 	h.attached[n.tag] = a
 	h.mu.Unlock()
@@ -131,7 +149,7 @@ func (h *Host) Attach(ctx context.Context, sandboxID string, p egress.Policy, op
 	g := a.addrs.Guest.As4()
 	a.MAC = net.HardwareAddr{0x02, 0xc7, g[0], g[1], g[2], g[3]}
 	a.policy.Store(&p)
-	a.steps = policySteps(a.addrs, h.denied, p)
+	a.steps = policySteps(a.addrs, a.barred, h.denied, p)
 
 	err := a.setup(ctx, adopt, o)
 	a.built = err == nil
@@ -334,7 +352,7 @@ func (a *Attachment) Update(p egress.Policy) error {
 	// gone, and the DNS-opened addresses no longer allowed closed.
 	var b batch
 	b.chain("filter", n.policy[next])
-	steps := policySteps(a.addrs, h.denied, p)
+	steps := policySteps(a.addrs, a.barred, h.denied, p)
 	b.appendRules(policyRules(n, next, a.addrs, steps))
 	b.insertRules([]rule{jumpRule(n, next)})
 	b.deleteRules([]rule{jumpRule(n, a.gen)})

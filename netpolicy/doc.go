@@ -32,6 +32,18 @@
 // 203.0.113.0/24) are denied like the rest; a host whose network really
 // uses one declares it public (HostConfig.PublicRanges).
 //
+// Above all of that sit the operator's rules (HostConfig.Egress: cellvm
+// serve --egress-deny, by default link-local and metadata, loopback, the
+// private ranges, CGNAT, the host's addresses and networks): what they
+// close no entry opens, however specific, and no DNS answer into it
+// reaches the guest. The API refuses an entry naming such a range before
+// a sandbox is made (egress.Guard.Check); the rules here hold even for a
+// policy that got past it (one a restarted daemon adopts, say). The parts
+// the operator opens again (--egress-allow-private, or a tenant's own
+// through WithAllowPrivate) go back to the rules above: a private range
+// among them opens only to an entry naming it. A metadata address is
+// never opened that way.
+//
 // IPv6 has no path at all: no policy entry can name an IPv6 destination,
 // the links have IPv6 disabled and ip6tables drops IPv6 on them. A host
 // whose kernel speaks IPv6 but whose ip6tables fails does not start.

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellvm/cellvm/sandbox/egress"
+
 	"github.com/coreos/go-iptables/iptables"
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
@@ -64,6 +66,17 @@ type HostConfig struct {
 	// public address. They may not cover a metadata address, nor lie in
 	// a range that is never a destination.
 	PublicRanges []netip.Prefix
+	// Egress are the operator's rules (cellvm serve --egress-deny and
+	// --egress-allow-private). The ranges of Egress.Closed() are shut to
+	// every sandbox whatever its entries name, however specifically (the
+	// API refuses such entries first: egress.Guard.Check), and a DNS
+	// answer into one is removed. An Attach can open more of them
+	// (WithAllowPrivate). The parts AllowPrivate opens behave as they
+	// would without these rules: a special range among them opens only to
+	// an entry that names it. The rules win over PublicRanges: a public
+	// range they close stays closed. Only IPv4 ranges need rules (no
+	// sandbox has an IPv6 path); the zero Guard closes nothing.
+	Egress egress.Guard
 }
 
 // Host is the host-wide part: the base chains, the address pool and the
@@ -80,6 +93,8 @@ type Host struct {
 	// denied are the ranges no policy step opens unless an entry inside
 	// one names it.
 	denied []netip.Prefix
+	// barred are the operator's closed ranges (IPv4): no entry opens them.
+	barred []netip.Prefix
 
 	holdMu    sync.Mutex // one position check at a time
 	closing   chan struct{}
@@ -157,7 +172,8 @@ func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 		return nil, fmt.Errorf("netpolicy: %w", err)
 	}
 	h := &Host{
-		cfg: cfg, log: log, ns: nsRunner{path: cfg.NetNS}, ipt: ipt, restorePath: restorePath, denied: deniedSet(cfg.PublicRanges),
+		cfg: cfg, log: log, ns: nsRunner{path: cfg.NetNS}, ipt: ipt, restorePath: restorePath,
+		denied: deniedSet(cfg.PublicRanges), barred: barredV4(cfg.Egress),
 		alloc: alloc, attached: map[string]*Attachment{}, survivors: map[string]int{},
 		closing: make(chan struct{}), holdDone: make(chan struct{}),
 	}

@@ -318,7 +318,13 @@ var testPublic = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.M
 
 func testHost(t *testing.T, tn *testNet) *Host {
 	t.Helper()
-	h, err := NewHost(HostConfig{
+	return testHostWith(t, tn, nil)
+}
+
+// testHostWith is testHost with its configuration changed by edit.
+func testHostWith(t *testing.T, tn *testNet, edit func(*HostConfig)) *Host {
+	t.Helper()
+	cfg := HostConfig{
 		NetNS:          tn.nsPath(tn.host),
 		Uplink:         "up0",
 		Upstreams:      []string{"203.0.113.53:53"},
@@ -329,7 +335,11 @@ func testHost(t *testing.T, tn *testNet) *Host {
 		// The world's servers live in documentation ranges; here they
 		// are the internet.
 		PublicRanges: testPublic,
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	h, err := NewHost(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

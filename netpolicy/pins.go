@@ -80,7 +80,8 @@ const maxNamesPerPin = 64
 // admit opens the addresses DNS got for an allowed name, before the guest
 // sees them, and returns those it may see: never one in a denied range
 // unless an address entry lists it (then that entry's rule lets it
-// through), never more than MaxPins open at once.
+// through), never one the operator's rules keep closed (no entry opens
+// those), never more than MaxPins open at once.
 func (a *Attachment) admit(name string, addrs []netip.Addr, ttl time.Duration) ([]netip.Addr, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -95,7 +96,7 @@ func (a *Attachment) admit(name string, addrs []netip.Addr, ttl time.Duration) (
 	var kept []netip.Addr
 	var errs []error
 	for _, ip := range addrs {
-		if a.h.deniedAddr(ip, a.addrs.Pool) {
+		if deniedAddr(ip, a.addrs.Pool, a.h.denied, a.barred) {
 			if opens(a.steps, ip) {
 				kept = append(kept, ip)
 			} else {

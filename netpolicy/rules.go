@@ -265,15 +265,18 @@ var catchAllRules = []rule{
 }
 
 // deniedAddr reports whether a DNS answer of a may not be pinned: not
-// IPv4, another sandbox's, or in a denied range.
-func (h *Host) deniedAddr(a netip.Addr, pool netip.Prefix) bool {
+// IPv4, another sandbox's, or in one of the ranges of sets (the denied
+// special ranges, the operator's closed ones).
+func deniedAddr(a netip.Addr, pool netip.Prefix, sets ...[]netip.Prefix) bool {
 	a = a.Unmap()
 	if !a.Is4() || pool.Contains(a) {
 		return true
 	}
-	for _, d := range h.denied {
-		if d.Contains(a) {
-			return true
+	for _, set := range sets {
+		for _, d := range set {
+			if d.Contains(a) {
+				return true
+			}
 		}
 	}
 	return false

@@ -38,7 +38,7 @@ func TestPolicyRules(t *testing.T) {
 		netip.MustParsePrefix("169.254.0.0/16"),
 		netip.MustParsePrefix("169.254.169.254/32"),
 	}
-	got := specs(policyRules(n, 1, l, policySteps(l, denied, p)))
+	got := specs(policyRules(n, 1, l, policySteps(l, nil, denied, p)))
 	want := []string{
 		"filter CELLVM-0123abcd-1 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
 		"filter CELLVM-0123abcd-1 ! -s 10.222.0.6/32 -j CELLVM-0123abcd-R",
@@ -66,7 +66,7 @@ func TestPolicyRules(t *testing.T) {
 
 func TestPolicyRulesEmptyRefusesAll(t *testing.T) {
 	n, l := testLink()
-	got := specs(policyRules(n, 0, l, policySteps(l, deniedSet(nil), egress.Policy{})))
+	got := specs(policyRules(n, 0, l, policySteps(l, nil, deniedSet(nil), egress.Policy{})))
 	for _, r := range got {
 		if strings.HasSuffix(r, "-j "+n.accept) {
 			t.Errorf("empty policy accepts: %s", r)
@@ -186,8 +186,8 @@ func TestKernelStopAndLabel(t *testing.T) {
 
 func TestDeniedAddr(t *testing.T) {
 	pool := netip.MustParsePrefix("10.222.0.0/16")
-	h := &Host{denied: deniedSet(nil)}
-	hp := &Host{denied: deniedSet([]netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")})}
+	denied := deniedSet(nil)
+	public := deniedSet([]netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")})
 	for a, want := range map[string]bool{
 		"169.254.169.254": true, "10.0.0.1": true, "172.31.255.255": true, "172.32.0.1": false,
 		"192.168.1.1": true, "100.64.0.1": true, "100.128.0.1": false, "127.0.0.1": true,
@@ -196,13 +196,13 @@ func TestDeniedAddr(t *testing.T) {
 		"198.20.0.1": false, "240.0.0.1": true, "192.0.2.1": true, "203.0.113.50": true,
 		"8.8.8.8": false, "2001:db8::1": true, "::ffff:8.8.8.8": false,
 	} {
-		if got := h.deniedAddr(netip.MustParseAddr(a), pool); got != want {
+		if got := deniedAddr(netip.MustParseAddr(a), pool, denied); got != want {
 			t.Errorf("deniedAddr(%s) = %v, want %v", a, got, want)
 		}
 	}
 	// A public range: answers into it are pinned like any public one.
 	for a, want := range map[string]bool{"203.0.113.50": false, "198.51.100.1": true, "10.0.0.1": true} {
-		if got := hp.deniedAddr(netip.MustParseAddr(a), pool); got != want {
+		if got := deniedAddr(netip.MustParseAddr(a), pool, public); got != want {
 			t.Errorf("with 203.0.113.0/24 public: deniedAddr(%s) = %v, want %v", a, got, want)
 		}
 	}

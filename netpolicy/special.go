@@ -22,17 +22,21 @@ func metadataAddrs() []netip.Prefix {
 
 // deniedSet is the special ranges less the public ones, as prefixes.
 func deniedSet(public []netip.Prefix) []netip.Prefix {
+	special := make([]netip.Prefix, len(egress.SpecialRanges))
+	for i, s := range egress.SpecialRanges {
+		special[i] = s.Prefix
+	}
+	return egress.Without(special, public)
+}
+
+// barredV4 is the IPv4 part of what the operator's rules keep closed:
+// no sandbox has an IPv6 path to close.
+func barredV4(g egress.Guard) []netip.Prefix {
 	var out []netip.Prefix
-	for _, s := range egress.SpecialRanges {
-		rest := []netip.Prefix{s.Prefix}
-		for _, p := range public {
-			var next []netip.Prefix
-			for _, r := range rest {
-				next = append(next, subtract(r, p)...)
-			}
-			rest = next
+	for _, p := range g.Closed() {
+		if p.Addr().Is4() {
+			out = append(out, p)
 		}
-		out = append(out, rest...)
 	}
 	return out
 }
@@ -71,28 +75,6 @@ func checkPublic(public []netip.Prefix, pool netip.Prefix) error {
 // within reports whether p lies inside r.
 func within(p, r netip.Prefix) bool {
 	return r.Bits() <= p.Bits() && r.Contains(p.Addr())
-}
-
-// subtract returns r less p, as prefixes.
-func subtract(r, p netip.Prefix) []netip.Prefix {
-	if !r.Overlaps(p) {
-		return []netip.Prefix{r}
-	}
-	if within(r, p) {
-		return nil
-	}
-	// p lies inside r: split r in halves and keep the one without p whole.
-	lo, hi := halves(r)
-	return append(subtract(lo, p), subtract(hi, p)...)
-}
-
-// halves splits an IPv4 prefix (shorter than /32) in two.
-func halves(r netip.Prefix) (netip.Prefix, netip.Prefix) {
-	bits := r.Bits() + 1
-	b := r.Addr().As4()
-	k := r.Bits() // the bit that tells the halves apart, from the left
-	b[k/8] |= 0x80 >> (k % 8)
-	return netip.PrefixFrom(r.Addr(), bits), netip.PrefixFrom(netip.AddrFrom4(b), bits)
 }
 
 // errNotPrivatePool is NewHost's complaint about a pool outside the

@@ -35,10 +35,12 @@ func (s step) matches(dst netip.Addr, proto uint8, port uint16) bool {
 	return s.port == 0 || (proto == protoTCP || proto == protoUDP) && port == s.port
 }
 
-// policySteps orders a policy against the denied ranges:
+// policySteps orders a policy against the closed and denied ranges:
 //
 //  1. other sandboxes (the pool) are refused, whatever is listed;
-//  2. then the entries and the denied ranges, most specific prefix first,
+//  2. so are the ranges the operator's rules keep closed (barred: see
+//     HostConfig.Egress), however specific the entry naming them;
+//  3. then the entries and the denied ranges, most specific prefix first,
 //     and an entry before a denied range of the same prefix: so an entry
 //     inside a denied range (10.1.2.3, or 198.18.0.0/15 itself) opens
 //     that much of it, and a broad entry (0.0.0.0/0) opens none of the
@@ -46,7 +48,7 @@ func (s step) matches(dst netip.Addr, proto uint8, port uint16) bool {
 //
 // What no step decides goes on to the addresses DNS handed out (pins),
 // then is refused.
-func policySteps(l linkAddrs, denied []netip.Prefix, p egress.Policy) []step {
+func policySteps(l linkAddrs, barred, denied []netip.Prefix, p egress.Policy) []step {
 	rest := make([]step, 0, len(p.Nets)+len(denied))
 	for _, r := range p.Nets {
 		rest = append(rest, step{dst: r.Prefix, port: r.Port, accept: true})
@@ -66,7 +68,12 @@ func policySteps(l linkAddrs, denied []netip.Prefix, p egress.Policy) []step {
 		}
 		return 0
 	})
-	return append([]step{{dst: l.Pool}}, rest...)
+	first := make([]step, 0, 1+len(barred)+len(rest))
+	first = append(first, step{dst: l.Pool})
+	for _, c := range barred {
+		first = append(first, step{dst: c})
+	}
+	return append(first, rest...)
 }
 
 // decide is the policy chain's verdict on a new connection to dst: the

@@ -50,6 +50,11 @@ type session struct {
 	// end runs the session's end once; a second EndSession (Serve's and
 	// the SDK's, racing) waits in it until the sandbox is deleted.
 	end sync.Once
+	// caller is who created the sandbox (its first tool call's caller,
+	// if the front end said), so the delete at the session's end, which
+	// no request carries, acts as the same caller.
+	caller    sandbox.Caller
+	hasCaller bool
 }
 
 // New returns a server that creates sandboxes with m.
@@ -140,6 +145,9 @@ func (s *Server) EndSession(ss *mcp.ServerSession) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
+		if sess.hasCaller {
+			ctx = sandbox.WithCaller(ctx, sess.caller)
+		}
 		if err := s.m.Delete(ctx, sess.id); err != nil {
 			s.log.Warn("delete session sandbox", "sandbox", sess.id, "err", err)
 			return
@@ -188,6 +196,7 @@ func (s *Server) sandboxFor(ctx context.Context, ss *mcp.ServerSession) (string,
 		return "", fmt.Errorf("create the session's sandbox: %w", err)
 	}
 	sess.id = info.ID
+	sess.caller, sess.hasCaller = sandbox.CallerFrom(ctx)
 	s.log.Info("session sandbox created", "sandbox", info.ID)
 	return info.ID, nil
 }

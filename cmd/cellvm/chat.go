@@ -41,10 +41,11 @@ func (a *app) chatCommand() *cobra.Command {
 	conf := addConfigFlags(fs)
 	system := fs.String("system", "", "system prompt (default: cellvm's)")
 	outDir := fs.String("out-dir", ".", "where images from tool results are saved")
+	confirm := fs.Bool("confirm", false, "ask before each cell or command runs: y runs it, n refuses (the model is told), e edits it ($VISUAL/$EDITOR on a terminal, else lines read from stdin up to a single \".\")")
 	cmd.RunE = func(_ *cobra.Command, args []string) error {
 		return a.chat(chatArgs{conn: conn, guest: guest, provider: *provider, model: *model, conversation: *conversation,
 			maxTurns: *maxTurns, maxTokens: *maxTokens, timeout: *timeout, maxChars: *maxChars, companions: *companions,
-			conf: conf, system: *system, outDir: *outDir}, args)
+			conf: conf, system: *system, outDir: *outDir, confirm: *confirm}, args)
 	}
 	return cmd
 }
@@ -55,13 +56,16 @@ type chatArgs struct {
 	provider, model, conversation string
 	maxTurns, maxTokens, maxChars int
 	timeout                       time.Duration
-	companions                    bool
+	companions, confirm           bool
 	conf                          *configFlags
 	system, outDir                string
 }
 
 func (a *app) chat(o chatArgs, args []string) error {
 	question := strings.Join(args, " ")
+	if question == "-" && o.confirm {
+		return usagef("--confirm reads its answers from stdin: give the question as arguments, not -")
+	}
 	if question == "-" {
 		data, err := io.ReadAll(io.LimitReader(a.stdin, sandbox.MaxCodeBytes+1))
 		if err != nil {
@@ -113,10 +117,17 @@ func (a *app) chat(o chatArgs, args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	tb := agent.Toolbox{Timeout: o.timeout, Companions: o.companions, Format: agent.FormatOptions{MaxChars: o.maxChars}}
+	if o.confirm {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		tb.Approve = newConfirmer(a.stdin, a.stderr, os.Getenv, cancel).approve
+	}
 	res, err := chat.Run(ctx, chat.Options{
 		Manager: mgr, Model: m, Provider: modelProvider, ModelName: o.model,
 		Question: question, Conversation: o.conversation, Store: store, Config: cfg,
-		Toolbox:  agent.Toolbox{Timeout: o.timeout, Companions: o.companions, Format: agent.FormatOptions{MaxChars: o.maxChars}},
+		Toolbox:  tb,
 		MaxTurns: o.maxTurns, System: o.system, OutDir: o.outDir,
 		Stdout: stdoutUnlessJSON(a.stdout, a.jsonOut), Stderr: a.stderr,
 	})

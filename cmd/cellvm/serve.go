@@ -25,6 +25,7 @@ import (
 	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/sandbox/metrics"
+	"github.com/cellvm/cellvm/sandbox/tenant"
 	"github.com/cellvm/cellvm/vmm/consolelog"
 )
 
@@ -43,6 +44,7 @@ type serveOptions struct {
 	workspaceMiB int64
 	maxWorkspace int
 	publicRanges prefixList
+	egress       egressOptions // serve_egress.go
 	// templates: warm starts from a template per machine shape, at
 	// most maxTemplates of them in templatesMiB of disk.
 	templates    bool
@@ -57,13 +59,18 @@ type serveOptions struct {
 	tlsKey      string
 	socketGroup string
 
+	tenants *tenantFlags
+
 	mcp        bool
 	mcpFlags   *mcpFlags
 	mcpSession time.Duration
+	// mcpMaxSessions caps each tenant's MCP sessions.
+	mcpMaxSessions int
 	// cellTimeout is a cell's or command's limit when its request names
 	// none; maxCellTimeout the most a request may ask for.
 	cellTimeout, maxCellTimeout time.Duration
-	audit                       *auditFlags // serve_audit.go
+	policy                      *cellPolicyFlags // serve_policy.go
+	audit                       *auditFlags      // serve_audit.go
 }
 
 // deps are what tests replace: how the daemon and the embedded manager are
@@ -113,7 +120,8 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.Int64Var(&o.workspaceMiB, "workspace-mib", sandbox.DefaultWorkspaceBytes>>20, "size in MiB of a workspace made from now on: the most its files can take (the file on the host is sparse)")
 	fs.IntVar(&o.maxWorkspace, "max-workspaces", 64, "cap on the number of workspaces (0: none); a create that would make one more is refused with 503")
 	fs.Int64Var(&o.snapshotMiB, "snapshot-max-mib", 0, "cap in MiB on the disk machine images take: snapshots and paused sandboxes (0: none); a snapshot or pause past it is refused")
-	fs.Var(&o.publicRanges, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses)")
+	fs.Var(&o.publicRanges, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses); one that --egress-deny holds stays closed unless --egress-allow-private names it too")
+	o.egress.addFlags(fs)
 	fs.Var(&o.dnsUpstreams, "dns-upstream", "`IP:PORT[,IP:PORT...]` resolvers that the guests' DNS asks for allowed names, e.g. one that knows a private package index (default: /etc/resolv.conf's)")
 	fs.StringVar(&o.node, "node", "", "this daemon's node name, written into sandbox ids (sb-NODE-...) for a router in front of many daemons")
 	fs.StringVar(&o.listen, "listen", "", "also serve the API over TLS at tcp://HOST:PORT (needs --token-file)")
@@ -126,6 +134,9 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.DurationVar(&o.maxCellTimeout, "max-cell-timeout", api.DefaultMaxTimeout, "the longest time limit a cell or command may ask for")
 	fs.DurationVar(&o.mcpSession, "mcp-idle-timeout", 15*time.Minute, "end an MCP session (and delete its sandbox) after this long without a request")
 	o.mcpFlags = addMCPFlagsPrefixed(fs)
+	fs.IntVar(&o.mcpMaxSessions, "mcp-max-sessions", 16, "cap on each tenant's open MCP sessions (0: none; the tenant config's max_mcp_sessions overrides it)")
+	o.tenants = addTenantFlags(fs)
+	o.policy = addCellPolicyFlags(fs)
 	o.audit = addAuditFlags(fs)
 	cmd.RunE = func(*cobra.Command, []string) error { return a.serve(o) }
 	return cmd
@@ -191,10 +202,16 @@ func (o *serveOptions) check() error {
 	if o.maxWorkspace < 0 {
 		return usagef("--max-workspaces %d is negative", o.maxWorkspace)
 	}
+	if err := o.tenants.check(); err != nil {
+		return err
+	}
 	if o.snapshotMiB < 0 || o.snapshotMiB > 1<<40 {
 		return usagef("--snapshot-max-mib %d: want 0 (no cap) or a size in MiB", o.snapshotMiB)
 	}
-	return o.audit.check(o.listen)
+	if err := o.audit.check(o.listen); err != nil {
+		return err
+	}
+	return o.policy.check()
 }
 
 func (a *app) serve(o *serveOptions) error {
@@ -209,12 +226,20 @@ func (a *app) serve(o *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := o.egress.resolve(log, o.publicRanges, hostInterfaces); err != nil {
+		return err
+	}
 	var tokens *api.Tokens
 	if o.tokenFile != "" {
 		if tokens, err = api.LoadTokens(o.tokenFile); err != nil {
 			return usageError{err}
 		}
 	}
+	tenantFile, err := o.tenants.load()
+	if err != nil {
+		return err
+	}
+	known := knownTenants(tokens, tenantFile)
 	var sockOpts []api.ListenOption
 	sockOpts = append(sockOpts, api.WithListenLogger(log))
 	if o.socketGroup != "" {
@@ -239,15 +264,23 @@ func (a *app) serve(o *serveOptions) error {
 		return err
 	}
 	defer closeManager()
+	if inner, err = o.policy.wrap(inner, log); err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.Instrument(inner, reg)
+	// Every front end calls the tenant layer, which calls the metrics'
+	// wrapper over the engine.
+	m := tenant.New(metrics.Instrument(inner, reg), tenant.Options{Quotas: o.tenants.quotas, File: tenantFile, Log: log,
+		CheckEgress: o.checkEgress})
+	logTenants(log, known, o.tenants, tenantFile)
 	if err := o.audit.watchEnds(m, log); err != nil {
 		return err
 	}
-	apiOpts := []api.Option{api.WithMetrics(reg), api.WithTimeouts(o.cellTimeout, o.maxCellTimeout)}
+	apiOpts := []api.Option{api.WithMetrics(reg), api.WithTimeouts(o.cellTimeout, o.maxCellTimeout),
+		api.WithTenants(func(t string) bool { return known[t] })}
 	if o.mcp {
-		mh, closeMCP := newMCPHandler(m, o, log)
+		mh, closeMCP := newMCPHandler(m, o, tenantFile, log)
 		defer closeMCP()
 		apiOpts = append(apiOpts, api.WithMCP(mh))
 	}
@@ -316,7 +349,7 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 	}
 	var netHost *netpolicy.Host
 	if o.network {
-		if netHost, err = netpolicy.NewHost(netpolicy.HostConfig{Uplink: o.uplink, PublicRanges: o.publicRanges, Upstreams: o.dnsUpstreams.strings()}, log); err != nil {
+		if netHost, err = netpolicy.NewHost(netpolicy.HostConfig{Uplink: o.uplink, PublicRanges: o.publicRanges, Upstreams: o.dnsUpstreams.strings(), Egress: o.egress.guard}, log); err != nil {
 			return nil, nil, fmt.Errorf("network policies: %w (pass --network=false to run without them)", err)
 		}
 		log.Info("network policies on", "uplink", o.uplink, "public_ranges", o.publicRanges.String(), "dns_upstreams", o.dnsUpstreams.String())
@@ -337,7 +370,8 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		BootTimeout: bootTimeoutFromEnv(), Net: netHost, Jail: jailOpt, ConsoleMaxBytes: o.consoleMiB << 20,
 		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node, MaxImageBytes: o.snapshotMiB << 20,
 		WorkspaceBytes: o.workspaceMiB << 20, MaxWorkspaces: o.maxWorkspace,
-		Templates: engine.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20},
+		AllowPrivate: func(t string) []netip.Prefix { return o.tenants.file.For(t).AllowPrivate() },
+		Templates:    engine.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20},
 	})
 	if err != nil {
 		closeNet()

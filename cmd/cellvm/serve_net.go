@@ -17,6 +17,7 @@ import (
 	"github.com/cellvm/cellvm/agent/mcpserver"
 	"github.com/cellvm/cellvm/api"
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/sandbox/tenant"
 )
 
 // lookupGroup resolves --socket-group (a name or a gid).
@@ -56,15 +57,23 @@ func serverTLS(o *serveOptions, log *slog.Logger) (*tls.Config, string, error) {
 // newMCPHandler serves the sandbox tools over Streamable HTTP: a sandbox
 // per MCP session, deleted when the session ends (the client's DELETE) or
 // idles out (--mcp-idle-timeout). The returned function ends the sessions.
-func newMCPHandler(m sandbox.Manager, o *serveOptions, log *slog.Logger) (http.Handler, func()) {
+func newMCPHandler(m sandbox.Manager, o *serveOptions, tenantFile *tenant.File, log *slog.Logger) (http.Handler, func()) {
 	cfg := sandbox.Config{IdleTimeout: o.mcpSession + time.Minute}
 	srv := mcpserver.New(m, mcpserver.Options{Config: cfg, Toolbox: o.mcpFlags.toolbox(), Log: log, Version: moduleVersion()})
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() }, &mcp.StreamableHTTPOptions{
 		SessionTimeout: o.mcpSession,
 		Logger:         log,
-		// The daemon's own auth guards the listener; a remote client
-		// reaches it under its own host name.
-		DisableLocalhostProtection: true,
+		// A browser page must not drive the tools: a cross-origin
+		// request (Origin or Sec-Fetch-Site) is 403, and so is one that
+		// reached a loopback address under another host's name (DNS
+		// rebinding).
+		CrossOriginProtection: http.NewCrossOriginProtection(),
 	})
-	return h, srv.Close
+	perTenant := func(tenant string) int {
+		if s := tenantFile.For(tenant); s.MCPSessions != nil {
+			return *s.MCPSessions
+		}
+		return o.mcpMaxSessions
+	}
+	return newMCPSessions(h, o.mcpSession, perTenant), srv.Close
 }

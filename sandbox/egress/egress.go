@@ -1,6 +1,7 @@
 // Package egress is the language of a sandbox's egress allowlist: what a
-// caller may write in network.allow, parsed into rules, and the special
-// ranges no entry can open by accident. It is part of the sandbox
+// caller may write in network.allow, parsed into rules, the special
+// ranges no entry can open by accident, and the operator's rules over
+// what a tenant may name at all (Guard, guard.go). It is part of the sandbox
 // contract (package sandbox validates with it, so a front end refuses a
 // bad entry before any engine sees it) and has no I/O; package netpolicy
 // enforces what it parses on the host.

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -87,6 +88,10 @@ type Options struct {
 	// at most MaxWorkspaces * WorkspaceBytes); 0 means no cap. A create
 	// that would make one more is ErrFull.
 	MaxWorkspaces int
+	// AllowPrivate returns the ranges of the operator's denied egress
+	// that a tenant's sandboxes may reach (the tenant config's
+	// egress_allow_private); nil: none beyond the host's own.
+	AllowPrivate func(tenant string) []netip.Prefix
 	// ImagesDir holds the images built by `cellvm image build` (one
 	// directory per image, image.go); "" means StateDir/images.
 	ImagesDir string
@@ -399,7 +404,7 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 		spec.Cmdline += " cellvm.workspace=" + workspaceDisk
 	}
 	if !policy.Empty() {
-		if s.net, err = m.opt.Net.Attach(ctx, id, policy); err != nil {
+		if s.net, err = m.opt.Net.Attach(ctx, id, policy, m.attachOptions(cfg)...); err != nil {
 			return nil, fmt.Errorf("network: %w", err)
 		}
 		mac := s.net.MAC

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/sandbox/egress"
 )
@@ -14,6 +15,18 @@ import (
 // directory before it is applied, and a daemon that takes the sandbox
 // back (recover) applies what is saved. A daemon that dies between the
 // two comes back with the new policy, never the old one.
+
+// attachOptions are a sandbox's network attachment's options: the
+// ranges of the operator's denied egress its tenant may reach.
+func (m *VMManager) attachOptions(cfg sandbox.Config) []netpolicy.AttachOption {
+	if m.opt.AllowPrivate == nil {
+		return nil
+	}
+	if r := m.opt.AllowPrivate(sandbox.Owner(cfg.Tenant)); len(r) > 0 {
+		return []netpolicy.AttachOption{netpolicy.WithAllowPrivate(r...)}
+	}
+	return nil
+}
 
 // writeConfig saves a sandbox's config in its directory, atomically: a
 // crash leaves the old file or the new one, never a part of either.

@@ -104,7 +104,7 @@ func (m *VMManager) recoverNetwork() {
 		}
 		p, err := egress.Parse(s.cfg.Network.Allow)
 		if err == nil {
-			s.net, err = m.opt.Net.Attach(context.Background(), id, p)
+			s.net, err = m.opt.Net.Attach(context.Background(), id, p, m.attachOptions(s.cfg)...)
 		}
 		if err != nil {
 			m.log.Error("re-attach a taken-back sandbox's network; it has none now", "id", id, "error", err)

@@ -9,6 +9,11 @@ export const MAX_CHARS: number;
 export const TRACEBACK_LINES: number;
 export const MAX_IMAGES: number;
 export const MAX_IMAGE_BYTES: number;
+export const MAX_CODE_BYTES: number;
+/** What the model reads when approve refuses a cell. */
+export const REFUSED: string;
+/** true runs the code, false/null/undefined refuses, a string is the edited code to run. */
+export type Approval = boolean | string | null | undefined;
 
 export interface ToolSpec {
   name: string;
@@ -29,6 +34,10 @@ export function cutNote(cut: number): string;
 export function clipMiddle(s: string, limit: number): [string, number];
 export function formatExecution(execution: Execution | Record<string, unknown>): ToolOutput;
 export function toolError(message: string): ToolOutput;
-export function runToolCall(sbx: Sandbox, args: string | Record<string, unknown>): Promise<ToolOutput>;
+export function runToolCall(
+  sbx: Sandbox,
+  args: string | Record<string, unknown>,
+  opts?: { approve?: (code: string) => Approval | Promise<Approval> },
+): Promise<ToolOutput>;
 export function anthropicToolResult(out: ToolOutput, toolUseId: string): Record<string, unknown>;
 export function openaiToolMessages(results: { id: string; name: string; output: ToolOutput }[]): Record<string, unknown>[];

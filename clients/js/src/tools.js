@@ -17,6 +17,10 @@ export const INPUT_SCHEMA = DEF.input_schema;
 export const DEFAULT_TIMEOUT_S = DEF.default_timeout_s;
 /** The most a model may ask for with timeout_s (seconds), as in Go. */
 export const MAX_TIMEOUT_S = 600;
+/** The most code a cell may carry (bytes of UTF-8), as the daemon allows. */
+export const MAX_CODE_BYTES = 1 << 20;
+/** What the model reads when approve refuses a cell (Go's agent.RefusedCode). */
+export const REFUSED = DEF.refused;
 // The formatter's bounds, as in Go's agent.FormatOptions defaults.
 export const MAX_CHARS = 8000;
 export const TRACEBACK_LINES = 20;
@@ -188,12 +192,33 @@ function sandboxError(e) {
   return toolError(e.message);
 }
 
+/** Turns approve's answer into [code to run, edited, refusal]. */
+function approval(code, answer) {
+  if (answer === true) return [code, false, null];
+  if (answer === false || answer === null || answer === undefined) {
+    return [null, false, { text: REFUSED, images: [], isError: true }];
+  }
+  if (typeof answer === 'string') {
+    const n = Buffer.byteLength(answer, 'utf8');
+    if (n > MAX_CODE_BYTES) return [null, false, toolError(`not run: the user's edited code is ${n} bytes, at most ${MAX_CODE_BYTES}`)];
+    return [answer, answer !== code, null];
+  }
+  return [null, false, toolError(`not run: approve returned ${typeof answer}, want true, false or the edited code`)];
+}
+
 /**
  * Runs one run_python call (arguments as an object or JSON text) in a
  * Sandbox. Never throws for what the model got wrong or the sandbox did:
  * those are tool errors the model can read.
+ *
+ * A human in the loop: opts.approve, if given, is called with the cell's
+ * code before it runs (it may return a Promise), as Go's `cellvm chat
+ * --confirm` asks at the terminal. true runs the code; false (or
+ * null/undefined) refuses, and the model gets the refusal as the call's
+ * result with nothing run; a string is the edited code, which runs instead
+ * (the model is told what ran). A throw refuses too, saying why.
  */
-export async function runToolCall(sbx, args) {
+export async function runToolCall(sbx, args, { approve } = {}) {
   if (typeof args === 'string') {
     try {
       args = JSON.parse(args || '{}');
@@ -206,12 +231,31 @@ export async function runToolCall(sbx, args) {
   const ts = args.timeout_s ?? 0;
   if (!Number.isInteger(ts)) return toolError("the arguments do not match the tool's schema: timeout_s is not an integer");
   if (ts < 0 || ts > MAX_TIMEOUT_S) return toolError(`timeout_s ${ts} out of range 1..${MAX_TIMEOUT_S}`);
+  let code = args.code;
+  let edited = false;
+  if (approve) {
+    let answer;
+    try {
+      answer = await approve(code);
+    } catch (e) {
+      return toolError(`not run: asking the user for approval failed: ${e?.message ?? e}`);
+    }
+    let refused;
+    [code, edited, refused] = approval(code, answer);
+    if (refused) return refused;
+  }
+  let out;
   try {
-    return formatExecution(await sbx.runCode(args.code, { timeoutMs: (ts || DEFAULT_TIMEOUT_S) * 1000 }));
+    out = formatExecution(await sbx.runCode(code, { timeoutMs: (ts || DEFAULT_TIMEOUT_S) * 1000 }));
   } catch (e) {
     if (e instanceof CellvmError) return sandboxError(e);
     throw e;
   }
+  if (edited) {
+    const [shown] = clipMiddle(code, MAX_CHARS);
+    out.text = `[The user edited this code before it ran. What ran:]\n${shown}\n[Its result:]\n${out.text}`;
+  }
+  return out;
 }
 
 const b64 = (u8) => Buffer.from(u8).toString('base64');

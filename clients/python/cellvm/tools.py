@@ -15,6 +15,19 @@ survived) or lost its interpreter.
     ...
     out = cellvm.tools.run_tool_call(sbx, block["input"])
     content.append(cellvm.tools.anthropic_tool_result(out, block["id"]))
+
+A human in the loop: pass ``approve``, called with the cell's code before
+it runs, as Go's ``cellvm chat --confirm`` asks at the terminal. It returns
+True to run the code, False (or None) to refuse (the model gets the refusal
+as the call's result and nothing runs), or a string: the edited code, which
+runs instead (the model is told what ran). An exception from it refuses
+too, saying why. :func:`arun_tool_call` also takes an ``async`` approve::
+
+    def approve(code):
+        print(code)
+        return input("run it? [y/n] ") == "y"
+
+    out = cellvm.tools.run_tool_call(sbx, block["input"], approve=approve)
 """
 
 from __future__ import annotations
@@ -25,7 +38,8 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+import inspect
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import Busy, CellvmError, Lost, NotFound, Timeout
 from .models import Execution
@@ -275,28 +289,89 @@ def _call_args(arguments: Any) -> Tuple[Optional[str], Optional[float], Optional
     return code, float(t), None
 
 
-def run_tool_call(sbx: Any, arguments: Any) -> ToolOutput:
+#: The most code a cell may carry (bytes of UTF-8), as the daemon allows.
+MAX_CODE_BYTES = 1 << 20
+
+#: What the model reads when approve refuses a cell (Go's agent.RefusedCode).
+REFUSED: str = _DEF["refused"]
+
+#: What approve returns: True runs the code, False or None refuses, a
+#: string is the edited code to run instead.
+Approval = Union[bool, str, None]
+
+
+def _approval(code: str, answer: Any) -> Tuple[Optional[str], bool, Optional[ToolOutput]]:
+    """Turns approve's answer into (code to run, edited, refusal)."""
+    if answer is True:
+        return code, False, None
+    if answer is False or answer is None:
+        return None, False, ToolOutput(text=REFUSED, is_error=True)
+    if isinstance(answer, str):
+        n = len(answer.encode("utf-8", "surrogatepass"))
+        if n > MAX_CODE_BYTES:
+            return None, False, tool_error(f"not run: the user's edited code is {n} bytes, at most {MAX_CODE_BYTES}")
+        return answer, answer != code, None
+    return None, False, tool_error(f"not run: approve returned {type(answer).__name__}, want True, False or the edited code")
+
+
+def _note_edited(out: ToolOutput, code: str) -> ToolOutput:
+    """Tells the model that what ran is the user's edit, as Go's agent does."""
+    shown = clip_middle(code, MAX_CHARS)[0]
+    out.text = f"[The user edited this code before it ran. What ran:]\n{shown}\n[Its result:]\n{out.text}"
+    return out
+
+
+def _approval_failed(e: Exception) -> ToolOutput:
+    return tool_error(f"not run: asking the user for approval failed: {e}")
+
+
+def run_tool_call(sbx: Any, arguments: Any, approve: Optional[Callable[[str], Approval]] = None) -> ToolOutput:
     """Runs one run_python call (arguments as a dict or JSON text) in a
-    :class:`~cellvm.Sandbox`. Never raises for what the model got wrong
-    or the sandbox did: those are tool errors the model can read."""
+    :class:`~cellvm.Sandbox`, after ``approve`` (if given) allows it. Never
+    raises for what the model got wrong or the sandbox did: those are tool
+    errors the model can read."""
     code, timeout, bad = _call_args(arguments)
     if bad:
         return bad
+    edited = False
+    if approve is not None:
+        try:
+            answer = approve(code)
+        except Exception as e:  # the user's callback: its failure refuses
+            return _approval_failed(e)
+        code, edited, refused = _approval(code, answer)
+        if refused:
+            return refused
     try:
-        return format_execution(sbx.run_code(code, timeout=timeout))
+        out = format_execution(sbx.run_code(code, timeout=timeout))
     except CellvmError as e:
         return _sandbox_error(e)
+    return _note_edited(out, code) if edited else out
 
 
-async def arun_tool_call(sbx: Any, arguments: Any) -> ToolOutput:
-    """:func:`run_tool_call` for an :class:`~cellvm.AsyncSandbox`."""
+async def arun_tool_call(sbx: Any, arguments: Any,
+                         approve: Optional[Callable[[str], Union[Approval, Awaitable[Approval]]]] = None) -> ToolOutput:
+    """:func:`run_tool_call` for an :class:`~cellvm.AsyncSandbox`; approve
+    may be a coroutine function."""
     code, timeout, bad = _call_args(arguments)
     if bad:
         return bad
+    edited = False
+    if approve is not None:
+        try:
+            answer = approve(code)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception as e:  # the user's callback: its failure refuses
+            return _approval_failed(e)
+        code, edited, refused = _approval(code, answer)
+        if refused:
+            return refused
     try:
-        return format_execution(await sbx.run_code(code, timeout=timeout))
+        out = format_execution(await sbx.run_code(code, timeout=timeout))
     except CellvmError as e:
         return _sandbox_error(e)
+    return _note_edited(out, code) if edited else out
 
 
 def anthropic_tool_result(out: ToolOutput, tool_use_id: str) -> Dict[str, Any]:

@@ -60,3 +60,100 @@ class RunToolCallTest(unittest.TestCase):
         out = tools.run_tool_call(self.sbx, {"code": "1"})
         self.assertTrue(out.is_error)
         self.assertIn("VM is gone", out.text)
+
+
+class _Recorder:
+    """A stand-in sandbox that records the code it is asked to run and
+    answers with a plain ok result, so approve can be tested without a
+    daemon."""
+
+    def __init__(self):
+        self.ran = []
+
+    def run_code(self, code, timeout=None):
+        self.ran.append(code)
+        return {"status": "ok", "execution_count": len(self.ran), "stdout": "ran\n", "stderr": "", "results": [],
+                "error": None, "state_kept": True, "killed_by": None, "truncated": {}}
+
+
+class ApproveTest(unittest.TestCase):
+    def test_refused_runs_nothing_and_tells_the_model(self):
+        for answer in (False, None):
+            sbx, asked = _Recorder(), []
+            out = tools.run_tool_call(sbx, {"code": "import os; os.system('rm -rf /')"},
+                                      approve=lambda code: asked.append(code) or answer)
+            self.assertEqual(asked, ["import os; os.system('rm -rf /')"])
+            self.assertEqual(sbx.ran, [])
+            self.assertTrue(out.is_error)
+            self.assertEqual(out.text, tools.REFUSED)
+            self.assertIn("The user refused to run this code", out.text)
+
+    def test_allowed_runs_as_it_is(self):
+        sbx = _Recorder()
+        out = tools.run_tool_call(sbx, {"code": "x = 1"}, approve=lambda code: True)
+        self.assertEqual(sbx.ran, ["x = 1"])
+        self.assertFalse(out.is_error)
+        self.assertNotIn("edited", out.text)
+
+    def test_edited_runs_the_edit_and_says_so(self):
+        sbx = _Recorder()
+        out = tools.run_tool_call(sbx, json.dumps({"code": "x = 1"}), approve=lambda code: "y = 7\ny")
+        self.assertEqual(sbx.ran, ["y = 7\ny"])
+        self.assertTrue(out.text.startswith("[The user edited this code before it ran. What ran:]\ny = 7\ny\n[Its result:]\n"), out.text)
+        # Returning the same code is a plain yes.
+        out = tools.run_tool_call(sbx, {"code": "z"}, approve=lambda code: code)
+        self.assertNotIn("edited", out.text)
+
+    def test_a_failing_or_odd_approve_refuses(self):
+        def broken(code):
+            raise OSError("the terminal closed")
+
+        sbx = _Recorder()
+        for approve, want in ((broken, "asking the user for approval failed: the terminal closed"),
+                              (lambda code: 1, "approve returned int"),
+                              (lambda code: "x" * (tools.MAX_CODE_BYTES + 1), "at most 1048576")):
+            out = tools.run_tool_call(sbx, {"code": "x = 1"}, approve=approve)
+            self.assertTrue(out.is_error)
+            self.assertTrue(out.text.startswith("Tool error: not run: "), out.text)
+            self.assertIn(want, out.text)
+        self.assertEqual(sbx.ran, [])
+
+    def test_model_mistakes_come_before_approve(self):
+        asked = []
+        out = tools.run_tool_call(_Recorder(), {}, approve=lambda code: asked.append(code) or True)
+        self.assertTrue(out.is_error)
+        self.assertEqual(asked, [])
+
+    def test_async_approve(self):
+        class AsyncRecorder(_Recorder):
+            async def run_code(self, code, timeout=None):
+                return _Recorder.run_code(self, code, timeout)
+
+        async def no(code):
+            return False
+
+        async def main():
+            sbx = AsyncRecorder()
+            refused = await tools.arun_tool_call(sbx, {"code": "x"}, approve=no)
+            edited = await tools.arun_tool_call(sbx, {"code": "x"}, approve=lambda code: "y")
+            return sbx.ran, refused, edited
+
+        import asyncio
+        ran, refused, edited = asyncio.run(main())
+        self.assertEqual(ran, ["y"])
+        self.assertEqual(refused.text, tools.REFUSED)
+        self.assertIn("What ran:]\ny\n", edited.text)
+
+
+@needs_daemon
+class ApproveDaemonTest(unittest.TestCase):
+    def test_refused_cell_never_reaches_the_sandbox(self):
+        sbx = Sandbox.create(socket_path=SOCKET)
+        self.addCleanup(sbx.kill)
+        out = tools.run_tool_call(sbx, {"code": "x = 1"}, approve=lambda code: False)
+        self.assertEqual(out.text, tools.REFUSED)
+        self.assertEqual(sbx.info().cells, 0)
+        out = tools.run_tool_call(sbx, {"code": "x = 1"}, approve=lambda code: "x = 5\nx")
+        self.assertIn("Out[1]", out.text)
+        self.assertIn("5", out.text)
+        self.assertEqual(sbx.info().cells, 1)
