@@ -32,6 +32,9 @@ func TestPythonClient(t *testing.T) {
 // environment that tells the clients' tests where they are.
 func fakeDaemons(t *testing.T) (*sandboxtest.Manager, []string) {
 	m := sandboxtest.New()
+	// serve's default lifetimes, which a create without ttl_s and
+	// idle_timeout_s gets.
+	m.Lifetimes = sandbox.Lifetimes{DefaultTTL: time.Hour, DefaultIdleTimeout: 15 * time.Minute}
 	sock := serveAPI(t, m)
 	forbidden := serveAPI(t, m, api.AllowUIDs(os.Getuid()+4242))
 	url, token, ca := serveTLS(t, m)

@@ -130,12 +130,14 @@ func (p NetworkPolicy) Validate() error {
 }
 
 // Config is what a caller asks for when creating a sandbox. Zero VCPUs and
-// MemoryMiB mean the defaults (see WithDefaults); a zero TTL or IdleTimeout
-// means none.
+// MemoryMiB mean the defaults (see WithDefaults). A zero TTL or
+// IdleTimeout means the manager's default (see WithLifetimes), and Never
+// means none; a created sandbox's Config holds what applies, never zero.
 //
 // Its JSON form is {vcpus, memory_mib, env, ttl_s, idle_timeout_s,
 // idle_pause_s, root, network: {allow}, snapshot, start, workspace, image,
-// tenant} with whole seconds, and decoding it is strict: an
+// tenant} with whole seconds; ttl_s and idle_timeout_s absent are the
+// manager's default, and 0 is Never (lifetimes.go). Decoding it is strict: an
 // unknown field is an error, because a misspelt limit ("memory_mb") that
 // was silently ignored would create a sandbox the caller did not ask for.
 type Config struct {
@@ -196,13 +198,14 @@ const (
 	StartedFromSnapshot = "snapshot"
 )
 
-// configJSON is Config's wire form.
+// configJSON is Config's wire form. ttl_s and idle_timeout_s are
+// pointers so that absent (the manager's default) and 0 (never) differ.
 type configJSON struct {
 	VCPUs        int               `json:"vcpus"`
 	MemoryMiB    int               `json:"memory_mib"`
 	Env          map[string]string `json:"env,omitempty"`
-	TTLS         int64             `json:"ttl_s"`
-	IdleTimeoutS int64             `json:"idle_timeout_s"`
+	TTLS         *int64            `json:"ttl_s,omitempty"`
+	IdleTimeoutS *int64            `json:"idle_timeout_s,omitempty"`
 	IdlePauseS   int64             `json:"idle_pause_s,omitempty"`
 	Network      *NetworkPolicy    `json:"network,omitempty"`
 	Root         bool              `json:"root,omitempty"`
@@ -213,14 +216,16 @@ type configJSON struct {
 	Tenant       string            `json:"tenant,omitempty"`
 }
 
-// MarshalJSON writes the wire form; durations are rounded down to seconds.
+// MarshalJSON writes the wire form; durations are rounded down to seconds
+// (a TTL or IdleTimeout under a second is written as 1 s, so that it never
+// reads back as never).
 func (c Config) MarshalJSON() ([]byte, error) {
 	return json.Marshal(configJSON{
 		VCPUs:        c.VCPUs,
 		MemoryMiB:    c.MemoryMiB,
 		Env:          c.Env,
-		TTLS:         int64(c.TTL / time.Second),
-		IdleTimeoutS: int64(c.IdleTimeout / time.Second),
+		TTLS:         lifetimeToWire(c.TTL),
+		IdleTimeoutS: lifetimeToWire(c.IdleTimeout),
 		IdlePauseS:   int64(c.IdlePause / time.Second),
 		Network:      c.Network,
 		Root:         c.Root,
@@ -246,8 +251,8 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		VCPUs:       w.VCPUs,
 		MemoryMiB:   w.MemoryMiB,
 		Env:         w.Env,
-		TTL:         secondsToDuration(w.TTLS),
-		IdleTimeout: secondsToDuration(w.IdleTimeoutS),
+		TTL:         lifetimeFromWire(w.TTLS),
+		IdleTimeout: lifetimeFromWire(w.IdleTimeoutS),
 		IdlePause:   secondsToDuration(w.IdlePauseS),
 		Network:     w.Network,
 		Root:        w.Root,
@@ -296,11 +301,11 @@ func (c Config) Validate() error {
 	if err := validateEnv(c.Env); err != nil {
 		return err
 	}
-	if c.TTL < 0 || c.TTL > MaxTTL {
-		return fmt.Errorf("%w: ttl_s %d out of range 0..%d (0 means none)", ErrInvalid, int64(c.TTL/time.Second), int64(MaxTTL/time.Second))
+	if err := validLifetime("ttl_s", c.TTL); err != nil {
+		return err
 	}
-	if c.IdleTimeout < 0 || c.IdleTimeout > MaxTTL {
-		return fmt.Errorf("%w: idle_timeout_s %d out of range 0..%d (0 means none)", ErrInvalid, int64(c.IdleTimeout/time.Second), int64(MaxTTL/time.Second))
+	if err := validLifetime("idle_timeout_s", c.IdleTimeout); err != nil {
+		return err
 	}
 	if c.IdlePause < 0 || c.IdlePause > MaxTTL {
 		return fmt.Errorf("%w: idle_pause_s %d out of range 0..%d (0 means never)", ErrInvalid, int64(c.IdlePause/time.Second), int64(MaxTTL/time.Second))

@@ -22,6 +22,8 @@ packages=(
 	# host tests of the Python interpreter driver
 	python3 python3-numpy python3-pandas python3-matplotlib python3-ipython
 	python3-scipy python3-pil
+	# the router test (cmd/cellvm/router_test.go) runs deploy/router/nginx.conf
+	nginx
 )
 
 # One dpkg-query for all: it prints the installed ones (unknown names go to
@@ -68,6 +70,11 @@ fi
 apt-get update -q
 if ((${#missing[@]})); then
 	apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+# The router test runs nginx itself; a fresh install's own service (the
+# default site on port 80) is not wanted, so it is stopped and disabled.
+if [[ " ${missing[*]} " == *" nginx "* ]] && command -v systemctl >/dev/null && systemctl is-enabled --quiet nginx 2>/dev/null; then
+	systemctl disable --now nginx || true
 fi
 if ((need_qemu)); then
 	apt-get install -y -q --no-install-recommends -t bookworm-backports qemu-system-x86

@@ -32,13 +32,12 @@ func (a *app) auditCommand() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	var (
-		file, socket, stateDir, since string
-		tenant, sandboxID             string
-		follow, jsonOut               bool
+		file, stateDir, since string
+		tenant, sandboxID     string
+		follow, jsonOut       bool
 	)
 	fs.StringVar(&file, "file", "", "the audit log to read (default STATE_DIR/audit.jsonl)")
-	fs.StringVar(&stateDir, "state-dir", "", "the daemon's state directory (default: as serve's, beside the socket)")
-	fs.StringVar(&socket, "socket", os.Getenv("CELLVM_SOCKET"), "the daemon's socket, to find its state directory (default $CELLVM_SOCKET, else "+DefaultSocket+")")
+	fs.StringVar(&stateDir, "state-dir", "", "the daemon's state directory (default: serve's, $CELLVM_STATE_DIR or "+DefaultStateDir+")")
 	fs.StringVar(&tenant, "tenant", "", "only this tenant's records")
 	fs.StringVar(&sandboxID, "sandbox", "", "only this sandbox's records")
 	fs.StringVar(&since, "since", "", "only records from this long ago (a duration such as 1h) or since this RFC 3339 time")
@@ -55,7 +54,7 @@ func (a *app) auditCommand() *cobra.Command {
 			f.Since = t
 		}
 		if file == "" {
-			file = auditFlagsDefaultPath(socket, stateDir)
+			file = (&auditFlags{}).path(StateDir(stateDir))
 		}
 		out := a.auditPrinter(jsonOut)
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -63,10 +62,6 @@ func (a *app) auditCommand() *cobra.Command {
 		return a.readAudit(ctx, file, f, follow, out)
 	}
 	return cmd
-}
-
-func auditFlagsDefaultPath(socket, stateDir string) string {
-	return (&auditFlags{}).path(stateDirFor(socket, stateDir))
 }
 
 // parseSince reads --since: a duration back from now, or a time.

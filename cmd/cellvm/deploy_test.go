@@ -3,7 +3,9 @@ package main
 import (
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -51,7 +53,8 @@ func TestDeployManifestsUseRealFlags(t *testing.T) {
 				Template struct {
 					Spec struct {
 						Containers []struct {
-							Args []string `yaml:"args"`
+							Command []string `yaml:"command"`
+							Args    []string `yaml:"args"`
 						} `yaml:"containers"`
 					} `yaml:"spec"`
 				} `yaml:"template"`
@@ -69,6 +72,9 @@ func TestDeployManifestsUseRealFlags(t *testing.T) {
 				t.Fatalf("DaemonSet container args: %+v", c)
 			}
 			check("cellvm-daemonset.yaml", c[0].Args[1:])
+			// The command's shell adds --tls-cert and --tls-key.
+			script := strings.Join(c[0].Command, " ")
+			check("cellvm-daemonset.yaml (command)", regexp.MustCompile(`--[a-z][a-z-]*`).FindAllString(script, -1))
 		}
 	}
 	if !found {
@@ -113,4 +119,78 @@ func TestDeployManifestsUseRealFlags(t *testing.T) {
 		nomadArgs = append(nomadArgs, string(q[1]))
 	}
 	check("cellvm.nomad.hcl", nomadArgs)
+}
+
+// TestDaemonSetLivenessProbeAsksTheDaemon runs the DaemonSet's liveness
+// probe command (the test binary standing in for cellvm) against a daemon
+// at the probe's socket: it succeeds, the daemon answered only reads (no
+// sandbox made, no guest booted), and it fails when no daemon answers.
+func TestDaemonSetLivenessProbeAsksTheDaemon(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/kubernetes/cellvm-daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var probe []string
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	for {
+		var doc struct {
+			Kind string `yaml:"kind"`
+			Spec struct {
+				Template struct {
+					Spec struct {
+						Containers []struct {
+							LivenessProbe struct {
+								Exec struct {
+									Command []string `yaml:"command"`
+								} `yaml:"exec"`
+							} `yaml:"livenessProbe"`
+						} `yaml:"containers"`
+					} `yaml:"spec"`
+				} `yaml:"template"`
+			} `yaml:"spec"`
+		}
+		if err := dec.Decode(&doc); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if c := doc.Spec.Template.Spec.Containers; doc.Kind == "DaemonSet" && len(c) > 0 {
+			probe = c[0].LivenessProbe.Exec.Command
+		}
+	}
+	if len(probe) < 2 || probe[0] != "/usr/local/bin/cellvm" {
+		t.Fatalf("the DaemonSet's liveness probe is not a cellvm command: %q", probe)
+	}
+	args := slices.Clone(probe[1:])
+	i := slices.Index(args, "--socket")
+	if i < 0 || i+1 >= len(args) {
+		t.Fatalf("the liveness probe %q names no --socket", probe)
+	}
+	d := startFakeDaemon(t)
+	args[i+1] = d.socket
+	before := len(strings.Split(d.log.String(), "\n"))
+	if r := cellvmEnv(t, nil, "", args...); r.code != 0 {
+		t.Fatalf("the liveness probe %q against a live daemon: %+v", args, r)
+	}
+	// The daemon logs a request just after answering it; `cellvm stats`
+	// asks for the capacity and the list.
+	var reqs []string
+	waitFor(t, "the probe's two requests in the daemon's log", func() bool {
+		reqs = nil
+		for _, l := range strings.Split(d.log.String(), "\n")[before-1:] {
+			if strings.Contains(l, `msg="api request"`) {
+				reqs = append(reqs, l)
+			}
+		}
+		return len(reqs) >= 2
+	})
+	for _, l := range reqs {
+		if !strings.Contains(l, "method=GET") || strings.Contains(l, "sandbox=") {
+			t.Errorf("the liveness probe made the daemon do more than read: %s", l)
+		}
+	}
+	args[i+1] = filepath.Join(t.TempDir(), "no-daemon.sock")
+	if r := cellvmEnv(t, nil, "", args...); r.code == 0 {
+		t.Errorf("the liveness probe succeeds with no daemon: %+v", r)
+	}
 }

@@ -18,7 +18,14 @@ import (
 func fakeDeps() deps {
 	m := newScriptedFake()
 	return deps{
-		daemonManager:   func(*serveOptions, *slog.Logger) (sandbox.Manager, func(), error) { return m, func() {}, nil },
+		// serve's --node, --max-sandboxes and lifetimes reach the fake as
+		// they reach the VM manager (the router test runs two nodes, one
+		// full).
+		daemonManager: func(o *serveOptions, _ *slog.Logger) (sandbox.Manager, func(), error) {
+			m.Node, m.MaxSandboxes = o.node, o.maxSandboxes
+			m.Lifetimes = o.life.lifetimes()
+			return m, func() {}, nil
+		},
 		embeddedManager: func(*guestFlags, *slog.Logger) (sandbox.Manager, func(), error) { return m, func() {}, nil },
 	}
 }

@@ -81,7 +81,7 @@ func (a *app) imageBuildCommand() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	var spec derive.Spec
-	var socket string
+	var stateDir string
 	fs.StringArrayVar(&spec.Apt, "apt", nil, "a Debian package to install (repeat, or space-separate in one value)")
 	fs.StringVar(&spec.Mirror, "mirror", "", "the Debian mirror for --apt (default: the base image's sources.list, deb.debian.org)")
 	fs.StringVar(&spec.PipWheels, "pip-wheels", "", "a directory of wheels: every *.whl in it is installed, and requirements are found there")
@@ -89,8 +89,8 @@ func (a *app) imageBuildCommand() *cobra.Command {
 	fs.StringVar(&spec.PipIndex, "pip-index", "", "a Python package index (PEP 503) the build may reach for --requirements")
 	fs.StringVar(&spec.Files, "files", "", "a directory copied onto the image's root (DIR/etc/x becomes /etc/x), owned by root")
 	fs.StringVar(&spec.Base, "base", "", "the image built on (default: the default image, build/rootfs.ext4 or $CELLVM_ROOTFS)")
-	fs.StringVar(&spec.ImagesDir, "images-dir", os.Getenv("CELLVM_IMAGES_DIR"), "the daemon's images directory (default $CELLVM_IMAGES_DIR, else the state directory beside --socket, images/)")
-	fs.StringVar(&socket, "socket", os.Getenv("CELLVM_SOCKET"), "the daemon's socket, to find its state directory (default $CELLVM_SOCKET, else "+DefaultSocket+")")
+	fs.StringVar(&spec.ImagesDir, "images-dir", os.Getenv("CELLVM_IMAGES_DIR"), "the daemon's images directory (default $CELLVM_IMAGES_DIR, else STATE_DIR/images)")
+	fs.StringVar(&stateDir, "state-dir", "", "the daemon's state directory, whose images/ is the default images directory (default $CELLVM_STATE_DIR, else "+DefaultStateDir+")")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		spec.Name = args[0]
 		if !store.ValidName(spec.Name) {
@@ -102,10 +102,7 @@ func (a *app) imageBuildCommand() *cobra.Command {
 		}
 		spec.Apt = apt
 		if spec.ImagesDir == "" {
-			if socket == "" {
-				socket = DefaultSocket
-			}
-			spec.ImagesDir = filepath.Join(filepath.Dir(socket), "state", "images")
+			spec.ImagesDir = filepath.Join(StateDir(stateDir), "images")
 		}
 		if spec.Base == "" {
 			spec.Base = os.Getenv("CELLVM_ROOTFS")

@@ -26,3 +26,23 @@ func findBuildFile(rel string) string {
 	}
 	return ""
 }
+
+// DefaultStateDir is where the daemon keeps its sandboxes, snapshots,
+// templates, workspaces and images when --state-dir and
+// $CELLVM_STATE_DIR say nothing: on disk, where they outlive a reboot
+// and do not take the host's RAM (/run, beside the socket, is a tmpfs).
+const DefaultStateDir = "/var/lib/cellvm"
+
+// StateDir is the daemon's state directory: flag (a --state-dir value)
+// when given, else $CELLVM_STATE_DIR, else DefaultStateDir. Every
+// command that finds the daemon's files (serve, image build, audit)
+// takes it from here.
+func StateDir(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if d := os.Getenv("CELLVM_STATE_DIR"); d != "" {
+		return d
+	}
+	return DefaultStateDir
+}

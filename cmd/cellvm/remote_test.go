@@ -32,12 +32,12 @@ type remoteDaemon struct {
 }
 
 // startRemoteDaemon runs the fake daemon with a TLS listener on a loopback
-// port, tokens, and MCP over HTTP.
-func startRemoteDaemon(t *testing.T) *remoteDaemon {
+// port, tokens, and MCP over HTTP, and extra flags.
+func startRemoteDaemon(t *testing.T, extra ...string) *remoteDaemon {
 	t.Helper()
 	tokenFile := filepath.Join(t.TempDir(), "tokens")
 	os.WriteFile(tokenFile, []byte("# test\n"+remoteToken+"\n"), 0o600)
-	d := startFakeDaemon(t, "--listen", "tcp://127.0.0.1:0", "--token-file", tokenFile, "--mcp", "--mcp-idle-timeout", "10m")
+	d := startFakeDaemon(t, append([]string{"--listen", "tcp://127.0.0.1:0", "--token-file", tokenFile, "--mcp", "--mcp-idle-timeout", "10m"}, extra...)...)
 	m := regexp.MustCompile(`listening over TLS" addr=(\S+) cert=(\S+)`).FindStringSubmatch(d.log.String())
 	if m == nil {
 		t.Fatalf("no TLS listener in the log:\n%s", d.log.String())

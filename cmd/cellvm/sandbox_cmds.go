@@ -14,12 +14,6 @@ import (
 	"github.com/cellvm/cellvm/sandbox"
 )
 
-// Defaults of `sandbox create`: a sandbox someone forgot goes by itself.
-const (
-	defaultSandboxTTL  = time.Hour
-	defaultSandboxIdle = 15 * time.Minute
-)
-
 // groupCommand is a command that only holds subcommands: with none, or an
 // unknown one, it is a usage error (exit 2), never a call to the daemon.
 func groupCommand(use, short string, subs ...*cobra.Command) *cobra.Command {

@@ -40,7 +40,7 @@ type serveOptions struct {
 	network      bool
 	uplink       string
 	consoleMiB   int64
-	snapshotMiB  int64
+	life         *serveLifetimes // lifetimes and the snapshot disk cap (serve_lifetimes.go)
 	workspaceMiB int64
 	maxWorkspace int
 	publicRanges prefixList
@@ -107,7 +107,7 @@ func (a *app) serveCommand() *cobra.Command {
 	fs := cmd.Flags()
 	o := &serveOptions{guest: addGuestFlags(fs, "info")}
 	fs.StringVar(&o.socket, "socket", os.Getenv("CELLVM_SOCKET"), "the API socket (default $CELLVM_SOCKET, else "+DefaultSocket+")")
-	fs.StringVar(&o.stateDir, "state-dir", "", "where sandboxes keep their files (default: beside the socket)")
+	fs.StringVar(&o.stateDir, "state-dir", "", "where sandboxes, snapshots, templates, workspaces and images are kept (default $CELLVM_STATE_DIR, else "+DefaultStateDir+")")
 	fs.StringVar(&o.imagesDir, "images-dir", os.Getenv("CELLVM_IMAGES_DIR"), "where the images built by 'cellvm image build' are (default $CELLVM_IMAGES_DIR, else STATE_DIR/images)")
 	fs.IntVar(&o.maxSandboxes, "max-sandboxes", 64, "cap on sandboxes (0: none)")
 	fs.IntVar(&o.maxMemory, "max-memory", 0, "cap on total guest memory in MiB (default: 3/4 of the host's)")
@@ -119,7 +119,7 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.Int64Var(&o.templatesMiB, "templates-max-mib", 8192, "cap on the templates' disk use in MiB")
 	fs.Int64Var(&o.workspaceMiB, "workspace-mib", sandbox.DefaultWorkspaceBytes>>20, "size in MiB of a workspace made from now on: the most its files can take (the file on the host is sparse)")
 	fs.IntVar(&o.maxWorkspace, "max-workspaces", 64, "cap on the number of workspaces (0: none); a create that would make one more is refused with 503")
-	fs.Int64Var(&o.snapshotMiB, "snapshot-max-mib", 0, "cap in MiB on the disk machine images take: snapshots and paused sandboxes (0: none); a snapshot or pause past it is refused")
+	o.life = addServeLifetimeFlags(fs)
 	fs.Var(&o.publicRanges, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses); one that --egress-deny holds stays closed unless --egress-allow-private names it too")
 	o.egress.addFlags(fs)
 	fs.Var(&o.dnsUpstreams, "dns-upstream", "`IP:PORT[,IP:PORT...]` resolvers that the guests' DNS asks for allowed names, e.g. one that knows a private package index (default: /etc/resolv.conf's)")
@@ -205,8 +205,8 @@ func (o *serveOptions) check() error {
 	if err := o.tenants.check(); err != nil {
 		return err
 	}
-	if o.snapshotMiB < 0 || o.snapshotMiB > 1<<40 {
-		return usagef("--snapshot-max-mib %d: want 0 (no cap) or a size in MiB", o.snapshotMiB)
+	if err := o.life.check(); err != nil {
+		return err
 	}
 	if err := o.audit.check(o.listen); err != nil {
 		return err
@@ -221,11 +221,12 @@ func (a *app) serve(o *serveOptions) error {
 	if o.socket == "" {
 		o.socket = DefaultSocket
 	}
-	o.stateDir = stateDirFor(o.socket, o.stateDir)
+	o.stateDir = StateDir(o.stateDir)
 	log, err := newLogger(a.stderr, o.guest.logLevel)
 	if err != nil {
 		return err
 	}
+	warnStateInRAM(o.stateDir, log)
 	if err := o.egress.resolve(log, o.publicRanges, hostInterfaces); err != nil {
 		return err
 	}
@@ -364,14 +365,20 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		closeNet()
 		return nil, nil, err
 	}
+	maxImage, err := o.life.imageCap(o.stateDir, log)
+	if err != nil {
+		closeNet()
+		return nil, nil, err
+	}
 	m, err := engine.NewVMManager(engine.Options{
 		Exe: exe, Kernel: k, Initrd: i, RootFS: r, StateDir: o.stateDir, ImagesDir: o.imagesDir,
 		MaxSandboxes: o.maxSandboxes, MaxMemoryMiB: o.maxMemory, Log: log,
 		BootTimeout: bootTimeoutFromEnv(), Net: netHost, Jail: jailOpt, ConsoleMaxBytes: o.consoleMiB << 20,
-		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node, MaxImageBytes: o.snapshotMiB << 20,
+		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node, MaxImageBytes: maxImage,
 		WorkspaceBytes: o.workspaceMiB << 20, MaxWorkspaces: o.maxWorkspace,
 		AllowPrivate: func(t string) []netip.Prefix { return o.tenants.file.For(t).AllowPrivate() },
-		Templates:    engine.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20},
+		DefaultTTL:   o.life.ttl, DefaultIdleTimeout: o.life.idle, MaxTTL: o.life.maxTTL,
+		Templates: engine.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20},
 	})
 	if err != nil {
 		closeNet()

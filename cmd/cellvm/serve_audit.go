@@ -188,15 +188,3 @@ func (f *auditFlags) writeEnd(log *slog.Logger, rec audit.Record) {
 		log.Error("audit log: a sandbox end was not written", "sandbox", rec.Sandbox, "err", err)
 	}
 }
-
-// stateDirFor is the state directory serve uses for --socket and
-// --state-dir, and where `cellvm audit` looks for the log.
-func stateDirFor(socket, stateDir string) string {
-	if stateDir != "" {
-		return stateDir
-	}
-	if socket == "" {
-		socket = DefaultSocket
-	}
-	return filepath.Join(filepath.Dir(socket), "state")
-}

@@ -14,15 +14,17 @@ import (
 )
 
 // lifetimeFlags are a new sandbox's --ttl, --idle-timeout and
-// --idle-pause.
+// --idle-pause. Without --ttl or --idle-timeout the daemon's default
+// applies (serve --default-ttl, --default-idle-timeout); 0 asks for none.
 type lifetimeFlags struct {
+	fs                   *pflag.FlagSet
 	ttl, idle, idlePause time.Duration
 }
 
 func addLifetimeFlags(fs *pflag.FlagSet) *lifetimeFlags {
-	l := &lifetimeFlags{}
-	fs.DurationVar(&l.ttl, "ttl", defaultSandboxTTL, "destroy the sandbox this long after its creation (whole seconds; 0: never)")
-	fs.DurationVar(&l.idle, "idle-timeout", defaultSandboxIdle, "destroy the sandbox after this long unused (whole seconds; 0: never)")
+	l := &lifetimeFlags{fs: fs}
+	fs.DurationVar(&l.ttl, "ttl", 0, "destroy the sandbox this long after its creation (whole seconds; 0: never; default: the daemon's, serve --default-ttl)")
+	fs.DurationVar(&l.idle, "idle-timeout", 0, "destroy the sandbox after this long unused (whole seconds; 0: never; default: the daemon's, serve --default-idle-timeout)")
 	fs.DurationVar(&l.idlePause, "idle-pause", 0, "pause the sandbox to disk after this long unused; the next call resumes it (whole seconds; 0: never)")
 	return l
 }
@@ -49,7 +51,19 @@ func (l *lifetimeFlags) check() error {
 }
 
 func (l *lifetimeFlags) apply(cfg *sandbox.Config) {
-	cfg.TTL, cfg.IdleTimeout, cfg.IdlePause = l.ttl, l.idle, l.idlePause
+	cfg.TTL, cfg.IdleTimeout, cfg.IdlePause = l.lifetime("ttl", l.ttl), l.lifetime("idle-timeout", l.idle), l.idlePause
+}
+
+// lifetime is a --ttl or --idle-timeout as the Config says it: 0 (the
+// daemon's default) when not given, Never when given as 0.
+func (l *lifetimeFlags) lifetime(flag string, v time.Duration) time.Duration {
+	switch {
+	case !l.fs.Changed(flag):
+		return 0
+	case v == 0:
+		return sandbox.Never
+	}
+	return v
 }
 
 // snapshotArg checks a SNAPSHOT argument before the daemon is called.

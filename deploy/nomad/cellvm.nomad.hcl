@@ -1,6 +1,7 @@
 # One `cellvm serve` per KVM client node, run by Nomad (a system job).
-# Untested here (no Nomad cluster on the development machines); see
-# deploy/README.md. Clients need raw_exec enabled (plugin "raw_exec" {
+# Never run on a Nomad cluster here; deploy/nomad_test.go parses it with
+# HashiCorp's HCL and checks its names against nomad/api's types (see
+# deploy/README.md). Clients need raw_exec enabled (plugin "raw_exec" {
 # config { enabled = true } }), /dev/kvm, and the meta key cellvm_kvm = "true".
 job "cellvm" {
   type        = "system"
@@ -56,9 +57,11 @@ job "cellvm" {
         data        = "{{ with nomadVar \"nomad/jobs/cellvm\" }}{{ .tokens }}{{ end }}"
       }
 
-      # SIGTERM: the daemon destroys its sandboxes; give it the time.
+      # SIGTERM: the daemon destroys its sandboxes; give it the time. A
+      # client caps kill_timeout at its max_kill_timeout (default 30s):
+      # raise both together if a node's sandboxes need longer.
       kill_signal  = "SIGTERM"
-      kill_timeout = "60s"
+      kill_timeout = "30s"
 
       resources {
         cpu    = 500

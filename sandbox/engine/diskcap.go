@@ -63,17 +63,22 @@ func mib(n int64) int64 { return (n + 1<<20 - 1) >> 20 }
 
 // imageDiskUse is what complete machine images take on disk now; images
 // being written are counted by their reservations.
-func (m *VMManager) imageDiskUse() int64 {
+func (m *VMManager) imageDiskUse() int64 { return imageDiskUseIn(m.opt.StateDir) }
+
+// imageDiskUseIn is what complete machine images take on disk in the
+// state directory stateDir.
+func imageDiskUseIn(stateDir string) int64 {
 	var dirs []string
-	if ents, err := os.ReadDir(m.snapshotsDir()); err == nil {
+	snapshots := snapshotsDirIn(stateDir)
+	if ents, err := os.ReadDir(snapshots); err == nil {
 		for _, e := range ents {
 			if e.IsDir() && !strings.HasSuffix(e.Name(), partialSuffix) {
-				dirs = append(dirs, filepath.Join(m.snapshotsDir(), e.Name()))
+				dirs = append(dirs, filepath.Join(snapshots, e.Name()))
 			}
 		}
 	}
 	for _, name := range []string{pausedDir, backingDir} {
-		d, _ := filepath.Glob(filepath.Join(m.opt.StateDir, "sandboxes", "sb-*", name))
+		d, _ := filepath.Glob(filepath.Join(stateDir, "sandboxes", "sb-*", name))
 		dirs = append(dirs, d...)
 	}
 	var n int64

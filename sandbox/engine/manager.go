@@ -95,7 +95,16 @@ type Options struct {
 	// ImagesDir holds the images built by `cellvm image build` (one
 	// directory per image, image.go); "" means StateDir/images.
 	ImagesDir string
-	Log       *slog.Logger
+	// DefaultTTL and DefaultIdleTimeout are given to a sandbox whose
+	// create leaves them 0 (0 here: none), and MaxTTL caps the TTL a
+	// create may ask for (0: no cap); see sandbox.Lifetimes.
+	DefaultTTL, DefaultIdleTimeout, MaxTTL time.Duration
+	Log                                    *slog.Logger
+}
+
+// lifetimes are the options' defaults and cap for sandboxes' lifetimes.
+func (o Options) lifetimes() sandbox.Lifetimes {
+	return sandbox.Lifetimes{DefaultTTL: o.DefaultTTL, DefaultIdleTimeout: o.DefaultIdleTimeout, MaxTTL: o.MaxTTL}
 }
 
 // VMManager is the Manager that runs each sandbox in its own microVM.
@@ -188,6 +197,9 @@ func NewVMManager(opt Options) (*VMManager, error) {
 		}
 	}
 	if err := sandbox.ValidNode(opt.Node); err != nil {
+		return nil, err
+	}
+	if err := opt.lifetimes().Validate(); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(opt.StateDir, "sandboxes"), 0o700); err != nil {
@@ -299,6 +311,9 @@ func (m *VMManager) Create(ctx context.Context, cfg sandbox.Config) (info sandbo
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
+		return sandbox.Info{}, err
+	}
+	if cfg, err = cfg.WithLifetimes(m.opt.lifetimes()); err != nil {
 		return sandbox.Info{}, err
 	}
 	if _, err := m.imagePath(cfg.Image); err != nil {

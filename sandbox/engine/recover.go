@@ -63,7 +63,9 @@ func (m *VMManager) recover() {
 		if b, err := os.ReadFile(filepath.Join(dir, configFile)); err == nil {
 			json.Unmarshal(b, &s.cfg)
 		}
-		s.cfg = s.cfg.WithDefaults()
+		// A config saved before lifetimes had defaults, or none saved,
+		// keeps what it had: no lifetime.
+		s.cfg, _ = s.cfg.WithDefaults().WithLifetimes(sandbox.Lifetimes{})
 		if b, err := os.ReadFile(filepath.Join(dir, startedFromFile)); err == nil {
 			switch from := string(b); from {
 			case sandbox.StartedFromBoot, sandbox.StartedFromTemplate, sandbox.StartedFromSnapshot:

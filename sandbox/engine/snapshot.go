@@ -50,8 +50,9 @@ const snapshotTimeout = 5 * time.Minute
 // snapshotMeta is snapshot.json.
 type snapshotMeta struct {
 	Info sandbox.SnapshotInfo `json:"info"`
-	// Config is the sandbox's at the time; a fork takes what it does not
-	// set itself (env, TTL, idle timeout) from it.
+	// Config is the sandbox's at the time; a fork takes its env from it
+	// when it sets none. A fork's lifetimes are its own create's, or the
+	// daemon's defaults, as for any create.
 	Config sandbox.Config `json:"config"`
 	// Network says the snapshot's machine has a NIC, and MAC is its
 	// address (the guest's driver read it at boot; a fork's NIC keeps it).
@@ -68,7 +69,9 @@ func newSnapshotID() string {
 	return "snap-" + hex.EncodeToString(b)
 }
 
-func (m *VMManager) snapshotsDir() string { return filepath.Join(m.opt.StateDir, "snapshots") }
+func (m *VMManager) snapshotsDir() string { return snapshotsDirIn(m.opt.StateDir) }
+
+func snapshotsDirIn(stateDir string) string { return filepath.Join(stateDir, "snapshots") }
 
 func (m *VMManager) snapshotDir(id string) string { return filepath.Join(m.snapshotsDir(), id) }
 

@@ -21,7 +21,8 @@
 // else by a stand-in interpreter that reads one statement a line:
 // "name = integer", "name" (the cell's value), "print(name)", comments and
 // imports. Commands are the few below. Ids are sb-fake1, sb-fake2, ...
-// and snapshot ids snap- and the same counter; sandboxes, snapshots and
+// (sb-NODE-000000000001, ... with Node set, as a daemon's --node makes
+// them) and snapshot ids snap- and the same counter; sandboxes, snapshots and
 // workspaces carry fixed times (from 2023-11-14 on), so output can be
 // compared.
 //

@@ -25,6 +25,14 @@ type Manager struct {
 	// Script, when set, answers cells before the scripted ones and the
 	// stand-in interpreter (see Script).
 	Script Script
+	// Node, when set, makes sandbox ids as a daemon with --node does:
+	// sb-NODE-<12 hex>, the hex the sandbox's number (a router in front
+	// of many daemons reads the node from the id).
+	Node string
+	// Lifetimes are the defaults and cap a create's TTL and idle timeout
+	// get (Config.WithLifetimes), as the VM manager's options give them.
+	// The zero value gives none.
+	Lifetimes sandbox.Lifetimes
 
 	events sandbox.EventHub
 
@@ -212,6 +220,10 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 	if err := cfg.Validate(); err != nil {
 		return sandbox.Info{}, err
 	}
+	cfg, err := cfg.WithLifetimes(m.Lifetimes)
+	if err != nil {
+		return sandbox.Info{}, err
+	}
 	if err := m.capsAllow(cfg); err != nil {
 		return sandbox.Info{}, err
 	}
@@ -222,6 +234,9 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 		return sandbox.Info{}, err
 	}
 	id := fmt.Sprintf("sb-fake%d", m.next+1)
+	if m.Node != "" {
+		id = fmt.Sprintf("sb-%s-%012x", m.Node, m.next+1)
+	}
 	ws, err := m.holdWorkspace(cfg.Tenant, cfg.Workspace, id)
 	if err != nil {
 		return sandbox.Info{}, err

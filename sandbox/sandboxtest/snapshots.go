@@ -43,8 +43,9 @@ func startedFrom(cfg sandbox.Config) string {
 }
 
 // forkConfig gives a fork its snapshot's machine and image (a different
-// one is refused) and what it does not set itself (env, lifetimes) from
-// the snapshot's sandbox; the caller holds m.mu.
+// one is refused) and, when it sets none, the snapshot's sandbox's env;
+// its lifetimes are its own or the defaults, as for any create. The
+// caller holds m.mu.
 func (m *Manager) forkConfig(cfg sandbox.Config) (sandbox.Config, *snap, error) {
 	sn, err := m.snap(cfg.Snapshot)
 	if err != nil {
@@ -61,12 +62,6 @@ func (m *Manager) forkConfig(cfg sandbox.Config) (sandbox.Config, *snap, error) 
 	cfg.VCPUs, cfg.MemoryMiB, cfg.Image = sn.info.VCPUs, sn.info.MemoryMiB, sn.cfg.Image
 	if cfg.Env == nil {
 		cfg.Env = sn.cfg.Env
-	}
-	if cfg.TTL == 0 {
-		cfg.TTL = sn.cfg.TTL
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = sn.cfg.IdleTimeout
 	}
 	return cfg, sn, nil
 }

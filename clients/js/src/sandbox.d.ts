@@ -18,6 +18,11 @@ export interface CreateOptions extends ConnectOptions {
   network?: string[] | { allow: string[] };
   /** Reaches the interpreter and commands. */
   env?: Record<string, string>;
+  /**
+   * Seconds from creation until the sandbox is deleted, and without a call until it is: left out, the daemon's
+   * defaults (serve --default-ttl, 1 h; --default-idle-timeout, 15 min); 0, none (Invalid, naming the cap, above a
+   * daemon's --max-ttl or 0 under one).
+   */
   ttlS?: number;
   idleTimeoutS?: number;
   /** 'template' restores the daemon's prepared template (the default where there is one), 'cold' boots. */

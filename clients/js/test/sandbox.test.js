@@ -12,6 +12,16 @@ async function withSandbox(opts, fn) {
   }
 }
 
+test('lifetimes left out are the daemon\'s; 0 is none', needsDaemon, async () => {
+  // The fake daemon has serve's defaults: 1 h and 15 min.
+  for (const [opts, want] of [[{}, [3600, 900]], [{ ttlS: 0, idleTimeoutS: 0 }, [0, 0]], [{ ttlS: 60 }, [60, 900]], [{ idleTimeoutS: 0 }, [3600, 0]]]) {
+    await withSandbox(opts, async (sbx) => {
+      const { config } = await sbx.info();
+      assert.deepEqual([config.ttl_s, config.idle_timeout_s], want, JSON.stringify(opts));
+    });
+  }
+});
+
 test('streaming order and the execution', needsDaemon, () => withSandbox({}, async (sbx) => {
   const seen = [];
   const ex = await sbx.runCode('stream', {

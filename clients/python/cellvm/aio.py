@@ -30,7 +30,9 @@ class AsyncSandbox(SandboxCalls):
                start: Optional[str] = None, snapshot: Optional[str] = None, workspace: Optional[str] = None,
                image: Optional[str] = None, timeout: float = DEFAULT_CREATE_TIMEOUT_S,
                connection: Optional[Connection] = None, socket_path: Optional[str] = None) -> "_Creating":
-        """Creates a sandbox; await the result (or use it in ``async with``)."""
+        """Creates a sandbox; await the result (or use it in ``async with``).
+        The arguments are :meth:`cellvm.Sandbox.create`'s: ``ttl_s`` and
+        ``idle_timeout_s`` None take the daemon's defaults, 0 asks for none."""
         conn = connection or Connection(socket_path)
         plan = create_plan(conn, vcpus=vcpus, memory_mib=memory_mib, network=network, env=env,
                            ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, timeout=timeout, start=start, snapshot=snapshot,

@@ -52,7 +52,12 @@ class Sandbox(SandboxCalls):
         (Busy when another holds it); not with ``snapshot``. ``image``
         boots that root image (:meth:`list_images`; "default", or none, is
         the daemon's own; Invalid, naming the images, when there is no
-        such image); a fork has its snapshot's image."""
+        such image); a fork has its snapshot's image. ``ttl_s`` deletes
+        the sandbox that many seconds after its creation and
+        ``idle_timeout_s`` after that many without a call; None (not sent)
+        takes the daemon's defaults (``serve --default-ttl``, 1 h, and
+        ``--default-idle-timeout``, 15 min), 0 asks for none (Invalid,
+        naming the cap, above a daemon's ``--max-ttl`` or 0 under one)."""
         conn = connection or Connection(socket_path)
         plan = create_plan(conn, vcpus=vcpus, memory_mib=memory_mib, network=network, env=env,
                            ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, timeout=timeout, start=start, snapshot=snapshot,

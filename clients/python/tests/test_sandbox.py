@@ -192,6 +192,16 @@ class LifecycleTest(unittest.TestCase):
         with self.assertRaises(cellvm.NotFound):
             Sandbox.connect(sid, socket_path=SOCKET)
 
+    def test_lifetimes_left_out_are_the_daemons(self):
+        """ttl_s and idle_timeout_s not given are not sent, so the daemon's
+        defaults apply (the fake daemon has serve's: 1 h and 15 min); 0
+        asks for none, and a number is kept."""
+        for kw, want in (({}, (3600, 900)), ({"ttl_s": 0, "idle_timeout_s": 0}, (0, 0)),
+                         ({"ttl_s": 60}, (60, 900)), ({"idle_timeout_s": 0}, (3600, 0))):
+            with Sandbox.create(socket_path=SOCKET, **kw) as sbx:
+                cfg = sbx.info().config
+                self.assertEqual((cfg.get("ttl_s"), cfg.get("idle_timeout_s")), want, kw)
+
     def test_socket_from_the_environment(self):
         old = os.environ.get("CELLVM_SOCKET")
         os.environ["CELLVM_SOCKET"] = SOCKET
