@@ -8,12 +8,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"sort"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -153,80 +153,88 @@ func TokenID(token string) string {
 	return hex.EncodeToString(d[:6])
 }
 
-// Failure rate limiting: each client address may fail authentication
-// failBurst times at once and then once per failEvery; past that it gets
-// 429 without its token being looked at.
-const (
-	failBurst      = 10
-	failEvery      = 6 * time.Second
-	maxFailClients = 4096
-)
-
 // RequireToken wraps h so that every request must carry
 // "Authorization: Bearer TOKEN" with a token of t: a request without one,
-// or with a wrong one, is a 401 JSON error. The token is never logged.
-func RequireToken(h http.Handler, t *Tokens, log *slog.Logger) http.Handler {
+// or with a wrong one, is a 401 JSON error, or 429 once its client has
+// failed too often (authlimit.go). The token is always checked first, so
+// a valid one is never refused by the failure limiter. The token is never
+// logged.
+func RequireToken(h http.Handler, t *Tokens, log *slog.Logger, opts ...GateOption) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &tokenGate{next: h, tokens: t, log: log, fails: map[string]*rate.Limiter{}}
+	g := &tokenGate{next: h, tokens: t, log: log, fails: newFailTable(failBurst, failEvery, maxFailClients),
+		logLimit: rate.NewLimiter(rate.Every(time.Second), 20)}
+	for _, o := range opts {
+		o(g)
+	}
+	return g
+}
+
+// GateOption changes RequireToken's gate.
+type GateOption func(*tokenGate)
+
+// WithTrustedProxies names the proxies (cellvm serve --trusted-proxy)
+// whose X-Forwarded-For the gate believes: a request whose TCP peer is in
+// one of the ranges is counted against the client address the proxies
+// recorded (clientAddr). Without it the header is ignored.
+func WithTrustedProxies(p []netip.Prefix) GateOption {
+	return func(g *tokenGate) { g.trusted = append([]netip.Prefix(nil), p...) }
 }
 
 type tokenGate struct {
-	next   http.Handler
-	tokens *Tokens
-	log    *slog.Logger
+	next    http.Handler
+	tokens  *Tokens
+	log     *slog.Logger
+	trusted []netip.Prefix
+	fails   *failTable
 
-	mu    sync.Mutex
-	fails map[string]*rate.Limiter
-}
+	// logLimit bounds the refusals logged: clients choose how many
+	// there are. The ones left out are counted in the next line.
+	logLimit   *rate.Limiter
+	suppressed atomic.Int64
 
-func (g *tokenGate) limiter(client string) *rate.Limiter {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	l := g.fails[client]
-	if l == nil {
-		if len(g.fails) >= maxFailClients {
-			// Forget the clients whose allowance has grown back in full.
-			for k, v := range g.fails {
-				if v.Tokens() >= failBurst {
-					delete(g.fails, k)
-				}
-			}
-			if len(g.fails) >= maxFailClients {
-				return nil // too many failing clients: every one is refused
-			}
-		}
-		l = rate.NewLimiter(rate.Every(failEvery), failBurst)
-		g.fails[client] = l
-	}
-	return l
+	// audit: the refusals' records (WithGateAudit), nil for none.
+	audit           *auditSink
+	auditLimit      *rate.Limiter
+	auditSuppressed atomic.Int64
 }
 
 func (g *tokenGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	client, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		client = r.RemoteAddr
+	client := clientAddr(r, g.trusted)
+	token, hadToken := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if tenant, tokenID, valid := g.tokens.Lookup(strings.TrimSpace(token)); hadToken && valid {
+		ctx := sandbox.WithCaller(r.Context(), sandbox.Caller{Tenant: tenant, TokenID: tokenID, Peer: client.String()})
+		g.next.ServeHTTP(w, r.WithContext(withClientAddr(ctx, client)))
+		return
 	}
-	l := g.limiter(client)
-	if l == nil || l.Tokens() < 1 {
-		g.log.Warn("api: refusing a client that failed authentication too often", "client", client)
-		w.Header().Set("Retry-After", fmt.Sprint(int(failEvery/time.Second)))
+	start := time.Now()
+	ok, retry := g.fails.spend(failKey(client), start)
+	if !ok {
+		g.logRefusal(r, client, hadToken, "api: refused a client that failed authentication too often")
+		g.auditRefusal(r, client.String(), http.StatusTooManyRequests, CodeRateLimited, start)
+		w.Header().Set("Retry-After", fmt.Sprint(int(retry/time.Second)+1))
 		writeAuthError(w, http.StatusTooManyRequests, CodeRateLimited, "too many failed authentications from this address; retry later")
 		return
 	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	tenant, tokenID, valid := g.tokens.Lookup(strings.TrimSpace(token))
-	if !ok || !valid {
-		l.Allow() // spend one of the client's failures
-		g.log.Warn("api: refused a request without a valid bearer token", "client", client, "method", r.Method,
-			"path", clipString(r.URL.Path, 128), "had_token", ok)
-		w.Header().Set("WWW-Authenticate", `Bearer realm="cellvm"`)
-		writeAuthError(w, http.StatusUnauthorized, CodeUnauthorized, "a valid bearer token is required (Authorization: Bearer TOKEN)")
+	g.logRefusal(r, client, hadToken, "api: refused a request without a valid bearer token")
+	g.auditRefusal(r, client.String(), http.StatusUnauthorized, CodeUnauthorized, start)
+	w.Header().Set("WWW-Authenticate", `Bearer realm="cellvm"`)
+	writeAuthError(w, http.StatusUnauthorized, CodeUnauthorized, "a valid bearer token is required (Authorization: Bearer TOKEN)")
+}
+
+// logRefusal logs a refused request, at most logLimit's rate.
+func (g *tokenGate) logRefusal(r *http.Request, client netip.Addr, hadToken bool, msg string) {
+	if !g.logLimit.Allow() {
+		g.suppressed.Add(1)
 		return
 	}
-	ctx := sandbox.WithCaller(r.Context(), sandbox.Caller{Tenant: tenant, TokenID: tokenID, Peer: client})
-	g.next.ServeHTTP(w, r.WithContext(ctx))
+	attrs := []any{"client", client.String(), "peer", clipString(r.RemoteAddr, 64), "method", clipString(r.Method, 16),
+		"path", clipString(r.URL.Path, 128), "had_token", hadToken}
+	if n := g.suppressed.Swap(0); n > 0 {
+		attrs = append(attrs, "suppressed", n)
+	}
+	g.log.Warn(msg, attrs...)
 }
 
 func writeAuthError(w http.ResponseWriter, status int, code, msg string) {

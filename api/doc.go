@@ -15,8 +15,11 @@
 //
 // Over TCP (cellvm serve --listen) the server runs behind TLS and
 // RequireToken: every request carries a bearer token from a token file,
-// compared in constant time; failures are rate limited per address. Dial
-// is the client's side of both.
+// compared in constant time before anything else; failures (only they)
+// are rate limited per client address, IPv6 by /64, in a bounded table,
+// so a flood of failures can slow guessing but never refuse a valid token.
+// Behind proxies named by WithTrustedProxies the client address comes from
+// X-Forwarded-For. Dial is the client's side of both.
 //
 // Routes (the table in routes.go is the one source; the OpenAPI document is
 // tested to match it):

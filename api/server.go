@@ -74,6 +74,7 @@ type server struct {
 	streamWriteTimeout time.Duration
 	mcp                http.Handler      // nil: MCP is not served
 	knownTenant        func(string) bool // nil: any valid tenant name
+	audit              *auditSink        // nil: no audit records (audit.go)
 
 	registry    *prometheus.Registry
 	reqMetrics  *requestMetrics
@@ -120,9 +121,11 @@ func (s *server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		r = req
 	}
+	r, rec.audit = s.startAudit(r, start)
 	// Deferred so that a handler aborting a half-sent response
 	// (panic(http.ErrAbortHandler)) is logged too.
 	defer s.logRequest(r, rec, start)
+	defer func() { rec.audit.commit(rec.status, rec.errCode) }()
 	if err != nil {
 		s.writeError(rec, err)
 		return
@@ -217,11 +220,13 @@ type statusRecorder struct {
 	written int64
 	errCode string
 	errMsg  string // kept for the log when the error is the server's own (5xx)
+	audit   *AuditEntry
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
 	if r.status == 0 {
 		r.status = code
+		r.audit.atHeader(code, r.errCode)
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
@@ -229,6 +234,7 @@ func (r *statusRecorder) WriteHeader(code int) {
 func (r *statusRecorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
 		r.status = http.StatusOK
+		r.audit.atHeader(http.StatusOK, "")
 	}
 	n, err := r.ResponseWriter.Write(b)
 	r.written += int64(n)
@@ -261,6 +267,7 @@ func (s *server) writeError(w http.ResponseWriter, err error) {
 	}
 	if rec, ok := w.(*statusRecorder); ok {
 		rec.errCode = e.Code
+		rec.audit.noteError(e.Code, e.Message)
 		if e.Status >= 500 {
 			rec.errMsg = e.Message
 		}

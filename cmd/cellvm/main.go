@@ -74,6 +74,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.logsCommand(),
 		a.statsCommand(),
 		a.eventsCommand(),
+		a.auditCommand(),
 		a.doctorCommand(),
 		a.chatCommand(),
 		a.mcpCommand(),

@@ -70,6 +70,7 @@ type serveOptions struct {
 	// none; maxCellTimeout the most a request may ask for.
 	cellTimeout, maxCellTimeout time.Duration
 	policy                      *cellPolicyFlags // serve_policy.go
+	audit                       *auditFlags      // serve_audit.go
 }
 
 // deps are what tests replace: how the daemon and the embedded manager are
@@ -136,6 +137,7 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.IntVar(&o.mcpMaxSessions, "mcp-max-sessions", 16, "cap on each tenant's open MCP sessions (0: none; the tenant config's max_mcp_sessions overrides it)")
 	o.tenants = addTenantFlags(fs)
 	o.policy = addCellPolicyFlags(fs)
+	o.audit = addAuditFlags(fs)
 	cmd.RunE = func(*cobra.Command, []string) error { return a.serve(o) }
 	return cmd
 }
@@ -206,6 +208,9 @@ func (o *serveOptions) check() error {
 	if err := o.life.check(); err != nil {
 		return err
 	}
+	if err := o.audit.check(o.listen); err != nil {
+		return err
+	}
 	return o.policy.check()
 }
 
@@ -248,6 +253,13 @@ func (a *app) serve(o *serveOptions) error {
 	if err := os.MkdirAll(filepath.Dir(o.socket), 0o700); err != nil {
 		return fmt.Errorf("socket directory: %w", err)
 	}
+	// Opened before the manager and closed after it, for the records
+	// of the sandboxes it ends.
+	auditOpts, gateOpts, closeAudit, err := o.audit.open(o.stateDir, log)
+	if err != nil {
+		return err
+	}
+	defer closeAudit()
 	inner, closeManager, err := a.deps.daemonManager(o, log)
 	if err != nil {
 		return err
@@ -263,6 +275,9 @@ func (a *app) serve(o *serveOptions) error {
 	m := tenant.New(metrics.Instrument(inner, reg), tenant.Options{Quotas: o.tenants.quotas, File: tenantFile, Log: log,
 		CheckEgress: o.checkEgress})
 	logTenants(log, known, o.tenants, tenantFile)
+	if err := o.audit.watchEnds(m, log); err != nil {
+		return err
+	}
 	apiOpts := []api.Option{api.WithMetrics(reg), api.WithTimeouts(o.cellTimeout, o.maxCellTimeout),
 		api.WithTenants(func(t string) bool { return known[t] })}
 	if o.mcp {
@@ -270,7 +285,7 @@ func (a *app) serve(o *serveOptions) error {
 		defer closeMCP()
 		apiOpts = append(apiOpts, api.WithMCP(mh))
 	}
-	handler := api.NewServer(m, log, apiOpts...)
+	handler := api.NewServer(m, log, append(apiOpts, auditOpts...)...)
 	var servers []*http.Server
 	errc := make(chan error, 2)
 	ln, err := api.ListenUnix(o.socket, sockOpts...)
@@ -289,7 +304,7 @@ func (a *app) serve(o *serveOptions) error {
 		if err != nil {
 			return fmt.Errorf("--listen: %w", err)
 		}
-		tcpSrv := api.NewHTTPServer(api.RequireToken(handler, tokens, log))
+		tcpSrv := api.NewHTTPServer(api.RequireToken(handler, tokens, log, gateOpts...))
 		tcpSrv.TLSConfig = tlsCfg
 		servers = append(servers, tcpSrv)
 		go func() { errc <- tcpSrv.ServeTLS(tln, "", "") }()

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cellvm/cellvm/audit"
+	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/sandbox/sandboxtest"
+	"github.com/cellvm/cellvm/sandbox/tenant"
+)
+
+// TestSandboxEndsAreAudited: every deleted or lost sandbox gets an end
+// record, including the ones still queued when the log is closed.
+func TestSandboxEndsAreAudited(t *testing.T) {
+	state := t.TempDir()
+	f := &auditFlags{maxMiB: 1, keep: 1, code: "hash"}
+	log := slog.New(slog.DiscardHandler)
+	_, _, closeAudit, err := f.open(state, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Behind the tenant wrapper, as the daemon runs it: the watcher
+	// must see every tenant's ends.
+	inner := sandboxtest.New()
+	m := tenant.New(inner, tenant.Options{})
+	if err := f.watchEnds(m, log); err != nil {
+		t.Fatal(err)
+	}
+	ctx := sandbox.WithCaller(context.Background(), sandbox.Caller{Tenant: "alpha", TokenID: "t1", Peer: "192.0.2.1"})
+	var ids []string
+	for i := 0; i < 3; i++ {
+		info, err := m.Create(ctx, sandbox.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, info.ID)
+	}
+	inner.Lose(ids[0], sandbox.LostInfo{Reason: "the VMM was killed", KilledBy: "seccomp"})
+	m.Delete(ctx, ids[1])
+	m.Delete(ctx, ids[2])
+	closeAudit() // at once: the queued events are written first
+	closeAudit()
+
+	fh, err := os.Open(filepath.Join(state, "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	var got []audit.Record
+	if err := audit.Read(fh, audit.Filter{}, func(r audit.Record) error { got = append(got, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d records: %+v", len(got), got)
+	}
+	if r := got[0]; r.Action != audit.ActionSandboxEnd || r.Sandbox != ids[0] || r.ResultStatus != "lost" || r.KilledBy != "seccomp" || r.Reason != "lost: the VMM was killed" {
+		t.Errorf("lost: %+v", r)
+	}
+	if r := got[2]; r.Sandbox != ids[2] || r.Reason != "deleted: request" || r.Time.IsZero() || r.Tenant != "alpha" {
+		t.Errorf("deleted: %+v", r)
+	}
+}
