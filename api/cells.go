@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellvm/cellvm/audit"
 	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/sandbox"
 )
@@ -48,15 +49,21 @@ func (s *server) runCell(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
+	ae := AuditOf(r.Context())
+	ae.Set(func(rec *audit.Record) { rec.SetCode(req.Code) })
 	if !wantsStream(r) {
 		res, err := s.m.RunCell(r.Context(), id, req.Code, timeout, nil)
 		if err != nil {
 			s.writeError(w, err)
 			return
 		}
+		auditResult(ae, res)
 		s.writeJSON(w, http.StatusOK, res)
 		return
 	}
+	// The record is written before the end event, once the result is
+	// known.
+	ae.Stream()
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -77,12 +84,28 @@ func (s *server) runCell(w http.ResponseWriter, r *http.Request) {
 			Error:  &cell.Error{Name: "SandboxError", Value: err.Error()},
 		}})
 	case held != nil:
+		if held.End != nil {
+			auditResult(ae, *held.End)
+		}
+		ae.Commit()
 		st.send(*held)
 	case !ended:
 		// The manager returned without sending its end event.
+		auditResult(ae, res)
+		ae.Commit()
 		st.send(cell.Event{Type: cell.EventEnd, End: &res})
 	}
 	st.close()
+}
+
+// auditResult puts a cell's outcome in its audit record.
+func auditResult(ae *AuditEntry, res cell.Result) {
+	ae.Set(func(rec *audit.Record) {
+		rec.ResultStatus, rec.KilledBy = string(res.Status), string(res.KilledBy)
+		if res.Error != nil && rec.Reason == "" {
+			rec.Reason = res.Error.Name
+		}
+	})
 }
 
 // wantsStream reports whether the client asked for NDJSON.

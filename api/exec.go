@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/cellvm/cellvm/audit"
 	"github.com/cellvm/cellvm/sandbox"
 )
 
@@ -48,6 +49,8 @@ func (s *server) exec(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	er := sandbox.ExecRequest{Argv: req.Argv, Stdin: stdin, Timeout: timeout}
+	ae := AuditOf(r.Context())
+	ae.Set(func(rec *audit.Record) { rec.SetArgv(req.Argv) })
 	if err := er.Validate(); err != nil {
 		s.writeError(w, err)
 		return
@@ -57,5 +60,11 @@ func (s *server) exec(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
+	ae.Set(func(rec *audit.Record) {
+		rec.ResultStatus = fmt.Sprintf("exit %d", res.ExitCode)
+		if res.TimedOut {
+			rec.ResultStatus = "timed_out"
+		}
+	})
 	s.writeJSON(w, http.StatusOK, res)
 }

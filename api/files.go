@@ -1,10 +1,13 @@
 package api
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
 
+	"github.com/cellvm/cellvm/audit"
 	"github.com/cellvm/cellvm/sandbox"
 )
 
@@ -29,7 +32,14 @@ func (s *server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := &cappedReader{r: r.Body, left: s.maxUpload}
-	n, err := s.m.Upload(r.Context(), r.PathValue("id"), guestPath, body)
+	sum := sha256.New()
+	n, err := s.m.Upload(r.Context(), r.PathValue("id"), guestPath, io.TeeReader(body, sum))
+	AuditOf(r.Context()).Set(func(rec *audit.Record) {
+		rec.Path, rec.Size = guestPath, n
+		if err == nil && !body.exceeded {
+			rec.SHA256 = hex.EncodeToString(sum.Sum(nil))
+		}
+	})
 	if body.exceeded {
 		// Whatever the manager made of the cut-off stream, the answer is
 		// that it was too large.
@@ -86,8 +96,18 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
+	ae := AuditOf(r.Context())
+	ae.Always()
+	ae.Stream()
+	sum := sha256.New()
 	lw := &lazyWriter{w: w}
-	_, err = s.m.Download(r.Context(), r.PathValue("id"), guestPath, lw)
+	n, err := s.m.Download(r.Context(), r.PathValue("id"), guestPath, io.MultiWriter(lw, sum))
+	ae.Set(func(rec *audit.Record) {
+		rec.Path, rec.Size = guestPath, n
+		if err == nil {
+			rec.SHA256 = hex.EncodeToString(sum.Sum(nil))
+		}
+	})
 	if err != nil {
 		if !lw.started {
 			s.writeError(w, err)

@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 
+	"github.com/cellvm/cellvm/audit"
 	"github.com/cellvm/cellvm/sandbox"
 )
 
@@ -30,11 +31,19 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) {
 	if cfg.Snapshot == "" {
 		cfg = withDefaults
 	}
+	ae := AuditOf(r.Context())
+	ae.Set(func(rec *audit.Record) {
+		rec.Snapshot, rec.Workspace, rec.Image = cfg.Snapshot, cfg.Workspace, cfg.Image
+		if cfg.Network != nil {
+			rec.Policy = &audit.PolicyChange{OldAllow: []string{}, NewAllow: append([]string{}, cfg.Network.Allow...)}
+		}
+	})
 	info, err := s.m.Create(r.Context(), cfg)
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
+	ae.Set(func(rec *audit.Record) { rec.Sandbox = info.ID })
 	w.Header().Set("Location", "/v1/sandboxes/"+info.ID)
 	s.writeJSON(w, http.StatusCreated, info.Redacted())
 }
@@ -89,6 +98,7 @@ func (s *server) snapshot(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
+	AuditOf(r.Context()).Set(func(rec *audit.Record) { rec.Snapshot = snap.ID })
 	s.writeJSON(w, http.StatusCreated, snap)
 }
 
@@ -159,6 +169,16 @@ func (s *server) setNetwork(w http.ResponseWriter, r *http.Request) {
 	if err := p.Validate(); err != nil {
 		s.writeError(w, err)
 		return
+	}
+	if ae := AuditOf(r.Context()); ae != nil {
+		// The record holds the allowlist before and after. What came
+		// before is the caller's to read: another tenant's sandbox is
+		// not found here, and SetNetwork says so below.
+		pc := &audit.PolicyChange{NewAllow: append([]string{}, p.Allow...)}
+		if info, err := s.m.Get(r.Context(), r.PathValue("id")); err == nil && info.Config.Network != nil {
+			pc.OldAllow = append([]string{}, info.Config.Network.Allow...)
+		}
+		ae.Set(func(rec *audit.Record) { rec.Policy = pc })
 	}
 	s.noContent(w, s.m.SetNetwork(r.Context(), r.PathValue("id"), p))
 }

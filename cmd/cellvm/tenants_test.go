@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"encoding/json"
 	"io"
 	"net"
@@ -367,5 +370,103 @@ func TestOperatorsEgressRulesBindTenants(t *testing.T) {
 	// 0.0.0.0/0 alone passes: the denied ranges stay closed inside it.
 	if st, body := d.call(t, betaToken, "POST", "/v1/sandboxes", `{"network":{"allow":["0.0.0.0/0"]}}`); st != http.StatusCreated {
 		t.Errorf("0.0.0.0/0: %d %s", st, body)
+	}
+}
+
+// TestAuditLogOfATenantSession: a scripted session over TLS appears in
+// the audit log in order, as JSON lines, with the code by its sha256,
+// each record under its tenant, and no token or env value anywhere.
+func TestAuditLogOfATenantSession(t *testing.T) {
+	d := startTenantDaemon(t)
+	logPath := filepath.Join(d.dir, "state", "audit.jsonl")
+	code := "x = 6 * 7"
+	sum := sha256.Sum256([]byte(code))
+	codeHash := hex.EncodeToString(sum[:])
+
+	must := func(token, method, path, body string, want int) string {
+		t.Helper()
+		st, b := d.call(t, token, method, path, body)
+		if st != want {
+			t.Fatalf("%s %s: %d %s, want %d", method, path, st, b, want)
+		}
+		return b
+	}
+	var info sandbox.Info
+	json.Unmarshal([]byte(must(alphaToken, "POST", "/v1/sandboxes", `{"env":{"API_KEY":"`+envSecret+`"},"network":{"allow":["pypi.org"]}}`, 201)), &info)
+	id := info.ID
+	must(alphaToken, "POST", "/v1/sandboxes/"+id+"/cells", `{"code":"`+code+`"}`, 200)
+	must(alphaToken, "POST", "/v1/sandboxes/"+id+"/exec", `{"argv":["echo","hi"]}`, 200)
+	must(alphaToken, "PUT", "/v1/sandboxes/"+id+"/files/tmp/data.txt", "payload", 200)
+	must(alphaToken, "GET", "/v1/sandboxes/"+id+"/files/tmp/data.txt", "", 200)
+	must(alphaToken, "PUT", "/v1/sandboxes/"+id+"/network", `{"allow":["pypi.org","files.pythonhosted.org"]}`, 204)
+	var snap sandbox.SnapshotInfo
+	json.Unmarshal([]byte(must(alphaToken, "POST", "/v1/sandboxes/"+id+"/snapshot", "", 201)), &snap)
+	var fork sandbox.Info
+	json.Unmarshal([]byte(must(alphaToken, "POST", "/v1/sandboxes", `{"snapshot":"`+snap.ID+`"}`, 201)), &fork)
+	must(betaToken, "POST", "/v1/sandboxes/"+id+"/cells", `{"code":"print(x)"}`, 404)
+	must(betaToken, "DELETE", "/v1/sandboxes/"+id, "", 404)
+	must(alphaToken, "DELETE", "/v1/sandboxes/"+fork.ID, "", 204)
+	must(alphaToken, "DELETE", "/v1/sandboxes/"+id, "", 204)
+
+	raw, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), alphaToken) || strings.Contains(string(raw), betaToken) || strings.Contains(string(raw), envSecret) {
+		t.Fatalf("a token or an env value is in the audit log:\n%s", raw)
+	}
+	type step struct{ tenant, action, sandbox string }
+	var got []step
+	var recs []map[string]any
+	for i, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("line %d is not JSON: %v: %s", i+1, err, line)
+		}
+		if rec["action"] == "sandbox.end" {
+			continue // the end records come from the event stream, in their own time
+		}
+		recs = append(recs, rec)
+		sb, _ := rec["sandbox"].(string)
+		got = append(got, step{fmt.Sprint(rec["tenant"]), fmt.Sprint(rec["action"]), sb})
+	}
+	want := []step{
+		{"alpha", "POST /v1/sandboxes", id},
+		{"alpha", "POST /v1/sandboxes/{id}/cells", id},
+		{"alpha", "POST /v1/sandboxes/{id}/exec", id},
+		{"alpha", "PUT /v1/sandboxes/{id}/files/{path...}", id},
+		{"alpha", "GET /v1/sandboxes/{id}/files/{path...}", id},
+		{"alpha", "PUT /v1/sandboxes/{id}/network", id},
+		{"alpha", "POST /v1/sandboxes/{id}/snapshot", id},
+		{"alpha", "POST /v1/sandboxes", fork.ID},
+		{"beta", "POST /v1/sandboxes/{id}/cells", id},
+		{"beta", "DELETE /v1/sandboxes/{id}", id},
+		{"alpha", "DELETE /v1/sandboxes/{id}", fork.ID},
+		{"alpha", "DELETE /v1/sandboxes/{id}", id},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("the audit log's records:\n%v\nwant:\n%v\n%s", got, want, raw)
+	}
+	if recs[1]["code_sha256"] != codeHash || recs[1]["code"] != nil {
+		t.Errorf("the cell's record: %v; want code_sha256 %s and no code", recs[1], codeHash)
+	}
+	if recs[3]["sha256"] == nil || recs[3]["size"] != float64(len("payload")) || recs[4]["sha256"] != recs[3]["sha256"] {
+		t.Errorf("the file records: %v / %v", recs[3], recs[4])
+	}
+	if p, _ := recs[5]["policy"].(map[string]any); fmt.Sprint(p["old_allow"]) != "[pypi.org]" || fmt.Sprint(p["new_allow"]) != "[pypi.org files.pythonhosted.org]" {
+		t.Errorf("the policy record: %v", recs[5])
+	}
+	if recs[6]["snapshot"] != snap.ID || recs[7]["snapshot"] != snap.ID {
+		t.Errorf("the snapshot and fork records: %v / %v", recs[6], recs[7])
+	}
+	for _, i := range []int{8, 9} {
+		if recs[i]["status"] != float64(404) || recs[i]["token_id"] == recs[0]["token_id"] {
+			t.Errorf("beta's refused attempt: %v", recs[i])
+		}
+	}
+	// The CLI reads it, filtered by tenant.
+	r := d.cellvm(t, "audit", "--file", logPath, "--tenant", "beta", "--json")
+	if r.code != 0 || strings.Count(strings.TrimSpace(r.stdout), "\n") != 1 || strings.Contains(r.stdout, `"tenant":"alpha"`) {
+		t.Errorf("cellvm audit --tenant beta: %+v", r)
 	}
 }
