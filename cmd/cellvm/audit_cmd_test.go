@@ -145,15 +145,17 @@ func TestServeWritesTheAuditLog(t *testing.T) {
 		}
 		return rec
 	}
-	// The create's record has no sandbox in it until the lead's handlers
-	// fill it; the refused inspect and the delete name theirs, and the
-	// sandbox's end has its own record, written as the manager publishes
-	// it (before or after the DELETE's).
+	// The create's record names the sandbox it made, the delete's
+	// names its, and the sandbox's end has its own record, written as
+	// the manager publishes it (before or after the DELETE's).
 	d.cellvm(t, "sandbox", "rm", id)
 	got := map[string]audit.Record{}
-	for len(got) < 2 {
+	for got["DELETE /v1/sandboxes/{id}"].Action == "" || got[audit.ActionSandboxEnd].Action == "" {
 		rec := next()
 		got[rec.Action] = rec
+	}
+	if rec := got["POST /v1/sandboxes"]; rec.Sandbox != id || rec.Status != 201 {
+		t.Errorf("followed the create %+v", rec)
 	}
 	if rec := got["DELETE /v1/sandboxes/{id}"]; rec.Sandbox != id || !strings.HasPrefix(rec.Peer, "uid:") || !rec.Operator || rec.Status != 204 {
 		t.Errorf("followed the delete %+v", rec)
