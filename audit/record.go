@@ -13,6 +13,10 @@ const (
 	ActionSandboxEnd = "sandbox.end"
 	// ActionAuth is a request the auth gate refused (401 or 429).
 	ActionAuth = "auth"
+	// ActionPolicyRefused is a cell or command the operator's cell
+	// policy hook refused (serve --cell-policy); ResultStatus says which
+	// kind ("cell" or "exec").
+	ActionPolicyRefused = "cell_policy.refused"
 )
 
 // Record is one audit line. See the package documentation for the fields.

@@ -265,7 +265,7 @@ func (a *app) serve(o *serveOptions) error {
 		return err
 	}
 	defer closeManager()
-	if inner, err = o.policy.wrap(inner, log); err != nil {
+	if inner, err = o.policy.wrap(inner, log, o.audit.policyRefusal(log)); err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()

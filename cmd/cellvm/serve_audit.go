@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/cellvm/cellvm/api"
 	"github.com/cellvm/cellvm/audit"
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/sandbox/cellpolicy"
 )
 
 // auditFlags are serve's audit log and client-address flags.
@@ -186,5 +188,30 @@ func endRecord(ev sandbox.Event) (audit.Record, bool) {
 func (f *auditFlags) writeEnd(log *slog.Logger, rec audit.Record) {
 	if err := f.log.Write(rec); err != nil {
 		log.Error("audit log: a sandbox end was not written", "sandbox", rec.Sandbox, "err", err)
+	}
+}
+
+// policyRefusal returns the cell policy hook's refusal recorder: a record
+// of its own (audit.ActionPolicyRefused) beside the request's, written
+// by the daemon from the hook's verdict, so a cell that prints a
+// PolicyRefused error of its own cannot pass for one. nil when the log is
+// off.
+func (f *auditFlags) policyRefusal(log *slog.Logger) func(context.Context, cellpolicy.Refusal) {
+	if f.log == nil {
+		return nil
+	}
+	l := f.log
+	return func(ctx context.Context, r cellpolicy.Refusal) {
+		rec := audit.Record{Time: time.Now().UTC(), Action: audit.ActionPolicyRefused, Tenant: r.Tenant, Sandbox: r.Sandbox,
+			Reason: r.Reason, ResultStatus: r.Kind}
+		if c, ok := sandbox.CallerFrom(ctx); ok {
+			rec.TokenID, rec.Peer, rec.Operator = c.TokenID, c.Peer, c.Operator
+		}
+		if r.HookFailed {
+			rec.Error = "hook_failed"
+		}
+		if err := l.Write(rec); err != nil {
+			log.Error("audit log: a cell policy refusal was not written", "sandbox", r.Sandbox, "err", err)
+		}
 	}
 }

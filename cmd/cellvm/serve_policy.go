@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -51,11 +52,12 @@ func (f *cellPolicyFlags) check() error {
 }
 
 // wrap puts the hook in front of m (m itself without --cell-policy).
-func (f *cellPolicyFlags) wrap(m sandbox.Manager, log *slog.Logger) (sandbox.Manager, error) {
+// onRefuse, if not nil, is told of every refusal (the audit log).
+func (f *cellPolicyFlags) wrap(m sandbox.Manager, log *slog.Logger, onRefuse func(context.Context, cellpolicy.Refusal)) (sandbox.Manager, error) {
 	if f == nil || f.hook == "" {
 		return m, nil
 	}
-	pm, err := cellpolicy.New(m, cellpolicy.Options{Hook: f.hook, Timeout: f.timeout, Log: log})
+	pm, err := cellpolicy.New(m, cellpolicy.Options{Hook: f.hook, Timeout: f.timeout, Log: log, OnRefuse: onRefuse})
 	if err != nil {
 		return nil, usageError{err}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/api"
+	"github.com/cellvm/cellvm/audit"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/sandbox/cellpolicy"
 )
@@ -45,6 +47,28 @@ func TestServeCellPolicy(t *testing.T) {
 	er, err := c.Exec(ctx, info.ID, sandbox.ExecRequest{Argv: []string{"python3", "-c", "import os; os.system('id')"}, Timeout: time.Minute})
 	if err != nil || !cellpolicy.IsRefusedExec(er) {
 		t.Errorf("refused exec over the API: %+v, %v", er, err)
+	}
+	// Each refusal has an audit record of the daemon's own, beside the
+	// request's.
+	raw, err := os.ReadFile(filepath.Join(d.dir, "state", "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var rec audit.Record
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		if rec.Action == audit.ActionPolicyRefused {
+			if rec.Sandbox != info.ID || rec.Reason != "no os.system, please" {
+				t.Errorf("the refusal's record: %+v", rec)
+			}
+			kinds = append(kinds, rec.ResultStatus)
+		}
+	}
+	if strings.Join(kinds, ",") != "cell,exec" {
+		t.Errorf("policy refusal records for %v, want cell,exec:\n%s", kinds, raw)
 	}
 }
 
