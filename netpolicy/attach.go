@@ -419,6 +419,14 @@ func (a *Attachment) Counters() (allowed, dropped uint64) {
 	return acc, rej
 }
 
+// DNSNames returns the resolver's answers per name (dnsproxy.Server.Names).
+func (a *Attachment) DNSNames() []dnsproxy.NameCount {
+	if a.dns == nil {
+		return nil
+	}
+	return a.dns.Names()
+}
+
 // DNSStats returns the resolver's counts.
 func (a *Attachment) DNSStats() dnsproxy.Stats {
 	if a.dns == nil {
@@ -430,6 +438,7 @@ func (a *Attachment) DNSStats() dnsproxy.Stats {
 // Close removes everything Attach made: resolver, rules, chains, link,
 // and gives the address back. It is safe to call more than once.
 func (a *Attachment) Close() error {
+	a.Counters() // the last counts, which Counters answers from now on
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()

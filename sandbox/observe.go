@@ -46,6 +46,33 @@ type Event struct {
 	Network *NetworkPolicy `json:"network,omitempty"`
 	// Tenant owns the sandbox; a tenant's stream carries its own only.
 	Tenant string `json:"tenant,omitempty"`
+	// Egress is a deleted or lost sandbox's egress verdicts over its
+	// life, when it had a network.
+	Egress *EgressReport `json:"egress,omitempty"`
+}
+
+// EgressReport is what a sandbox's network policy decided over its life:
+// the connections it let through and the packets it dropped (the
+// policy's counters), and its resolver's answers by name.
+type EgressReport struct {
+	AllowedPackets uint64 `json:"allowed_packets"`
+	DroppedPackets uint64 `json:"dropped_packets"`
+	DNSForwarded   uint64 `json:"dns_forwarded"`
+	DNSRefused     uint64 `json:"dns_refused"`
+	// Names counts the resolver's answers per name asked, at most
+	// MaxEgressNames of them (the rest count under "(other names)").
+	Names []DNSNameCount `json:"names,omitempty"`
+}
+
+// MaxEgressNames bounds EgressReport.Names: a guest chooses the names it
+// asks for.
+const MaxEgressNames = 256
+
+// DNSNameCount is the resolver's answers for one name.
+type DNSNameCount struct {
+	Name      string `json:"name"`
+	Forwarded uint64 `json:"forwarded"`
+	Refused   uint64 `json:"refused"`
 }
 
 // EventStream delivers events in order from the moment it was opened.

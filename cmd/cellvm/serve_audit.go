@@ -182,6 +182,12 @@ func endRecord(ev sandbox.Event) (audit.Record, bool) {
 	default:
 		return rec, false
 	}
+	if e := ev.Egress; e != nil {
+		rec.Egress = &audit.Egress{Allowed: e.AllowedPackets, Dropped: e.DroppedPackets, DNSForwarded: e.DNSForwarded, DNSRefused: e.DNSRefused}
+		for _, n := range e.Names {
+			rec.Egress.Names = append(rec.Egress.Names, audit.EgressName{Name: n.Name, Forwarded: n.Forwarded, Refused: n.Refused})
+		}
+	}
 	return rec, true
 }
 

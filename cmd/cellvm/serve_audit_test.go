@@ -33,13 +33,14 @@ func TestSandboxEndsAreAudited(t *testing.T) {
 	ctx := sandbox.WithCaller(context.Background(), sandbox.Caller{Tenant: "alpha", TokenID: "t1", Peer: "192.0.2.1"})
 	var ids []string
 	for i := 0; i < 3; i++ {
-		info, err := m.Create(ctx, sandbox.Config{})
+		info, err := m.Create(ctx, sandbox.Config{Network: &sandbox.NetworkPolicy{Allow: []string{"pypi.org"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, info.ID)
 	}
 	inner.Lose(ids[0], sandbox.LostInfo{Reason: "the VMM was killed", KilledBy: "seccomp"})
+	inner.SetNetworkCounters(ids[2], sandbox.NetworkCounters{AllowedPackets: 7, DroppedPackets: 3})
 	m.Delete(ctx, ids[1])
 	m.Delete(ctx, ids[2])
 	closeAudit() // at once: the queued events are written first
@@ -62,5 +63,9 @@ func TestSandboxEndsAreAudited(t *testing.T) {
 	}
 	if r := got[2]; r.Sandbox != ids[2] || r.Reason != "deleted: request" || r.Time.IsZero() || r.Tenant != "alpha" {
 		t.Errorf("deleted: %+v", r)
+	}
+	// The sandbox's egress verdicts come with its end.
+	if e := got[2].Egress; e == nil || e.Allowed != 7 || e.Dropped != 3 {
+		t.Errorf("deleted sandbox's egress verdicts: %+v", got[2].Egress)
 	}
 }

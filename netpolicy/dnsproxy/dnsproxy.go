@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -100,6 +101,63 @@ type Server struct {
 	closeErr error
 
 	forwarded, refused, failed, ignored atomic.Uint64
+
+	namesMu sync.Mutex
+	names   map[string]*nameCount // at most maxNames, then otherNames
+}
+
+type nameCount struct{ forwarded, refused uint64 }
+
+// Per-name counts are bounded: the guest chooses the names.
+const (
+	maxNames   = 256
+	otherNames = "(other names)"
+	notAHost   = "(not a host name)"
+)
+
+// countName adds one answer for name to its count.
+func (s *Server) countName(name string, forwarded bool) {
+	s.namesMu.Lock()
+	defer s.namesMu.Unlock()
+	if s.names == nil {
+		s.names = map[string]*nameCount{}
+	}
+	c := s.names[name]
+	if c == nil {
+		if len(s.names) >= maxNames-1 {
+			name = otherNames
+		}
+		if c = s.names[name]; c == nil {
+			c = &nameCount{}
+			s.names[name] = c
+		}
+	}
+	if forwarded {
+		c.forwarded++
+	} else {
+		c.refused++
+	}
+}
+
+// NameCount is the answers for one name.
+type NameCount struct {
+	Name      string
+	Forwarded uint64 // answered from the upstream (an address or NXDOMAIN)
+	Refused   uint64 // not allowed
+}
+
+// Names returns the answers per name asked, sorted by name; at most 256
+// names, the rest counted under "(other names)", and a query that is no
+// host name under "(not a host name)".
+func (s *Server) Names() []NameCount {
+	s.namesMu.Lock()
+	defer s.namesMu.Unlock()
+	out := make([]NameCount, 0, len(s.names))
+	for n, c := range s.names {
+		out = append(out, NameCount{Name: n, Forwarded: c.forwarded, Refused: c.refused})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // Serve starts answering on pc and l (either may be nil) and returns at
@@ -278,6 +336,10 @@ func (s *Server) answer(req *dns.Msg) *dns.Msg {
 	name, ok := dnsname.Host(q.Name)
 	if !ok || !s.cfg.Allowed(name) {
 		s.refused.Add(1)
+		if !ok {
+			name = notAHost
+		}
+		s.countName(name, false)
 		resp.Rcode = dns.RcodeNameError
 		return resp
 	}
@@ -303,6 +365,7 @@ func (s *Server) answer(req *dns.Msg) *dns.Msg {
 		resp.Rcode = up.Rcode
 		if up.Rcode == dns.RcodeNameError {
 			s.forwarded.Add(1)
+			s.countName(name, true)
 		} else {
 			s.failed.Add(1)
 		}
@@ -329,6 +392,7 @@ func (s *Server) answer(req *dns.Msg) *dns.Msg {
 		})
 	}
 	s.forwarded.Add(1)
+	s.countName(name, true)
 	return resp
 }
 

@@ -375,3 +375,35 @@ func TestNamesAreLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestNamesAreCountedAndBounded: the answers per name, a query that is no
+// host name under its own entry, and at most maxNames entries however
+// many names a guest asks for.
+func TestNamesAreCountedAndBounded(t *testing.T) {
+	up := &fakeUpstream{answers: map[string][]string{"a.test.": {"a.test. 60 IN A 203.0.113.1"}}}
+	s, _ := newTestServer(t, up, "a.test")
+	s.answer(query("a.test", dns.TypeA))
+	s.answer(query("A.test", dns.TypeA))
+	s.answer(query("evil.test", dns.TypeA))
+	s.answer(query("x\\.evil.test", dns.TypeA))
+	got := fmt.Sprint(s.Names())
+	if got != "[{(not a host name) 0 1} {a.test 2 0} {evil.test 0 1}]" {
+		t.Errorf("names %s", got)
+	}
+	for i := 0; i < 3*maxNames; i++ {
+		s.answer(query(fmt.Sprintf("n%d.evil.test", i), dns.TypeA))
+	}
+	names := s.Names()
+	if len(names) != maxNames {
+		t.Fatalf("%d names kept, want %d", len(names), maxNames)
+	}
+	var other uint64
+	for _, n := range names {
+		if n.Name == otherNames {
+			other = n.Refused
+		}
+	}
+	if other == 0 {
+		t.Errorf("no %q entry after %d names", otherNames, 3*maxNames)
+	}
+}

@@ -527,7 +527,7 @@ func (m *VMManager) markLost(s *vmSandbox) {
 					msg = "sandbox lost: the guest broke the agent protocol, so its VM was stopped"
 				}
 				s.lost.Store(&why)
-				m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: s.id, Tenant: s.cfg.Tenant, Lost: &why})
+				m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: s.id, Tenant: s.cfg.Tenant, Lost: &why, Egress: m.egressReport(s)})
 				m.log.Warn(msg, "id", s.id, "error", p.err, "reason", why.Reason, "killed_by", why.KilledBy,
 					"vmm_log", lastLines(readTail(filepath.Join(s.dir, vmmLogFile), 4096), 10),
 					"console", lastLines(consoleTail(s.dir, 8192), 30))
@@ -690,7 +690,7 @@ func (m *VMManager) Delete(ctx context.Context, id string) error {
 	}
 	m.destroy(s)
 	m.log.Info("sandbox deleted", "id", id)
-	m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: id, Tenant: s.cfg.Tenant, Reason: sandbox.DeletedByRequest})
+	m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: id, Tenant: s.cfg.Tenant, Reason: sandbox.DeletedByRequest, Egress: m.egressReport(s)})
 	return nil
 }
 
@@ -1038,7 +1038,7 @@ func (m *VMManager) reapLoop() {
 		for s, why := range expired {
 			m.log.Info("sandbox expired", "id", s.id, "reason", why)
 			m.destroy(s)
-			m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: s.id, Tenant: s.cfg.Tenant, Reason: why})
+			m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: s.id, Tenant: s.cfg.Tenant, Reason: why, Egress: m.egressReport(s)})
 		}
 	}
 }
@@ -1069,7 +1069,7 @@ func (m *VMManager) Close() error {
 			defer wg.Done()
 			m.destroy(s)
 			if !s.internal {
-				m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: s.id, Tenant: s.cfg.Tenant, Reason: sandbox.DeletedByShutdown})
+				m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: s.id, Tenant: s.cfg.Tenant, Reason: sandbox.DeletedByShutdown, Egress: m.egressReport(s)})
 			}
 		}()
 	}

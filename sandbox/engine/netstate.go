@@ -28,6 +28,26 @@ func (m *VMManager) attachOptions(cfg sandbox.Config) []netpolicy.AttachOption {
 	return nil
 }
 
+// egressReport is what s's network policy decided over its life, for its
+// deleted or lost event; nil for a sandbox without a network.
+func (m *VMManager) egressReport(s *vmSandbox) *sandbox.EgressReport {
+	a := s.net // set before the sandbox runs; info reads it likewise
+	if a == nil {
+		return nil
+	}
+	r := &sandbox.EgressReport{}
+	r.AllowedPackets, r.DroppedPackets = a.Counters()
+	st := a.DNSStats()
+	r.DNSForwarded, r.DNSRefused = st.Forwarded, st.Refused
+	for _, n := range a.DNSNames() {
+		if len(r.Names) == sandbox.MaxEgressNames {
+			break
+		}
+		r.Names = append(r.Names, sandbox.DNSNameCount{Name: n.Name, Forwarded: n.Forwarded, Refused: n.Refused})
+	}
+	return r
+}
+
 // writeConfig saves a sandbox's config in its directory, atomically: a
 // crash leaves the old file or the new one, never a part of either.
 func writeConfig(dir string, cfg sandbox.Config) error {

@@ -320,7 +320,7 @@ func (m *VMManager) loseOnPurpose(s *vmSandbox, reason string) {
 	why := sandbox.LostInfo{Reason: "the sandbox was being paused and " + reason}
 	if _, err := s.lc.move(evVMExited); err == nil {
 		s.lost.Store(&why)
-		m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: s.id, Tenant: s.cfg.Tenant, Lost: &why})
+		m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: s.id, Tenant: s.cfg.Tenant, Lost: &why, Egress: m.egressReport(s)})
 		m.log.Error("sandbox lost in a pause", "id", s.id, "reason", why.Reason)
 	}
 }

@@ -324,7 +324,11 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	m.deleted = append(m.deleted, id)
 	m.note("delete %s", id)
 	m.changed.Broadcast()
-	m.events.Publish(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: id, Reason: sandbox.DeletedByRequest, Tenant: b.info.Config.Tenant})
+	ev := sandbox.Event{Type: sandbox.EventDeleted, Sandbox: id, Reason: sandbox.DeletedByRequest, Tenant: b.info.Config.Tenant}
+	if b.info.Config.Network != nil {
+		ev.Egress = &sandbox.EgressReport{AllowedPackets: b.info.Network.AllowedPackets, DroppedPackets: b.info.Network.DroppedPackets}
+	}
+	m.events.Publish(ev)
 	return nil
 }
 
