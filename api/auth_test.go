@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -50,6 +51,42 @@ func TestLoadTokens(t *testing.T) {
 	}
 	if _, err := LoadTokens(writeTokens(t, "tooshort\n")); err == nil || strings.Contains(err.Error(), "tooshort") {
 		t.Errorf("a short token's error must not show it: %v", err)
+	}
+}
+
+// TestTokensWithTenants: "TOKEN TENANT" lines, a bare token is the
+// default tenant's, and each malformed line is an error naming its line
+// and never the token.
+func TestTokensWithTenants(t *testing.T) {
+	tok, err := ParseTokens([]byte("# tenants\n" + testToken + "\nalpha-token-0123456789 alpha\n  beta-token-0123456789\tbeta.team_1  \n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for token, want := range map[string]string{testToken: "default", "alpha-token-0123456789": "alpha", "beta-token-0123456789": "beta.team_1"} {
+		tenant, id, ok := tok.Lookup(token)
+		if !ok || tenant != want || len(id) != 12 || strings.Contains(token, id) {
+			t.Errorf("Lookup(%q) = %q %q %v; want tenant %s and a 12-digit id", token, tenant, id, ok, want)
+		}
+	}
+	if _, _, ok := tok.Lookup("alpha-token-012345678"); ok {
+		t.Error("a prefix of a token passed")
+	}
+	if got := fmt.Sprint(tok.Tenants()); got != "[alpha beta.team_1 default]" {
+		t.Errorf("Tenants() = %s", got)
+	}
+	const secret = "secret-token-0123456789"
+	for _, c := range []struct{ file, line string }{
+		{"# x\n" + secret + " Alpha\n", "line 2"},
+		{secret + " alpha extra\n", "line 1"},
+		{secret + " -alpha\n", "line 1"},
+		{secret + " " + strings.Repeat("a", 65) + "\n", "line 1"},
+		{"short alpha\n", "line 1"},
+		{secret + " alpha\n" + secret + " beta\n", "line 2"},
+	} {
+		_, err := ParseTokens([]byte(c.file))
+		if err == nil || !strings.Contains(err.Error(), c.line) || strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "short") {
+			t.Errorf("token file %q: %v; want an error naming %s and not the token", c.file, err, c.line)
+		}
 	}
 }
 
