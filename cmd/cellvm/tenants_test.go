@@ -470,3 +470,35 @@ func TestAuditLogOfATenantSession(t *testing.T) {
 		t.Errorf("cellvm audit --tenant beta: %+v", r)
 	}
 }
+
+// TestBadTenantFilesStopTheStart: a malformed token file or tenant config
+// is a usage error at start that names the file and what is wrong (never
+// the token), and no socket is left.
+func TestBadTenantFilesStopTheStart(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	os.WriteFile(tokens, []byte(alphaToken+" alpha\n"+betaToken+" Beta\n"), 0o600)
+	conf := filepath.Join(dir, "tenants.json")
+	os.WriteFile(conf, []byte(`{"tenants": {"alpha": {"max_sandboxs": 2}}}`), 0o600)
+	good := filepath.Join(dir, "good-tokens")
+	os.WriteFile(good, []byte(alphaToken+" alpha\n"), 0o600)
+	sock := filepath.Join(dir, "cellvm.sock")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--listen", "tcp://127.0.0.1:0", "--token-file", tokens}, "line 2"},
+		{[]string{"--listen", "tcp://127.0.0.1:0", "--token-file", good, "--tenant-config", conf}, "max_sandboxs"},
+		{[]string{"--tenant-max-vcpus", "-1"}, "max_vcpus"},
+	} {
+		var out, errb strings.Builder
+		args := append([]string{"serve", "--socket", sock, "--state-dir", filepath.Join(dir, "state"), "--network=false"}, c.args...)
+		code := run(args, strings.NewReader(""), &out, &errb)
+		if code != exitUsage || !strings.Contains(errb.String(), c.want) || strings.Contains(errb.String(), betaToken) {
+			t.Errorf("serve %v: exit %d, stderr %q; want exit %d naming %q", c.args, code, errb.String(), exitUsage, c.want)
+		}
+		if _, err := os.Stat(sock); err == nil {
+			t.Errorf("serve %v left its socket", c.args)
+		}
+	}
+}
