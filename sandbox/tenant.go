@@ -98,3 +98,44 @@ func CallerFrom(ctx context.Context) (Caller, bool) {
 	c, ok := ctx.Value(callerKey{}).(Caller)
 	return c, ok
 }
+
+// Summary is a sandbox's owner and machine: what a front end serving
+// tenants checks on every request, without the usage Info reads.
+type Summary struct {
+	ID        string
+	Tenant    string
+	VCPUs     int
+	MemoryMiB int
+}
+
+// Owners is implemented by a Manager that can tell a sandbox's owner and
+// machine cheaply. Info carries usage (a /proc read, and iptables calls
+// for the egress counters) that an ownership check made on every request,
+// or a quota check made on every create, must not pay for each sandbox.
+type Owners interface {
+	// Owner is Get's answer reduced to a Summary (ErrNotFound alike).
+	Owner(ctx context.Context, id string) (Summary, error)
+	// Summaries is List's answer reduced to Summaries.
+	Summaries(ctx context.Context) ([]Summary, error)
+}
+
+// Wrapper is implemented by a Manager that wraps another (metrics, the
+// cell policy hook): Unwrap returns the one it wraps.
+type Wrapper interface {
+	Unwrap() Manager
+}
+
+// OwnersOf returns the first Owners found by unwrapping m, or nil.
+func OwnersOf(m Manager) Owners {
+	for i := 0; m != nil && i < 16; i++ {
+		if o, ok := m.(Owners); ok {
+			return o
+		}
+		w, ok := m.(Wrapper)
+		if !ok {
+			return nil
+		}
+		m = w.Unwrap()
+	}
+	return nil
+}

@@ -213,3 +213,6 @@ func IsRefusedCell(res cell.Result) bool {
 func IsRefusedExec(res cell.ExecResult) bool {
 	return res.ExitCode == ExecExitCode && strings.HasPrefix(res.Stderr, ErrorName+": ")
 }
+
+// Unwrap implements sandbox.Wrapper.
+func (m *Manager) Unwrap() sandbox.Manager { return m.Manager }

@@ -1100,3 +1100,31 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(l, "\n")
 }
+
+// Owner implements sandbox.Owners: a sandbox's owner and machine, without
+// its usage.
+func (m *VMManager) Owner(ctx context.Context, id string) (sandbox.Summary, error) {
+	s, err := m.get(id)
+	if err != nil {
+		return sandbox.Summary{}, err
+	}
+	return summaryOf(s), nil
+}
+
+// Summaries implements sandbox.Owners: List's sandboxes, without usage.
+func (m *VMManager) Summaries(ctx context.Context) ([]sandbox.Summary, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]sandbox.Summary, 0, len(m.sandboxes))
+	for _, s := range m.sandboxes {
+		if !s.internal {
+			out = append(out, summaryOf(s))
+		}
+	}
+	return out, nil
+}
+
+// summaryOf reads the fields of s's config that never change.
+func summaryOf(s *vmSandbox) sandbox.Summary {
+	return sandbox.Summary{ID: s.id, Tenant: s.cfg.Tenant, VCPUs: s.cfg.VCPUs, MemoryMiB: s.cfg.MemoryMiB}
+}

@@ -178,3 +178,6 @@ func growth(prev, cur uint64) uint64 {
 	}
 	return cur - prev
 }
+
+// Unwrap implements sandbox.Wrapper.
+func (w *Manager) Unwrap() sandbox.Manager { return w.Manager }

@@ -333,3 +333,36 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 }
 
 var _ sandbox.Manager = (*Manager)(nil)
+
+// Owner implements sandbox.Owners.
+func (m *Manager) Owner(ctx context.Context, id string) (sandbox.Summary, error) {
+	if err := m.enterLocked("Owner", id); err != nil {
+		return sandbox.Summary{}, err
+	}
+	defer m.mu.Unlock()
+	b, err := m.find(id)
+	if err != nil {
+		return sandbox.Summary{}, err
+	}
+	return summaryOf(b.info), nil
+}
+
+// Summaries implements sandbox.Owners.
+func (m *Manager) Summaries(ctx context.Context) ([]sandbox.Summary, error) {
+	if err := m.enterLocked("Summaries"); err != nil {
+		return nil, err
+	}
+	defer m.mu.Unlock()
+	out := make([]sandbox.Summary, 0, len(m.boxes))
+	for _, b := range m.boxes {
+		out = append(out, summaryOf(b.info))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func summaryOf(i sandbox.Info) sandbox.Summary {
+	return sandbox.Summary{ID: i.ID, Tenant: i.Config.Tenant, VCPUs: i.Config.VCPUs, MemoryMiB: i.Config.MemoryMiB}
+}
+
+var _ sandbox.Owners = (*Manager)(nil)

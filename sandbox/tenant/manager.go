@@ -34,8 +34,11 @@ type Options struct {
 // manager (see the package doc).
 type Manager struct {
 	inner sandbox.Manager
-	opt   Options
-	log   *slog.Logger
+	// owners answers ownership and quota checks without reading usage
+	// (nil: they go through Get and List).
+	owners sandbox.Owners
+	opt    Options
+	log    *slog.Logger
 
 	mu      sync.Mutex
 	tenants map[string]*tenantState
@@ -50,7 +53,7 @@ func New(inner sandbox.Manager, opt Options) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{inner: inner, opt: opt, log: log, tenants: map[string]*tenantState{}}
+	return &Manager{inner: inner, owners: sandbox.OwnersOf(inner), opt: opt, log: log, tenants: map[string]*tenantState{}}
 }
 
 var _ sandbox.Manager = (*Manager)(nil)
@@ -84,18 +87,26 @@ func noSnapshot(id string) error {
 	return fmt.Errorf("%w: no snapshot %q", sandbox.ErrNotFound, clipString(id, 128))
 }
 
-// own returns sandbox id's info when the caller may act on it, and the
-// not-found answer otherwise (missing or another tenant's alike).
-func (m *Manager) own(ctx context.Context, id string) (sandbox.Caller, sandbox.Info, error) {
+// own returns sandbox id's owner and machine when the caller may act on
+// it, and the not-found answer otherwise (missing or another tenant's
+// alike).
+func (m *Manager) own(ctx context.Context, id string) (sandbox.Caller, sandbox.Summary, error) {
 	c, err := caller(ctx)
 	if err != nil {
-		return c, sandbox.Info{}, err
+		return c, sandbox.Summary{}, err
 	}
-	info, err := m.inner.Get(ctx, id)
-	if errors.Is(err, sandbox.ErrNotFound) || err == nil && !c.Sees(info.Config.Tenant) {
-		return c, sandbox.Info{}, noSandbox(id)
+	var sum sandbox.Summary
+	if m.owners != nil {
+		sum, err = m.owners.Owner(ctx, id)
+	} else {
+		var info sandbox.Info
+		info, err = m.inner.Get(ctx, id)
+		sum = sandbox.Summary{ID: info.ID, Tenant: info.Config.Tenant, VCPUs: info.Config.VCPUs, MemoryMiB: info.Config.MemoryMiB}
 	}
-	return c, info, err
+	if errors.Is(err, sandbox.ErrNotFound) || err == nil && !c.Sees(sum.Tenant) {
+		return c, sandbox.Summary{}, noSandbox(id)
+	}
+	return c, sum, err
 }
 
 // check runs own and drops what only it needs.
@@ -180,7 +191,14 @@ func (m *Manager) List(ctx context.Context) ([]sandbox.Info, error) {
 }
 
 func (m *Manager) Get(ctx context.Context, id string) (sandbox.Info, error) {
-	_, info, err := m.own(ctx, id)
+	c, err := caller(ctx)
+	if err != nil {
+		return sandbox.Info{}, err
+	}
+	info, err := m.inner.Get(ctx, id)
+	if errors.Is(err, sandbox.ErrNotFound) || err == nil && !c.Sees(info.Config.Tenant) {
+		return sandbox.Info{}, noSandbox(id)
+	}
 	if err != nil {
 		return sandbox.Info{}, err
 	}
@@ -247,7 +265,7 @@ func (m *Manager) SetNetwork(ctx context.Context, id string, p sandbox.NetworkPo
 		if err := p.Validate(); err != nil {
 			return err
 		}
-		if err := m.opt.CheckEgress(sandbox.Owner(info.Config.Tenant), p.Allow); err != nil {
+		if err := m.opt.CheckEgress(sandbox.Owner(info.Tenant), p.Allow); err != nil {
 			return err
 		}
 	}
@@ -260,7 +278,7 @@ func (m *Manager) Pause(ctx context.Context, id string) error {
 		return err
 	}
 	if !all(c) {
-		if err := m.diskRoom(ctx, info.Config.Tenant, "pause"); err != nil {
+		if err := m.diskRoom(ctx, info.Tenant, "pause"); err != nil {
 			return err
 		}
 	}
@@ -280,7 +298,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotInfo
 		return sandbox.SnapshotInfo{}, err
 	}
 	if !all(c) {
-		if err := m.diskRoom(ctx, info.Config.Tenant, "snapshot"); err != nil {
+		if err := m.diskRoom(ctx, info.Tenant, "snapshot"); err != nil {
 			return sandbox.SnapshotInfo{}, err
 		}
 	}

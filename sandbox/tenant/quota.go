@@ -68,16 +68,27 @@ type use struct {
 
 // usage sums tenant's sandboxes as the inner manager lists them.
 func (m *Manager) usage(ctx context.Context, tenant string) (use, error) {
-	infos, err := m.inner.List(ctx)
-	if err != nil {
-		return use{}, err
+	var sums []sandbox.Summary
+	if m.owners != nil {
+		var err error
+		if sums, err = m.owners.Summaries(ctx); err != nil {
+			return use{}, err
+		}
+	} else {
+		infos, err := m.inner.List(ctx)
+		if err != nil {
+			return use{}, err
+		}
+		for _, info := range infos {
+			sums = append(sums, sandbox.Summary{ID: info.ID, Tenant: info.Config.Tenant, VCPUs: info.Config.VCPUs, MemoryMiB: info.Config.MemoryMiB})
+		}
 	}
 	var u use
-	for _, info := range infos {
-		if sandbox.Owner(info.Config.Tenant) == tenant {
+	for _, s := range sums {
+		if sandbox.Owner(s.Tenant) == tenant {
 			u.sandboxes++
-			u.vcpus += info.Config.VCPUs
-			u.memoryMiB += info.Config.MemoryMiB
+			u.vcpus += s.VCPUs
+			u.memoryMiB += s.MemoryMiB
 		}
 	}
 	return u, nil
