@@ -21,7 +21,8 @@
 //     create, fork and policy update.
 //
 // An operator (a peer of the daemon's Unix socket) acting for no tenant
-// sees and acts on everything and is bound by no quota; acting for a
+// sees and acts on everything and is bound by no quota (the egress rules
+// bind it as they bind everyone: the host enforces them); acting for a
 // tenant (Caller.Tenant set) it is that tenant. A request without a caller
 // is refused: a front end that forgot to say who calls must not be
 // mistaken for the operator.

@@ -312,6 +312,11 @@ func TestEgressRulesBindTenants(t *testing.T) {
 	if fmt.Sprint(checked) != "[alpha alpha alpha]" {
 		t.Errorf("egress checked for %v", checked)
 	}
+	// The operator is bound too (the host keeps the ranges closed for
+	// every sandbox): refused here, not silently dropped there.
+	if _, err := m.Create(operator, sandbox.Config{Network: &sandbox.NetworkPolicy{Allow: []string{"10.9.9.9"}}}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("the operator's create with a denied range: %v", err)
+	}
 }
 
 func TestEventsAreFiltered(t *testing.T) {
