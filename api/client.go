@@ -36,6 +36,19 @@ type Client struct {
 	hc    *http.Client
 	base  string // scheme and authority: "http://cellvm" on a socket
 	token string
+	// tenant, when set, is sent as TenantHeader: the operator acting
+	// for that tenant.
+	tenant string
+}
+
+// ForTenant returns a client that acts for tenant, sharing c's
+// connections: on the daemon's socket, the operator making and seeing
+// that tenant's objects. A token's own tenant needs none (a token naming
+// another is refused).
+func (c *Client) ForTenant(tenant string) *Client {
+	cc := *c
+	cc.tenant = tenant
+	return &cc
 }
 
 var _ sandbox.Manager = (*Client)(nil)
@@ -88,6 +101,9 @@ func (c *Client) newRequest(ctx context.Context, method, u string, body io.Reade
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.tenant != "" {
+		req.Header.Set(TenantHeader, c.tenant)
 	}
 	return req, nil
 }

@@ -30,7 +30,9 @@ type connFlags struct {
 	url       string
 	tokenFile string
 	tlsCA     string
-	jsonOut   *bool
+	// tenant: on the socket, the operator acts for this tenant.
+	tenant  string
+	jsonOut *bool
 }
 
 func (a *app) addConnFlags(fs *pflag.FlagSet) *connFlags {
@@ -39,6 +41,7 @@ func (a *app) addConnFlags(fs *pflag.FlagSet) *connFlags {
 	fs.StringVar(&c.url, "url", os.Getenv("CELLVM_URL"), "daemon URL, https://HOST:PORT (default $CELLVM_URL)")
 	fs.StringVar(&c.tokenFile, "token-file", os.Getenv("CELLVM_TOKEN_FILE"), "file holding the bearer token for --url (default $CELLVM_TOKEN_FILE, else $CELLVM_TOKEN)")
 	fs.StringVar(&c.tlsCA, "tls-ca", os.Getenv("CELLVM_TLS_CA"), "PEM certificate(s) to trust for --url, e.g. the daemon's self-signed one (default $CELLVM_TLS_CA, else the system's)")
+	fs.StringVar(&c.tenant, "tenant", os.Getenv("CELLVM_TENANT"), "on the daemon's socket, act for this tenant: make and see its sandboxes, snapshots and workspaces (default $CELLVM_TENANT; the operator sees all tenants without it)")
 	fs.BoolVar(c.jsonOut, "json", false, "print JSON for scripts (errors too, on stdout)")
 	return c
 }
@@ -61,6 +64,9 @@ func (c *connFlags) client() (*api.Client, error) {
 		if err != nil {
 			return nil, usageError{err}
 		}
+		if c.tenant != "" {
+			return nil, usagef("--tenant is the operator's, on the daemon's socket: a token acts for its own tenant")
+		}
 		return cl, nil
 	}
 	s := c.socket
@@ -69,6 +75,12 @@ func (c *connFlags) client() (*api.Client, error) {
 	}
 	if _, err := os.Stat(s); err != nil {
 		return nil, unreachableError{fmt.Errorf("no cellvm daemon at %s: start one with 'cellvm serve' or pass --socket / set CELLVM_SOCKET (%v)", s, err)}
+	}
+	if c.tenant != "" {
+		if err := sandbox.CheckTenantName(c.tenant); err != nil {
+			return nil, usageError{err}
+		}
+		return api.NewClient(s).ForTenant(c.tenant), nil
 	}
 	return api.NewClient(s), nil
 }

@@ -502,3 +502,23 @@ func TestBadTenantFilesStopTheStart(t *testing.T) {
 		}
 	}
 }
+
+// TestCLITenantFlag: on the socket, --tenant makes the operator's
+// commands act for that tenant.
+func TestCLITenantFlag(t *testing.T) {
+	d := startTenantDaemon(t)
+	r := d.cellvm(t, "sandbox", "create", "--tenant", "beta")
+	if r.code != 0 {
+		t.Fatalf("create --tenant beta: %+v", r)
+	}
+	id := strings.TrimSpace(r.stdout)
+	if _, body := d.call(t, betaToken, "GET", "/v1/sandboxes/"+id, ""); !strings.Contains(body, `"tenant":"beta"`) {
+		t.Errorf("beta's view of the sandbox made for it: %s", body)
+	}
+	if r := d.cellvm(t, "sandbox", "ls", "--tenant", "alpha"); strings.Contains(r.stdout, id) {
+		t.Errorf("ls --tenant alpha shows beta's sandbox: %+v", r)
+	}
+	if r := d.cellvm(t, "sandbox", "ls", "--tenant", "gamma"); r.code == 0 || !strings.Contains(r.stderr+r.stdout, "unknown tenant") {
+		t.Errorf("ls --tenant gamma: %+v", r)
+	}
+}
