@@ -522,3 +522,37 @@ func TestCLITenantFlag(t *testing.T) {
 		t.Errorf("ls --tenant gamma: %+v", r)
 	}
 }
+
+// TestMCPSessionsPerTenantAreCapped: past --mcp-max-sessions a tenant's
+// new session is refused (429), another tenant's is not, and ending one
+// frees its place.
+func TestMCPSessionsPerTenantAreCapped(t *testing.T) {
+	d := startTenantDaemon(t, "--mcp-max-sessions", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	connect := func(token string) (*mcp.ClientSession, error) {
+		client := mcp.NewClient(&mcp.Implementation{Name: "cellvm-test", Version: "0"}, nil)
+		return client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: d.url + api.MCPPath, HTTPClient: d.httpClient(t, token), MaxRetries: -1}, nil)
+	}
+	first, err := connect(alphaToken)
+	if err != nil {
+		t.Fatalf("alpha's first session: %v", err)
+	}
+	if cs, err := connect(alphaToken); err == nil || !strings.Contains(err.Error(), "429") && !strings.Contains(err.Error(), "Too Many") && !strings.Contains(err.Error(), "MCP sessions") {
+		if cs != nil {
+			cs.Close()
+		}
+		t.Fatalf("alpha's second session past the cap: %v", err)
+	}
+	other, err := connect(betaToken)
+	if err != nil {
+		t.Fatalf("beta is held by alpha's sessions: %v", err)
+	}
+	other.Close()
+	first.Close() // its DELETE frees the place
+	again, err := connect(alphaToken)
+	if err != nil {
+		t.Fatalf("alpha's session after the first ended: %v", err)
+	}
+	again.Close()
+}
