@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -155,6 +156,9 @@ func trimLine(b []byte) []byte {
 	return b
 }
 
+// MaxReplyBytes bounds a control reply the daemon reads.
+const MaxReplyBytes = 64 << 10
+
 // Snapshot asks the VMM listening on socket for a snapshot into state and
 // memory (open for writing) and waits for it to be written. ctx bounds the
 // whole exchange.
@@ -176,10 +180,17 @@ func Snapshot(ctx context.Context, socket string, state, memory *os.File, then T
 	if _, _, err := c.WriteMsgUnix(append(b, '\n'), rights, nil); err != nil {
 		return fmt.Errorf("VMM control socket: send request: %w", err)
 	}
+	// The VMM may be compromised: its reply is read up to a bound, so an
+	// endless one costs the daemon at most that, not its memory for as
+	// long as ctx allows.
 	var r Reply
-	if err := json.NewDecoder(c).Decode(&r); err != nil {
+	lr := &io.LimitedReader{R: c, N: MaxReplyBytes + 1}
+	if err := json.NewDecoder(lr).Decode(&r); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("VMM control socket: %w", ctx.Err())
+		}
+		if lr.N <= 0 {
+			return &Error{Code: CodeFailed, Msg: fmt.Sprintf("VMM control socket: the reply is longer than %d bytes; refused", MaxReplyBytes)}
 		}
 		return fmt.Errorf("VMM control socket: read reply: %w", err)
 	}

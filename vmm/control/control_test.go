@@ -204,3 +204,41 @@ func TestStopComesAfterTheReply(t *testing.T) {
 		t.Errorf("%d more stops: a ThenResume or a failed snapshot stopped the VM", len(stops))
 	}
 }
+
+// TestEndlessReplyIsBounded: a VMM (compromised) that answers with an
+// endless reply costs the daemon at most MaxReplyBytes, and the request
+// fails at once rather than when its deadline ends.
+func TestEndlessReplyIsBounded(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var sent atomic.Int64
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		chunk := []byte(`{"ok":true,"error":"` + strings.Repeat("x", 4096))
+		for {
+			n, err := c.Write(chunk)
+			sent.Add(int64(n))
+			if err != nil {
+				return
+			}
+			chunk = []byte(strings.Repeat("x", 4096))
+		}
+	}()
+	state, memory := files(t)
+	start := time.Now()
+	err = Snapshot(ctx(t), sock, state, memory, ThenResume)
+	if err == nil || !strings.Contains(err.Error(), "longer than") {
+		t.Fatalf("an endless reply: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the refusal took %v", d)
+	}
+}
