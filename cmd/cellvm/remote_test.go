@@ -35,8 +35,14 @@ type remoteDaemon struct {
 // port, tokens, and MCP over HTTP, and extra flags.
 func startRemoteDaemon(t *testing.T, extra ...string) *remoteDaemon {
 	t.Helper()
+	return startDaemonWithTokens(t, "# test\n"+remoteToken+"\n", extra...)
+}
+
+// startDaemonWithTokens is startRemoteDaemon with the token file's text.
+func startDaemonWithTokens(t *testing.T, tokens string, extra ...string) *remoteDaemon {
+	t.Helper()
 	tokenFile := filepath.Join(t.TempDir(), "tokens")
-	os.WriteFile(tokenFile, []byte("# test\n"+remoteToken+"\n"), 0o600)
+	os.WriteFile(tokenFile, []byte(tokens), 0o600)
 	d := startFakeDaemon(t, append([]string{"--listen", "tcp://127.0.0.1:0", "--token-file", tokenFile, "--mcp", "--mcp-idle-timeout", "10m"}, extra...)...)
 	m := regexp.MustCompile(`listening over TLS" addr=(\S+) cert=(\S+)`).FindStringSubmatch(d.log.String())
 	if m == nil {

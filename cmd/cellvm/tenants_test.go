@@ -32,15 +32,7 @@ const (
 // tokens, MCP, and extra flags.
 func startTenantDaemon(t *testing.T, extra ...string) *remoteDaemon {
 	t.Helper()
-	tokenFile := filepath.Join(t.TempDir(), "tokens")
-	os.WriteFile(tokenFile, []byte("# two tenants\n"+alphaToken+" alpha\n"+betaToken+" beta\n"), 0o600)
-	args := append([]string{"--listen", "tcp://127.0.0.1:0", "--token-file", tokenFile, "--mcp", "--mcp-idle-timeout", "10m"}, extra...)
-	d := startFakeDaemon(t, args...)
-	m := regexp.MustCompile(`listening over TLS" addr=(\S+) cert=(\S+)`).FindStringSubmatch(d.log.String())
-	if m == nil {
-		t.Fatalf("no TLS listener in the log:\n%s", d.log.String())
-	}
-	return &remoteDaemon{fakeDaemon: d, url: "https://" + m[1], cert: m[2], tokenFile: tokenFile}
+	return startDaemonWithTokens(t, "# two tenants\n"+alphaToken+" alpha\n"+betaToken+" beta\n", extra...)
 }
 
 // call sends one request with token and returns the status and body.
