@@ -30,6 +30,20 @@ type ImageInfo struct {
 	// Tenant owns an image built or pulled through the API; "" for the
 	// default image and the operator's, which every tenant sees.
 	Tenant string `json:"tenant,omitempty"`
+	// Source says how it was made (ImageSourceBuild, ImageSourcePull,
+	// ImageSourceImport); "" for the default image.
+	Source string `json:"source,omitempty"`
+	// Ref is the reference pulled, Digest the OCI manifest's digest
+	// (sha256:...) of a pulled or imported image; Base the image a
+	// recipe built on.
+	Ref    string `json:"ref,omitempty"`
+	Digest string `json:"digest,omitempty"`
+	Base   string `json:"base,omitempty"`
+	// Env, WorkingDir and User are the image's config, applied to its
+	// cells and commands: an OCI image's own, changed by a recipe's.
+	Env        []string `json:"env,omitempty"`
+	WorkingDir string   `json:"working_dir,omitempty"`
+	User       string   `json:"user,omitempty"`
 }
 
 // ValidImageName reports whether name can name an image (the rule of

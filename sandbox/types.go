@@ -61,6 +61,13 @@ var (
 	// ErrForbidden: the caller may see the object but not do this to it
 	// (a tenant deleting the operator's image).
 	ErrForbidden = errors.New("forbidden")
+	// ErrUpstream: a server the request named (an image registry) could
+	// not be reached or refused; the error names it and what it said.
+	ErrUpstream = errors.New("upstream failed")
+	// ErrBuildFailed: an image's build ran and one of its steps failed
+	// (ImageStepError names it, with the end of its output); the image
+	// there was before is unchanged.
+	ErrBuildFailed = errors.New("image build failed")
 )
 
 // RetryAfter returns how long err says to wait before retrying, when it
@@ -635,6 +642,13 @@ type Manager interface {
 	// snapshot uses it.
 	Images(ctx context.Context) ([]ImageInfo, error)
 	DeleteImage(ctx context.Context, name string) error
+	// CreateImage makes a new image (imagereq.go): pulled, imported or
+	// built from a recipe, always inside a builder microVM. progress, if
+	// not nil, is called for each step and output line, from one
+	// goroutine at a time. A taken name is ErrBusy unless req.Replace; a
+	// failure leaves no VM, disk or directory behind, and the image there
+	// was before unchanged.
+	CreateImage(ctx context.Context, req ImageRequest, progress func(ImageEvent)) (ImageInfo, error)
 }
 
 // GuestPath turns a caller's file path into the cleaned absolute guest path

@@ -167,3 +167,8 @@ func (m *VMManager) DeleteImage(ctx context.Context, name string) error {
 	m.log.Info("image deleted", "name", name)
 	return nil
 }
+
+// CreateImage implements Manager.
+func (m *VMManager) CreateImage(ctx context.Context, req sandbox.ImageRequest, progress func(sandbox.ImageEvent)) (sandbox.ImageInfo, error) {
+	return sandbox.ImageInfo{}, fmt.Errorf("%w: the engine makes no images yet", sandbox.ErrNotSupported)
+}
