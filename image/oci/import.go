@@ -55,7 +55,7 @@ func Import(ctx context.Context, r io.Reader, o Options) (_ *Image, err error) {
 	case hasManifest:
 		im, files, err = s.dockerSaveImage(ctx, o)
 	default:
-		return nil, fmt.Errorf("%w: import: not a docker save tarball or an OCI layout: the archive has no manifest.json, nor oci-layout and index.json", sandbox.ErrInvalid)
+		return nil, fmt.Errorf("%w: import: not a docker save tarball or an OCI layout (or one cut short): the archive has no manifest.json, nor oci-layout and index.json", sandbox.ErrInvalid)
 	}
 	if err != nil {
 		return nil, err
@@ -340,7 +340,14 @@ func (s *spool) dockerSaveImage(ctx context.Context, o Options) (*Image, []*spoo
 		got := l.Digest
 		if l.MediaType != MediaTypeTar {
 			if got, err = diffID(ctx, files[i], l.MediaType); err != nil {
-				return nil, nil, fmt.Errorf("import: layer %d (%q): %w", i+1, clip(e.Layers[i], 96), err)
+				lw := fmt.Sprintf("layer %d (%q)", i+1, clip(e.Layers[i], 96))
+				switch {
+				case ctx.Err() != nil:
+					return nil, nil, fmt.Errorf("import: checking %s: %w", lw, ctx.Err())
+				case errors.Is(err, errDiffTooLarge):
+					return nil, nil, fmt.Errorf("%w: import: %s decompresses to over %s", sandbox.ErrTooLarge, lw, mib(maxDiffBytes))
+				}
+				return nil, nil, fmt.Errorf("%w: import: %s is corrupt: %v", sandbox.ErrInvalid, lw, err)
 			}
 		}
 		if got != want {
@@ -383,14 +390,14 @@ func diffID(ctx context.Context, f *spoolFile, mt string) (string, error) {
 	case MediaTypeTarGzip:
 		g, err := gzip.NewReader(in)
 		if err != nil {
-			return "", fmt.Errorf("%w: its gzip stream: %v", sandbox.ErrInvalid, err)
+			return "", fmt.Errorf("its gzip stream: %v", err)
 		}
 		defer g.Close()
 		zr = g
 	case MediaTypeTarZstd:
 		z, err := zstd.NewReader(in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30))
 		if err != nil {
-			return "", fmt.Errorf("%w: its zstd stream: %v", sandbox.ErrInvalid, err)
+			return "", fmt.Errorf("its zstd stream: %v", err)
 		}
 		defer z.Close()
 		zr = z
@@ -404,9 +411,9 @@ func diffID(ctx context.Context, f *spoolFile, mt string) (string, error) {
 			return "", ctxErr
 		}
 		if errors.Is(err, errDiffTooLarge) {
-			return "", fmt.Errorf("%w: it decompresses to over %s", sandbox.ErrTooLarge, mib(maxDiffBytes))
+			return "", err
 		}
-		return "", fmt.Errorf("%w: decompressing it after %d bytes: %v", sandbox.ErrInvalid, n, err)
+		return "", fmt.Errorf("decompressing it failed after %d bytes: %v", n, err)
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -310,7 +310,8 @@ func (c *imageConfig) check(what string, nLayers int) (buildplan.Config, error) 
 	}
 	cfg := buildplan.Config{Env: c.Config.Env, WorkingDir: c.Config.WorkingDir, User: c.Config.User}
 	if err := sandbox.CheckImageEnv(cfg.Env); err != nil {
-		return buildplan.Config{}, fmt.Errorf("%s: image config: %w", what, err)
+		msg := strings.TrimPrefix(err.Error(), sandbox.ErrInvalid.Error()+": ")
+		return buildplan.Config{}, fmt.Errorf("%w: %s: image config: %s", sandbox.ErrInvalid, what, msg)
 	}
 	if cfg.User != "" && !sandbox.ValidImageUser(cfg.User) {
 		return buildplan.Config{}, fmt.Errorf("%w: %s: image config's User %q: want a name or uid, optionally :group", sandbox.ErrInvalid, what, clip(cfg.User, 64))
