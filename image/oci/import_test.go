@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -403,5 +404,23 @@ func TestVerifier(t *testing.T) {
 	_, err := io.ReadAll(newVerifier(ctx, io.NopCloser(bytes.NewReader(data)), d, int64(len(data)), "layer 1", sandbox.ErrUpstream))
 	if err == nil || !strings.Contains(err.Error(), "canceled") {
 		t.Errorf("cancelled: %v", err)
+	}
+}
+
+func TestCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	img, _ := craftedImage(t, nil)
+	o := importOptions(t)
+	_, err := Import(ctx, bytes.NewReader(dockerSaveOf(t, map[string]v1.Image{"a:1": img})), o)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("import: %v, want context.Canceled", err)
+	}
+	assertEmptyDir(t, o.TempDir)
+	reg := newRegistry(t, nil)
+	ref := reg.push(t, "a/b:1", img)
+	_, err = Pull(ctx, ref, testOptions())
+	if !errors.Is(err, context.Canceled) || errors.Is(err, sandbox.ErrUpstream) {
+		t.Errorf("pull: %v, want context.Canceled", err)
 	}
 }

@@ -78,7 +78,10 @@ type Options struct {
 	// registry only and never appears in an error or an event.
 	Token string
 	// Keychain finds credentials when Token is "" (default
-	// authn.DefaultKeychain: $DOCKER_CONFIG or ~/.docker/config.json).
+	// authn.DefaultKeychain: $DOCKER_CONFIG or ~/.docker/config.json of
+	// the daemon's user). Those are the operator's credentials: a daemon
+	// serving tenants should pass authn.NewMultiKeychain() (anonymous)
+	// for a tenant's pull unless the operator means to share them.
 	Keychain authn.Keychain
 	// MaxLayerBytes caps one layer, compressed (0: DefaultMaxLayerBytes).
 	MaxLayerBytes int64
@@ -96,7 +99,10 @@ type Options struct {
 	// most a few events a second. It never gets a bare step start: the
 	// caller announces its steps.
 	Progress func(sandbox.ImageEvent)
-	// Transport is the HTTP transport (tests; nil for the default).
+	// Transport is the HTTP transport (nil: a clone of ggcr's default,
+	// with TLS verification off when Insecure). A caller that must keep
+	// pulls off internal addresses passes one whose dialer refuses them.
+	// Insecure does not change a given Transport.
 	Transport http.RoundTripper
 
 	// retry overrides ggcr's retry backoff (tests).
