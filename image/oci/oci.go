@@ -186,6 +186,9 @@ func (im *Image) Size() int64 {
 // are read and fails at the end (or as soon as there are too many bytes)
 // when they do not match: a caller must treat an error from Read, even
 // after all the bytes came, as the layer being unusable.
+// The caller closes the stream (a pull's holds one of a few
+// connections). ctx bounds the reading; for a pull, it should be the
+// Pull's context or one within it.
 func (im *Image) Open(ctx context.Context, i int) (io.ReadCloser, error) {
 	if i < 0 || i >= len(im.Layers) {
 		return nil, fmt.Errorf("%w: layer %d of %d", sandbox.ErrInvalid, i, len(im.Layers))

@@ -101,9 +101,7 @@ func (p *puller) pull(ctx context.Context) (*Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: its manifest: %v", sandbox.ErrInvalid, p.refName, err)
 	}
-	if mt == "" {
-		mt = m.MediaType
-	}
+	mt = manifestType(mt, m)
 	if isIndex(mt, m) {
 		im.IndexDigest = digestOf(raw)
 		d, err := chooseFromIndex(p.refName, m)
@@ -117,9 +115,7 @@ func (p *puller) pull(ctx context.Context) (*Image, error) {
 		if m, err = parseManifest(raw); err != nil {
 			return nil, fmt.Errorf("%w: %s: its linux/amd64 manifest: %v", sandbox.ErrInvalid, p.refName, err)
 		}
-		if mt == "" {
-			mt = m.MediaType
-		}
+		mt = manifestType(mt, m)
 		if isIndex(mt, m) {
 			return nil, fmt.Errorf("%w: %s: its index names another index for linux/amd64; cellvm follows one level", sandbox.ErrInvalid, p.refName)
 		}
@@ -301,6 +297,17 @@ func parseManifest(raw []byte) (*manifest, error) {
 		return nil, fmt.Errorf("not JSON: %v", err)
 	}
 	return &m, nil
+}
+
+// manifestType is the manifest's media type: the registry's
+// Content-Type when it is one of the manifest types, else what the
+// manifest says of itself ("" when nothing: the structure decides).
+func manifestType(header string, m *manifest) string {
+	switch header {
+	case ociManifest, ociIndex, dockerManifest, dockerManifestList, dockerSchema1, dockerSchema1Signed:
+		return header
+	}
+	return m.MediaType
 }
 
 func isIndex(mt string, m *manifest) bool {
