@@ -388,3 +388,33 @@ type recorder struct {
 func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
 func (r *recorder) WriteHeader(code int)        { r.code = code }
+
+// A registry that calls every manifest application/json: the manifest's
+// own mediaType decides.
+func TestPullPlainJSONContentType(t *testing.T) {
+	reg := newRegistry(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/manifests/") {
+				rec := &recorder{header: http.Header{}}
+				h.ServeHTTP(rec, r)
+				w.Header().Set("Content-Type", "application/json")
+				w.Write(rec.body.Bytes())
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	img, _ := craftedImage(t, nil)
+	idx := mutate.AppendManifests(empty.Index,
+		mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}})
+	for _, x := range []any{img, idx} {
+		ref := reg.push(t, "p/j:1", x)
+		im, err := Pull(context.Background(), ref, testOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if im.Digest != mustDigest(t, img) {
+			t.Errorf("digest %s", im.Digest)
+		}
+	}
+}
