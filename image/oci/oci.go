@@ -6,6 +6,9 @@
 // The host never unpacks a layer: it fetches or reads blobs, checks their
 // digests and sizes, and streams them (Image.Open) into the builder VM's
 // inputs disk, where the guest applies them (package image/buildplan).
+// (A compressed layer of a `docker save` archive, which has no manifest
+// to name its digest, is decompressed into a hash to check it against
+// the config's diff_id: into a hash, never into files.)
 // Everything a registry or an archive says is hostile: manifests, indexes
 // and configs are bounded (MaxMetadataBytes), every digest is sha256 and
 // checked against the bytes, layer sizes are checked against the caps
