@@ -34,11 +34,6 @@ const (
 	Shell = "/bin/sh"
 )
 
-// Env is what the user's processes get in place of root's HOME, USER and
-// LOGNAME, plus the image's shared matplotlib cache (its font cache is
-// built once, in the image).
-var Env = []string{"HOME=" + Home, "USER=" + Name, "LOGNAME=" + Name, "MPLCONFIGDIR=/var/cache/matplotlib"}
-
 // Ensure makes the user exist under root (the guest's "/"): its entries in
 // etc/passwd and etc/group unless an entry with its id is there, its home
 // directory, and the ownership of the directories in owned (such as
