@@ -119,16 +119,36 @@ func (c *Cells) Prepare(root, workspace string) {
 		err = makeDir(root, c.Dir, 0o755, uid, gid)
 	case err == nil && !st.IsDir():
 		err = fmt.Errorf("%s is not a directory", c.Dir)
-	case err == nil && !c.AsRoot && !c.ImageUser && !writableBy(st, uid, gid) && mayHandOver(c.Dir):
+	case err == nil && !c.AsRoot && !c.ImageUser && !writableBy(st, uid, gid):
 		// The image meant its code to run as root, which could write
 		// here; the cell user is its stand-in. Only the directory itself
-		// is handed over, not what is in it.
-		err = os.Lchown(full, uid, gid)
+		// is handed over, not what is in it, and never a system one.
+		if real, ok := resolveIn(root, full); ok && mayHandOver(real) {
+			err = os.Lchown(filepath.Join(root, real), uid, gid)
+		}
 	}
 	if err != nil {
 		c.Notes = append(c.Notes, fmt.Sprintf("the image's working directory %s: %v; cells start in %s", c.Dir, err, workspace))
 		c.Dir = workspace
 	}
+}
+
+// resolveIn resolves the links of full, a path under root, and returns
+// the result as a path in root ("/..."); not ok if it leads out of root.
+func resolveIn(root, full string) (string, bool) {
+	real, err := filepath.EvalSymlinks(full)
+	if err != nil {
+		return "", false
+	}
+	rootReal, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return "", false
+	}
+	rel, err := filepath.Rel(rootReal, real)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", false
+	}
+	return path.Clean("/" + rel), true
 }
 
 // makeDir creates dir under root (its missing parents 0755, root's) and

@@ -317,3 +317,27 @@ func TestPrepare(t *testing.T) {
 		t.Errorf("the image user's existing working dir changed owner: %d", u)
 	}
 }
+
+// TestPrepareFollowsLinksToSystemDirs: a working directory that is a link
+// (or under one) to a system directory is not handed over.
+func TestPrepareFollowsLinksToSystemDirs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to chown")
+	}
+	root := fakeRoot(t, testPasswd, testGroup)
+	os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755)
+	os.MkdirAll(filepath.Join(root, "opt/real"), 0o755)
+	os.Symlink("usr", filepath.Join(root, "app"))
+	os.Symlink("opt/real", filepath.Join(root, "code"))
+	o := Options{Root: root, Workspace: "/workspace"}
+	c := Decide(o, buildplan.Config{WorkingDir: "/app/bin"})
+	c.Prepare(root, "/workspace")
+	if u, _ := owner(t, filepath.Join(root, "usr/bin")); u != 0 {
+		t.Errorf("/usr/bin handed over through the /app link: %d", u)
+	}
+	c = Decide(o, buildplan.Config{WorkingDir: "/code"})
+	c.Prepare(root, "/workspace")
+	if u, _ := owner(t, filepath.Join(root, "opt/real")); u != celluser.UID {
+		t.Errorf("/code -> /opt/real not handed over: %d", u)
+	}
+}
