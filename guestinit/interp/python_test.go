@@ -29,7 +29,7 @@ func TestFindPythonOnPATH(t *testing.T) {
 	a, b, c := filepath.Join(base, "a"), filepath.Join(base, "b"), filepath.Join(base, "c")
 	os.MkdirAll(a, 0o755)
 	os.WriteFile(filepath.Join(a, "python3"), []byte("not executable"), 0o644) // skipped
-	os.MkdirAll(filepath.Join(b, "python3"), 0o755)                               // a directory: skipped
+	os.MkdirAll(filepath.Join(b, "python3"), 0o755)                            // a directory: skipped
 	writeScript(t, filepath.Join(c, "python3"), "exit 0")
 	env := []string{"PATH=relative:" + a + "::" + b + ":" + c}
 	got, err := findPython(PythonName, env)
