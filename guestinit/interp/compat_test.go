@@ -138,7 +138,6 @@ func TestDriverOnEveryPython(t *testing.T) {
 			continue
 		}
 		t.Run(filepath.Base(filepath.Dir(filepath.Dir(py))), func(t *testing.T) {
-			t.Parallel()
 			in := newTestInterp(t, func(c *Config) { c.Python = py })
 			if major < 3 || (major == 3 && minor < 8) {
 				res := run(t, in, "1")
