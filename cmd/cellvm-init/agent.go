@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellvm/cellvm/guestinit/agent"
-	"github.com/cellvm/cellvm/guestinit/celluser"
 	"github.com/cellvm/cellvm/guestinit/drop"
 	"github.com/cellvm/cellvm/guestinit/interp"
 	"github.com/cellvm/cellvm/guestinit/newmachine"
@@ -31,7 +30,7 @@ import (
 func agentMain(args []string) int {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	listen := fs.String("listen", "vsock", `"vsock" (port 1024) or "unix:PATH"`)
-	python := fs.String("python", interp.DefaultPython, "the interpreter")
+	python := fs.String("python", "", "the interpreter: a path, or a name looked up on the cells' PATH (default "+interp.PythonName+")")
 	dir := fs.String("dir", rootfs.Workspace, "working directory of cells and commands")
 	guest := fs.Bool("guest", false, "apply the guest's file policy (overlay and tmpfs only) and run cells as the cells' user; PID 1 passes it")
 	cellsRoot := fs.Bool(pid1.CellsRootFlag, false, "with -guest: cells and commands run as root (the sandbox's \"root\" option)")
@@ -65,7 +64,7 @@ func agentMain(args []string) int {
 	policy := agent.FilePolicy{}
 	if *guest {
 		policy = agent.GuestFilePolicy()
-		if err := guestCells(&icfg, &policy, *cellsRoot); err != nil {
+		if err := guestCells(log, &icfg, &policy, *cellsRoot); err != nil {
 			log.Error("set up the cells' user", "err", err)
 			return 1
 		}
@@ -189,10 +188,12 @@ func cellsPidsMax() int64 {
 const runDir = "/run/cellvm-interp"
 
 // guestCells makes the interpreter and commands start through the drop
-// step, as the cells' user (package celluser) unless asRoot, with that
-// user's environment, and does uploads and downloads with its
-// permissions. The agent itself keeps root, out of the OOM killer's reach.
-func guestCells(icfg *interp.Config, policy *agent.FilePolicy, asRoot bool) error {
+// step as the image's config says (package imagecfg): as cellvm's cell
+// user (package celluser), the image's own user, or root with asRoot; in
+// the image's working directory, with its environment; and does uploads
+// and downloads with that user's permissions. The agent itself keeps
+// root, out of the OOM killer's reach.
+func guestCells(log *slog.Logger, icfg *interp.Config, policy *agent.FilePolicy, asRoot bool) error {
 	if err := os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0); err != nil {
 		return fmt.Errorf("shield the agent from the OOM killer: %w", err)
 	}
@@ -200,31 +201,13 @@ func guestCells(icfg *interp.Config, policy *agent.FilePolicy, asRoot bool) erro
 		return err
 	}
 	icfg.RunDir = runDir
-	spec := drop.Spec{UID: celluser.UID, GID: celluser.GID, Root: asRoot}
+	cells := imageCells(log, "/", asRoot, os.Environ(), icfg.Dir)
+	spec := drop.Spec{UID: cells.UID, GID: cells.GID, Root: cells.AsRoot}
 	icfg.Launcher = spec.Command("/proc/self/exe", nil)
-	if !asRoot {
-		// Without the readiness fd's name, which is PID 1's word to the
-		// agent alone.
-		icfg.Env = append(withoutKeys(os.Environ(), append(celluser.Env, pid1.EnvReadyFD+"=")), celluser.Env...)
-		policy.Owner = &agent.Owner{UID: celluser.UID, GID: celluser.GID}
+	icfg.Env = cells.Env
+	icfg.Dir = cells.Dir
+	if !cells.AsRoot {
+		policy.Owner = &agent.Owner{UID: cells.UID, GID: cells.GID}
 	}
 	return nil
-}
-
-// withoutKeys returns env without the variables that kv sets.
-func withoutKeys(env, kv []string) []string {
-	var out []string
-	for _, e := range env {
-		k, _, _ := strings.Cut(e, "=")
-		drop := false
-		for _, s := range kv {
-			if strings.HasPrefix(s, k+"=") {
-				drop = true
-			}
-		}
-		if !drop {
-			out = append(out, e)
-		}
-	}
-	return out
 }

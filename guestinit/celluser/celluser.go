@@ -7,13 +7,17 @@
 // write the system's files. The root image (a debootstrap) has no such
 // user, so PID 1 adds it to the overlay root's /etc/passwd and /etc/group at
 // boot rather than the image carrying it: the image needs no rebuild, and
-// the user is the same in every image.
+// the user is the same in every image. The entries are written directly,
+// so an image without useradd, /etc/passwd or /home (busybox, Alpine,
+// distroless) gets the user too. An image that names a user of its own
+// runs its cells as that user instead (package imagecfg).
 package celluser
 
 import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -30,11 +34,6 @@ const (
 	Shell = "/bin/sh"
 )
 
-// Env is what the user's processes get in place of root's HOME, USER and
-// LOGNAME, plus the image's shared matplotlib cache (its font cache is
-// built once, in the image).
-var Env = []string{"HOME=" + Home, "USER=" + Name, "LOGNAME=" + Name, "MPLCONFIGDIR=/var/cache/matplotlib"}
-
 // Ensure makes the user exist under root (the guest's "/"): its entries in
 // etc/passwd and etc/group unless an entry with its id is there, its home
 // directory, and the ownership of the directories in owned (such as
@@ -46,8 +45,13 @@ func Ensure(root string, owned ...string) error {
 	if err := addEntry(filepath.Join(root, "etc/group"), GID, fmt.Sprintf("%s:x:%d:\n", Name, GID)); err != nil {
 		return err
 	}
+	// An image may have no /home: its parents are made 0755, so the
+	// user can reach its own 0750 home through them.
 	home := filepath.Join(root, Home)
-	if err := os.MkdirAll(home, 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Dir(home), 0o755); err != nil {
+		return fmt.Errorf("cell user's home: %w", err)
+	}
+	if err := os.Mkdir(home, 0o750); err != nil && !os.IsExist(err) {
 		return fmt.Errorf("cell user's home: %w", err)
 	}
 	for _, d := range append([]string{Home}, owned...) {
@@ -62,7 +66,7 @@ func Ensure(root string, owned ...string) error {
 // addEntry appends line to the colon-separated database at path unless an
 // entry with id in its third field is there already.
 func addEntry(path string, id int, line string) error {
-	b, err := os.ReadFile(path)
+	b, err := readBounded(path)
 	if err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("read %s: %w", path, err)
 	}
@@ -76,6 +80,17 @@ func addEntry(path string, id int, line string) error {
 	if len(b) > 0 && b[len(b)-1] != '\n' {
 		line = "\n" + line
 	}
+	// An image may have no /etc/passwd, /etc/group, or even /etc (a
+	// busybox or distroless image): they are made, and no useradd is
+	// needed. A dangling link in their place is replaced.
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("add the cell user to %s: %w", path, err)
+	}
+	if len(b) == 0 {
+		if st, err := os.Lstat(path); err == nil && st.Mode()&os.ModeSymlink != 0 {
+			os.Remove(path)
+		}
+	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return fmt.Errorf("add the cell user to %s: %w", path, err)
@@ -85,4 +100,20 @@ func addEntry(path string, id int, line string) error {
 		return fmt.Errorf("add the cell user to %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+// maxDBBytes bounds what is read of /etc/passwd or /etc/group.
+const maxDBBytes = 4 << 20
+
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxDBBytes+1))
+	if err == nil && len(b) > maxDBBytes {
+		err = fmt.Errorf("%s is over %d bytes", path, maxDBBytes)
+	}
+	return b, err
 }

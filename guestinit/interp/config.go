@@ -7,14 +7,20 @@ import (
 	"github.com/cellvm/cellvm/cell"
 )
 
-// DefaultPython is the interpreter in the guest image (Debian's python3 with
-// numpy, pandas, matplotlib and IPython).
+// DefaultPython is the interpreter of cellvm's own guest image (Debian's
+// python3 with numpy, pandas, matplotlib and IPython), for tests and
+// tools that want that one. The guest itself looks python3 up on the
+// cells' PATH (PythonName), so an image's own python3 is used.
 const DefaultPython = "/usr/bin/python3"
 
 // Config says how to run the interpreter. The zero value of every field
 // means its default.
 type Config struct {
-	// Python is the interpreter binary. Default DefaultPython.
+	// Python is the interpreter: a path, or a name looked up on the PATH
+	// of the interpreter's environment (Env, then SetEnv's) each time it
+	// starts. Default PythonName. A missing one, or one older than
+	// MinPython, makes every cell an error result (PythonError) while
+	// commands run as usual.
 	Python string
 	// Dir is the working directory of cells and commands (/workspace in
 	// the guest). Default: the supervisor's working directory.
@@ -72,7 +78,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.Python == "" {
-		c.Python = DefaultPython
+		c.Python = PythonName
 	}
 	if c.HeadBytes <= 0 {
 		c.HeadBytes = cell.DefaultHeadBytes

@@ -24,6 +24,10 @@
 // `%%magic`): notebook.py, loaded only for a cell that is not plain Python,
 // reads it with IPython's input transformers and runs it (PROTOCOL.md).
 //
+// The interpreter is the image's own python3 (3.8 or later), looked up on
+// the cells' PATH at each start; an image without one still runs commands,
+// and its cells are error results that say so (PythonError).
+//
 // Everything the interpreter sends is treated as hostile: frames are
 // bounded, unknown frames are ignored, and no guest data can panic the
 // supervisor.

@@ -13,7 +13,23 @@ passing through this file. fd 0 is /dev/null.
 Cells have notebook semantics: the code is parsed as a module, the
 statements run in one namespace that lives as long as this process, and a
 final expression statement is evaluated and shown as the cell's main result.
+
+It runs on Python 3.8 and later with the standard library alone (an image's
+own python3); IPython, NumPy and matplotlib are used only when a cell has
+imported them or they can be imported.
 """
+
+import sys
+
+if sys.version_info < (3, 8):
+    # Checked before anything else (this much parses on any Python 3): the
+    # supervisor turns the frame into the cells' "InterpreterTooOld" error.
+    try:
+        import os
+        os.write(int(sys.argv[2]), ('{"ev": "unsupported", "version": "%d.%d.%d"}\n'
+                                    % tuple(sys.version_info[:3])).encode("ascii"))
+    finally:
+        sys.exit(3)
 
 import ast
 import asyncio
@@ -25,7 +41,6 @@ import linecache
 import os
 import re
 import signal
-import sys
 import tokenize
 import traceback
 import types
@@ -261,6 +276,9 @@ class Driver:
             source = self.notebook.transform_cell(code)
         except Exception:
             return None
+        if source is None and getattr(self.notebook, "_transformer", None) is False:
+            _write_stderr("cellvm: `!cmd` and `%magic` need IPython, which this interpreter cannot import; "
+                          "run commands with subprocess (or the sandbox's exec) instead\n")
         if source is not None:
             shell = self.shell
             self.ns["get_ipython"] = lambda: shell
@@ -453,9 +471,16 @@ def _trim_stack(te):
         todo.extend(getattr(t, "exceptions", None) or [])
 
 
+def _traceback_exception(exc):
+    try:
+        return traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)  # py38: ok
+    except TypeError:  # Python < 3.10 has no compact (it only saves time)
+        return traceback.TracebackException(type(exc), exc, exc.__traceback__)
+
+
 def _format_traceback(exc):
     try:
-        te = traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
+        te = _traceback_exception(exc)
         _trim_stack(te)
         return [_plain(_clip_text(s.rstrip("\n"))) for s in te.format()]
     except Exception as e:  # never fail the report itself

@@ -259,9 +259,12 @@ func (in *Interp) awaitReady(p *proc) error {
 			if !ok {
 				break
 			}
-			if f.Ev == "ready" {
-				in.log.Debug("interpreter ready", "pid", p.pid, "python", f.Version)
+			switch f.Ev {
+			case "ready":
+				in.log.Debug("interpreter ready", "pid", p.pid, "python", p.python, "version", f.Version)
 				return nil
+			case "unsupported": // older than MinPython; it exits
+				return &PythonError{Python: in.cfg.Python, Found: p.python, Version: f.Version}
 			}
 		}
 		if err != nil || p.exited.Load() {

@@ -206,6 +206,9 @@ def _run(argv, stdin=None, capture=False):
 
 
 def _shell_argv(cmd):
+    if not os.path.exists("/bin/sh"):  # a distroless image
+        raise UsageError("shell commands (`!cmd`, %%pip) run /bin/sh, which this image does not have; "
+                         "use subprocess with a program's path instead")
     return ["/bin/sh", "-c", cmd]
 
 

@@ -334,6 +334,9 @@ func TestNotebookSyntaxWithoutIPython(t *testing.T) {
 	if res.Status != cell.StatusError || res.Error == nil || res.Error.Name != "SyntaxError" || res.Stdout != "" {
 		t.Fatalf("!echo hi without IPython: %+v", res)
 	}
+	if !strings.Contains(res.Stderr, "`!cmd` and `%magic` need IPython") {
+		t.Errorf("no hint that notebook syntax needs IPython: stderr %q", res.Stderr)
+	}
 	expectOK(t, run(t, in, "1 + 1"))
 }
 

@@ -24,6 +24,8 @@ const (
 type proc struct {
 	cmd *exec.Cmd
 	pid int
+	// python is the interpreter's binary.
+	python string
 	// ctl is the write end of the command pipe (pollable, so writes can
 	// time out). outFD, errFD and evFD are non-blocking read ends of the
 	// interpreter's fd 1, fd 2 and event pipe, read with poll(2).
@@ -43,6 +45,11 @@ type proc struct {
 
 // startProc starts the interpreter. wake is called once when it exits.
 func (in *Interp) startProc() (*proc, error) {
+	env := in.pythonEnv()
+	python, err := findPython(in.cfg.Python, env)
+	if err != nil {
+		return nil, err
+	}
 	var fds []int // host-side fds to close on failure
 	closeAll := func() {
 		for _, fd := range fds {
@@ -84,10 +91,10 @@ func (in *Interp) startProc() (*proc, error) {
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
 
-	argv := append(in.cfg.Launcher[:len(in.cfg.Launcher):len(in.cfg.Launcher)], in.cfg.Python, "-X", "utf8", in.driverPath, strconv.Itoa(childCtlFD), strconv.Itoa(childEvFD))
+	argv := append(in.cfg.Launcher[:len(in.cfg.Launcher):len(in.cfg.Launcher)], python, "-X", "utf8", in.driverPath, strconv.Itoa(childCtlFD), strconv.Itoa(childEvFD))
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = in.cfg.Dir
-	cmd.Env = in.pythonEnv()
+	cmd.Env = env
 	outWF, errWF, evWF := os.NewFile(uintptr(outW), "stdout"), os.NewFile(uintptr(errW), "stderr"), os.NewFile(uintptr(evW), "events")
 	cmd.Stdout, cmd.Stderr = outWF, errWF // stdin stays nil: /dev/null
 	cmd.ExtraFiles = []*os.File{ctlR, evWF}
@@ -119,11 +126,12 @@ func (in *Interp) startProc() (*proc, error) {
 	if err != nil {
 		ctlW.Close()
 		closeAll()
-		return nil, fmt.Errorf("start %s: %w", in.cfg.Python, err)
+		return nil, fmt.Errorf("start %s: %w", python, err)
 	}
 	p := &proc{
 		cmd:    cmd,
 		pid:    cmd.Process.Pid,
+		python: python,
 		ctl:    ctlW,
 		outFD:  outR,
 		errFD:  errR,

@@ -2,6 +2,7 @@ package interp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -137,6 +138,17 @@ func (in *Interp) Run(ctx context.Context, code string, timeout time.Duration, o
 		return res, nil
 	}
 	if err := in.ensureStartedLocked(); err != nil {
+		var pe *PythonError
+		if errors.As(err, &pe) {
+			// Not a crash: this image cannot run cells at all. Said as
+			// the cell's error, so the sandbox stays usable for commands
+			// and files.
+			res := pe.result(n, !in.lostQuiet)
+			res.DurationMS = time.Since(start).Milliseconds()
+			onEvent(cell.Event{Type: cell.EventError, Error: res.Error})
+			onEvent(cell.Event{Type: cell.EventEnd, End: &res})
+			return res, nil
+		}
 		in.count--
 		return cell.Result{}, fmt.Errorf("start interpreter: %w", err)
 	}

@@ -8,6 +8,7 @@ package netcfg
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -96,9 +97,12 @@ func WriteResolvConf(file string, dns []netip.Addr) error {
 }
 
 // AddHostsEntry makes hostname resolve locally (127.0.1.1, as Debian
-// does) so programs that look up their own name do not wait on DNS.
+// does) so programs that look up their own name do not wait on DNS. An
+// image may have no hosts file, or a link in its place (dangling, or into
+// a directory the image does not have): the file is then written in the
+// link's place, with what the link led to, if anything.
 func AddHostsEntry(file, hostname string) error {
-	old, err := os.ReadFile(file)
+	old, err := readBounded(file)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("hosts: %w", err)
 	}
@@ -116,6 +120,14 @@ func AddHostsEntry(file, hostname string) error {
 		old = append(old, '\n')
 	}
 	out := append(old, []byte("127.0.1.1\t"+hostname+"\n")...)
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return fmt.Errorf("hosts: %w", err)
+	}
+	if st, err := os.Lstat(file); err == nil && st.Mode()&os.ModeSymlink != 0 {
+		if err := os.Remove(file); err != nil {
+			return fmt.Errorf("hosts: %w", err)
+		}
+	}
 	if err := os.WriteFile(file, out, 0o644); err != nil {
 		return fmt.Errorf("hosts: %w", err)
 	}
@@ -149,4 +161,20 @@ func Reconfigure(cfg Config) error {
 		}
 	}
 	return Up(cfg, 0)
+}
+
+// maxHostsBytes bounds what is read of an image's hosts file.
+const maxHostsBytes = 1 << 20
+
+func readBounded(file string) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxHostsBytes+1))
+	if err == nil && len(b) > maxHostsBytes {
+		err = fmt.Errorf("%s is over %d bytes", file, maxHostsBytes)
+	}
+	return b, err
 }

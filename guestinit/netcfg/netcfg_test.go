@@ -160,3 +160,45 @@ func TestReconfigureInNetns(t *testing.T) {
 		return nil
 	})
 }
+
+// TestAddHostsEntryOnABareImage: no /etc at all, or a dangling link in the
+// hosts file's place: the entry is written in a regular file there, and
+// nothing is created where the link pointed.
+func TestAddHostsEntryOnABareImage(t *testing.T) {
+	root := t.TempDir()
+	file := filepath.Join(root, "etc", "hosts")
+	if err := AddHostsEntry(file, "box"); err != nil {
+		t.Fatalf("no /etc: %v", err)
+	}
+	if b, _ := os.ReadFile(file); !strings.Contains(string(b), "127.0.0.1\tlocalhost") || !strings.Contains(string(b), "127.0.1.1\tbox\n") {
+		t.Errorf("hosts = %q", b)
+	}
+
+	os.Remove(file)
+	target := filepath.Join(t.TempDir(), "missing", "hosts")
+	os.Symlink(target, file)
+	if err := AddHostsEntry(file, "box"); err != nil {
+		t.Fatalf("dangling link: %v", err)
+	}
+	if st, err := os.Lstat(file); err != nil || !st.Mode().IsRegular() {
+		t.Errorf("hosts is %v, %v; want a regular file", st, err)
+	}
+	if _, err := os.Stat(target); err == nil {
+		t.Error("the link's target was created")
+	}
+
+	// A link to a real file: its entries are kept.
+	real := filepath.Join(t.TempDir(), "hosts")
+	os.WriteFile(real, []byte("10.1.1.1 db\n"), 0o644)
+	os.Remove(file)
+	os.Symlink(real, file)
+	if err := AddHostsEntry(file, "box"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "10.1.1.1 db\n127.0.1.1\tbox\n" {
+		t.Errorf("hosts through a link = %q", b)
+	}
+	if b, _ := os.ReadFile(real); string(b) != "10.1.1.1 db\n" {
+		t.Errorf("the link's target was changed: %q", b)
+	}
+}
