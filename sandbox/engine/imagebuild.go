@@ -311,4 +311,3 @@ func (m *VMManager) sweepImageBuilds() {
 		}
 	}
 }
-
