@@ -205,12 +205,15 @@ func (b *imageBuild) writeInputsFile(ctx context.Context, p *prepared, path stri
 		total += l.Size
 	}
 	last := time.Time{}
-	src := inputsSource{spool: p.spool, openLayer: p.openLayer, progress: func(done int64) {
+	src := inputsSource{progress: func(done int64) {
 		if now := time.Now(); now.Sub(last) > time.Second || done == total {
 			last = now
 			b.event(sandbox.ImageEvent{Step: step, Done: done, Total: total})
 		}
 	}}
+	if p.spool != nil {
+		src.spool = p.spool
+	}
 	if p.openLayer != nil {
 		src.openLayer = func(i int) (io.ReadCloser, error) {
 			if err := ctx.Err(); err != nil {
