@@ -32,7 +32,6 @@ func mkfs(t *testing.T, uuid string, blocks int, fileBytes int64) string {
 	return p
 }
 
-
 func checkFile(t *testing.T, p, uuid string, size int64) error {
 	t.Helper()
 	f, err := os.Open(p)
