@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/cellvm/cellvm/image/buildplan"
+	"github.com/cellvm/cellvm/sandbox"
 )
 
 // ImageBuildOptions configure how the engine makes images
@@ -87,6 +88,8 @@ type FetchOptions struct {
 	// TempDir is where an import may spool its archive (the build's work
 	// directory, removed after it).
 	TempDir string
+	// Progress gets the fetcher's byte counts and findings (may be nil).
+	Progress func(sandbox.ImageEvent)
 }
 
 // FetchedImage is an OCI image ready to stream: its manifest's digest,
@@ -99,7 +102,8 @@ type FetchedImage struct {
 	Layers []buildplan.Layer
 	// Open streams layer i as the registry or archive holds it
 	// (compressed); the stream fails, at the latest at its end, when
-	// its bytes are not Layers[i]'s digest and size.
+	// its bytes are not Layers[i]'s digest and size. It reads within
+	// the context Pull or Import was given.
 	Open func(i int) (io.ReadCloser, error)
 	// Close releases what the image holds (a spooled archive); may be nil.
 	Close func() error

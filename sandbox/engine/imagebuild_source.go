@@ -68,7 +68,7 @@ func (b *imageBuild) prepareOCI(ctx context.Context, p *prepared) error {
 	if fetch == nil {
 		return fmt.Errorf("%w: this daemon pulls and imports no OCI images (it was built without a registry client)", sandbox.ErrNotSupported)
 	}
-	opt := FetchOptions{Platform: b.req.Platform, Insecure: b.req.Insecure, Token: b.req.RegistryToken, MaxBytes: b.opt.MaxMiB << 20, TempDir: b.work}
+	opt := FetchOptions{Platform: b.req.Platform, Insecure: b.req.Insecure, Token: b.req.RegistryToken, MaxBytes: b.opt.MaxMiB << 20, TempDir: b.work, Progress: b.progress}
 	var img *FetchedImage
 	var err error
 	if b.req.Pull != "" {
