@@ -43,6 +43,7 @@ type serveOptions struct {
 	life         *serveLifetimes // lifetimes and the snapshot disk cap (serve_lifetimes.go)
 	workspaceMiB int64
 	maxWorkspace int
+	images       *serveImages // serve_images.go
 	publicRanges prefixList
 	egress       egressOptions // serve_egress.go
 	// templates: warm starts from a template per machine shape, at
@@ -120,6 +121,7 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.Int64Var(&o.workspaceMiB, "workspace-mib", sandbox.DefaultWorkspaceBytes>>20, "size in MiB of a workspace made from now on: the most its files can take (the file on the host is sparse)")
 	fs.IntVar(&o.maxWorkspace, "max-workspaces", 64, "cap on the number of workspaces (0: none); a create that would make one more is refused with 503")
 	o.life = addServeLifetimeFlags(fs)
+	o.images = addServeImageFlags(fs)
 	fs.Var(&o.publicRanges, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses); one that --egress-deny holds stays closed unless --egress-allow-private names it too")
 	o.egress.addFlags(fs)
 	fs.Var(&o.dnsUpstreams, "dns-upstream", "`IP:PORT[,IP:PORT...]` resolvers that the guests' DNS asks for allowed names, e.g. one that knows a private package index (default: /etc/resolv.conf's)")
@@ -206,6 +208,9 @@ func (o *serveOptions) check() error {
 		return err
 	}
 	if err := o.life.check(); err != nil {
+		return err
+	}
+	if err := o.images.check(); err != nil {
 		return err
 	}
 	if err := o.audit.check(o.listen); err != nil {
@@ -378,7 +383,7 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		WorkspaceBytes: o.workspaceMiB << 20, MaxWorkspaces: o.maxWorkspace,
 		AllowPrivate: func(t string) []netip.Prefix { return o.tenants.file.For(t).AllowPrivate() },
 		DefaultTTL:   o.life.ttl, DefaultIdleTimeout: o.life.idle, MaxTTL: o.life.maxTTL,
-		Templates: engine.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20},
+		Templates: engine.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20}, ImageBuild: o.images.options(),
 	})
 	if err != nil {
 		closeNet()

@@ -17,7 +17,9 @@
 // pause.go (pause and resume), snapshot.go (snapshots and forks),
 // template.go (templates), recover.go
 // (taking sandboxes back after a daemon restart), workspace.go and
-// image.go (volumes and root images), jail.go (the VMM's jail), diskcap.go
+// image.go (volumes and root images), imagebuild*.go (CreateImage: every
+// image made in a builder microVM), internal.go (the engine's own VMs),
+// jail.go (the VMM's jail), diskcap.go
 // (the disk cap on paused images and snapshots), netstate.go (a sandbox's
 // network state on disk), observe_vm.go and logread.go (events, logs,
 // capacity).

@@ -92,9 +92,11 @@ type Options struct {
 	// that a tenant's sandboxes may reach (the tenant config's
 	// egress_allow_private); nil: none beyond the host's own.
 	AllowPrivate func(tenant string) []netip.Prefix
-	// ImagesDir holds the images built by `cellvm image build` (one
-	// directory per image, image.go); "" means StateDir/images.
+	// ImagesDir holds the images (one directory per image, image.go),
+	// made by CreateImage (imagebuild.go); "" means StateDir/images.
 	ImagesDir string
+	// ImageBuild configures CreateImage's builder VM and caps.
+	ImageBuild ImageBuildOptions
 	// DefaultTTL and DefaultIdleTimeout are given to a sandbox whose
 	// create leaves them 0 (0 here: none), and MaxTTL caps the TTL a
 	// create may ask for (0: no cap); see sandbox.Lifetimes.
@@ -124,6 +126,8 @@ type VMManager struct {
 
 	events sandbox.EventHub
 	disk   diskCap // reservations under Options.MaxImageBytes
+	// imageLocks are the image entries being made or deleted (m.mu).
+	imageLocks map[string]bool
 }
 
 type vmSandbox struct {
@@ -158,8 +162,12 @@ type vmSandbox struct {
 	bootMS    atomic.Int64 // how long Create took to boot the VM
 	// startedFrom is Info.StartedFrom.
 	startedFrom string
-	// internal: a template build's VM, which no caller sees.
+	// internal: a template build's or an image build's VM, which no
+	// caller sees.
 	internal bool
+	// imageEntry is the store entry of the image it booted ("": the
+	// default; see imageEntry), set at launch.
+	imageEntry string
 }
 
 func (s *vmSandbox) State() sandbox.State { return s.lc.phase().State() }
@@ -213,6 +221,7 @@ func NewVMManager(opt Options) (*VMManager, error) {
 		return nil, err
 	}
 	m.recover()
+	m.sweepImageBuilds()
 	if opt.Templates.Enabled {
 		m.templates = newTemplates(m, opt.Templates, opt.StateDir, m.log)
 		m.templates.start()
@@ -235,8 +244,10 @@ func (m *VMManager) sandboxDir(id string) string {
 }
 
 // reserve checks the caps and claims an id and a CID. An internal
-// sandbox (a template build's) counts against the memory cap only.
-func (m *VMManager) reserve(cfg sandbox.Config, internal bool) (*vmSandbox, error) {
+// sandbox (in non-nil: a template build's, an image build's) counts
+// against the memory cap only.
+func (m *VMManager) reserve(cfg sandbox.Config, in *internalLaunch) (*vmSandbox, error) {
+	internal := in != nil
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -273,7 +284,7 @@ func (m *VMManager) reserve(cfg sandbox.Config, internal bool) (*vmSandbox, erro
 	// Hold the slot while the VM boots, so concurrent creates count it.
 	s := &vmSandbox{id: id, cfg: cfg, cid: cid, created: time.Now(), dir: m.sandboxDir(id), internal: internal}
 	if internal {
-		s.dir = m.templates.buildDir(id)
+		s.dir = in.dir(id)
 	}
 	m.sandboxes[id] = s // in phaseStarting, the zero phase
 	return s, nil
@@ -316,7 +327,8 @@ func (m *VMManager) Create(ctx context.Context, cfg sandbox.Config) (info sandbo
 	if cfg, err = cfg.WithLifetimes(m.opt.lifetimes()); err != nil {
 		return sandbox.Info{}, err
 	}
-	if _, err := m.imagePath(cfg.Image); err != nil {
+	entry, err := m.imageEntry(cfg.Tenant, cfg.Image)
+	if err != nil {
 		return sandbox.Info{}, err
 	}
 	var policy egress.Policy
@@ -330,16 +342,19 @@ func (m *VMManager) Create(ctx context.Context, cfg sandbox.Config) (info sandbo
 	}
 	var tpl *templateUse
 	if from == nil {
-		tpl = m.templates.use(cfg, policy)
+		// Templates are per image: the store's entry, not the name.
+		tcfg := cfg
+		tcfg.Image = entry
+		tpl = m.templates.use(tcfg, policy)
 		if tpl != nil {
 			from = &tpl.source
 		}
 	}
-	s, err := m.launch(ctx, cfg, policy, from, false)
+	s, err := m.launch(ctx, cfg, policy, from, nil)
 	if err != nil && tpl != nil && ctx.Err() == nil && !errors.Is(err, sandbox.ErrFull) && !errors.Is(err, sandbox.ErrBusy) {
 		// A create never fails for its template: it boots.
 		m.templates.broken(tpl, err)
-		s, err = m.launch(ctx, cfg, policy, nil, false)
+		s, err = m.launch(ctx, cfg, policy, nil, nil)
 	}
 	if err != nil {
 		return sandbox.Info{}, err
@@ -363,8 +378,9 @@ type restoreSource struct {
 // An internal sandbox (a template build's) lives under the templates'
 // directory, is neither listed nor watched, and does not count against
 // the cap on sandboxes. A failed launch leaves nothing behind.
-func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egress.Policy, from *restoreSource, internal bool) (_ *vmSandbox, err error) {
-	s, err := m.reserve(cfg, internal)
+func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egress.Policy, from *restoreSource, in *internalLaunch) (_ *vmSandbox, err error) {
+	internal := in != nil
+	s, err := m.reserve(cfg, in)
 	if err != nil {
 		return nil, err
 	}
@@ -390,7 +406,10 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 	if err := os.Mkdir(runDir(s.dir), 0o755); err != nil {
 		return nil, fmt.Errorf("sandbox run directory: %w", err)
 	}
-	rootImage, err := m.imagePath(cfg.Image)
+	if s.imageEntry, err = m.imageEntry(cfg.Tenant, cfg.Image); err != nil {
+		return nil, err
+	}
+	rootImage, err := m.entryPath(s.imageEntry)
 	if err != nil {
 		return nil, err
 	}
@@ -417,6 +436,9 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 		st.files[control.DiskSlot(len(spec.Disks))] = ws
 		spec.Disks = append(spec.Disks, control.Disk{Path: "workspace " + cfg.Workspace, Passed: true})
 		spec.Cmdline += " cellvm.workspace=" + workspaceDisk
+	}
+	if in != nil {
+		in.addDisks(&st)
 	}
 	if !policy.Empty() {
 		if s.net, err = m.opt.Net.Attach(ctx, id, policy, m.attachOptions(cfg)...); err != nil {
@@ -450,6 +472,9 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 			return nil, fmt.Errorf("jail the VMM: %w", err)
 		}
 		st.cgroup = s.cgroup
+		if in != nil && in.fsize > spec.Jail.Limits.FSize {
+			spec.Jail.Limits.FSize = in.fsize // an image build's out disk
+		}
 	}
 	spec.TestHooks = m.opt.TestHooks
 	st.spawned = func(p *vmProc) {

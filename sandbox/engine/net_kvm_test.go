@@ -132,6 +132,8 @@ func TestMain(m *testing.M) {
 		os.Exit(fakePausableVMM(os.Args[1:]))
 	case "ending":
 		os.Exit(fakeEndingVMM(os.Args[1:]))
+	case "builder":
+		os.Exit(fakeBuilderVMM(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }

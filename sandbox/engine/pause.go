@@ -214,7 +214,7 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	if err != nil {
 		return fmt.Errorf("resume sandbox %s: its VMM config: %w", s.id, err)
 	}
-	if err := m.sameImage(s.cfg.Image, spec.ImageUUID, "resume sandbox "+s.id); err != nil {
+	if err := m.sameImage(s.cfg.Tenant, s.cfg.Image, spec.ImageUUID, "resume sandbox "+s.id); err != nil {
 		return err
 	}
 	// The restoring VMM listens where the last one did.

@@ -305,7 +305,7 @@ func (m *VMManager) forkConfig(cfg sandbox.Config) (sandbox.Config, *snapshotMet
 		return cfg, nil, fmt.Errorf("%w: image %q: a fork of %s boots nothing; it has its snapshot's image (%q)", sandbox.ErrInvalid, clip(cfg.Image, 64), cfg.Snapshot, meta.Config.Image)
 	}
 	cfg.Image = meta.Config.Image
-	if err := m.sameImage(cfg.Image, meta.ImageUUID, "snapshot "+cfg.Snapshot); err != nil {
+	if err := m.sameImage(meta.Config.Tenant, cfg.Image, meta.ImageUUID, "snapshot "+cfg.Snapshot); err != nil {
 		return cfg, nil, err
 	}
 	cfg.VCPUs, cfg.MemoryMiB, cfg.Root = meta.Info.VCPUs, meta.Info.MemoryMiB, meta.Config.Root

@@ -13,7 +13,7 @@ import (
 // The engine as the template builder's host (templateHost in template.go).
 
 func (m *VMManager) templateInputs(image string) ([]string, error) {
-	root, err := m.imagePath(image)
+	root, err := m.imagePath("", image)
 	if err != nil {
 		return nil, err
 	}
@@ -21,7 +21,7 @@ func (m *VMManager) templateInputs(image string) ([]string, error) {
 }
 
 func (m *VMManager) bootTemplateVM(ctx context.Context, cfg sandbox.Config) (templateVM, error) {
-	s, err := m.launch(ctx, cfg, egress.Policy{}, nil, true)
+	s, err := m.launch(ctx, cfg, egress.Policy{}, nil, &internalLaunch{dir: m.templates.buildDir})
 	if err != nil {
 		return nil, err
 	}
