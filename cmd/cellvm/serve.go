@@ -383,7 +383,7 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		WorkspaceBytes: o.workspaceMiB << 20, MaxWorkspaces: o.maxWorkspace,
 		AllowPrivate: func(t string) []netip.Prefix { return o.tenants.file.For(t).AllowPrivate() },
 		DefaultTTL:   o.life.ttl, DefaultIdleTimeout: o.life.idle, MaxTTL: o.life.maxTTL,
-		Templates: engine.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20}, ImageBuild: o.images.options(),
+		Templates: engine.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20}, ImageBuild: o.images.options(o.publicRanges),
 	})
 	if err != nil {
 		closeNet()

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"net/netip"
+
 	"github.com/spf13/pflag"
 
 	"github.com/cellvm/cellvm/sandbox"
@@ -40,13 +42,8 @@ func (im *serveImages) check() error {
 	return nil
 }
 
-// options are the engine's ImageBuildOptions of the flags.
-func (im *serveImages) options() engine.ImageBuildOptions {
-	return engine.ImageBuildOptions{MemoryMiB: im.memoryMiB, DiskMiB: im.diskMiB, MaxMiB: im.maxMiB, Fetch: imageFetcher()}
+// options are the engine's ImageBuildOptions of the flags; public are
+// the --public-ranges (serve_images_oci.go).
+func (im *serveImages) options(public []netip.Prefix) engine.ImageBuildOptions {
+	return engine.ImageBuildOptions{MemoryMiB: im.memoryMiB, DiskMiB: im.diskMiB, MaxMiB: im.maxMiB, Fetch: ociFetcher{public: public}}
 }
-
-// imageFetcher is the OCI client the engine pulls and imports with.
-// TODO(lead, issue 24): return an adapter of package image/oci
-// (oci.Pull/oci.Import into engine.FetchedImage) once it is merged; until
-// then pulls and imports are ErrNotSupported and recipes build.
-func imageFetcher() engine.ImageFetcher { return nil }

@@ -90,6 +90,12 @@ type FetchOptions struct {
 	TempDir string
 	// Progress gets the fetcher's byte counts and findings (may be nil).
 	Progress func(sandbox.ImageEvent)
+	// Operator is set when the daemon's operator asked (a Unix-socket
+	// peer, or a caller-less use of the engine): only the operator's
+	// pulls may use the host's registry logins and reach registries at
+	// private, loopback or link-local addresses. A tenant's pull is
+	// anonymous (or its own token) and reaches public addresses only.
+	Operator bool
 }
 
 // FetchedImage is an OCI image ready to stream: its manifest's digest,

@@ -68,7 +68,9 @@ func (b *imageBuild) prepareOCI(ctx context.Context, p *prepared) error {
 	if fetch == nil {
 		return fmt.Errorf("%w: this daemon pulls and imports no OCI images (it was built without a registry client)", sandbox.ErrNotSupported)
 	}
-	opt := FetchOptions{Platform: b.req.Platform, Insecure: b.req.Insecure, Token: b.req.RegistryToken, MaxBytes: b.opt.MaxMiB << 20, TempDir: b.work, Progress: b.progress}
+	c, hasCaller := sandbox.CallerFrom(ctx)
+	opt := FetchOptions{Platform: b.req.Platform, Insecure: b.req.Insecure, Token: b.req.RegistryToken, MaxBytes: b.opt.MaxMiB << 20, TempDir: b.work, Progress: b.progress,
+		Operator: !hasCaller || c.Operator}
 	var img *FetchedImage
 	var err error
 	if b.req.Pull != "" {
