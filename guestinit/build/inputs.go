@@ -157,7 +157,7 @@ func (in *inputStream) applyLayers(p *buildplan.Plan, a *Applier, pr *progress) 
 		if l.Size > 0 && h.Size != l.Size {
 			return fmt.Errorf("layer %d (%s) is %d bytes, the plan says %d", i+1, l.File, h.Size, l.Size)
 		}
-		pr.Printf("layer %d of %d: %s (%.1f MiB)", i+1, len(p.Layers), short(l.Digest), float64(h.Size)/(1<<20))
+		pr.Printf("layer %d of %d: %s %.1f MiB", i+1, len(p.Layers), short(l.Digest), float64(h.Size)/(1<<20))
 		if err := applyLayer(in.tr, l, a); err != nil {
 			return fmt.Errorf("layer %d (%s): %w", i+1, short(l.Digest), err)
 		}
@@ -209,7 +209,7 @@ func applyLayer(r io.Reader, l buildplan.Layer, a *Applier) error {
 
 func short(digest string) string {
 	if len(digest) > 19 {
-		return digest[:19]
+		return clean(digest[:19])
 	}
-	return digest
+	return clean(digest)
 }

@@ -1,0 +1,323 @@
+package build
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/cellvm/cellvm/image/buildplan"
+	"github.com/cellvm/cellvm/image/manifest"
+	"github.com/cellvm/cellvm/sandbox"
+)
+
+// The builder end to end on files: the out disk is a file mounted through
+// a loop device, the image a static busybox. Skipped where there is no
+// root, loop device, e2fsprogs or static busybox.
+
+func e2eNeeds(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if err := exec.Command("losetup", "-f").Run(); err != nil {
+		t.Skip("no free loop device (losetup -f)")
+	}
+	for _, tl := range []string{"mkfs.ext4", "e2fsck", "resize2fs", "tune2fs", "debugfs"} {
+		if _, err := tool(tl); err != nil {
+			t.Skip(err)
+		}
+	}
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Skip("no busybox")
+	}
+	if out, _ := exec.Command("file", "-L", bb).Output(); !bytes.Contains(out, []byte("statically linked")) {
+		if out, err := exec.Command("ldd", bb).CombinedOutput(); err == nil && !bytes.Contains(out, []byte("not a dynamic")) {
+			t.Skip("busybox is not static")
+		}
+	}
+	return bb
+}
+
+// noLoopLeft checks that no loop device is left on file.
+func noLoopLeft(t *testing.T, file string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, _ := exec.Command("losetup", "-j", file).Output()
+		if len(bytes.TrimSpace(out)) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("a loop device is left on %s: %s", file, out)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// debugfsCat reads a file of the ext4 image without mounting it.
+func debugfsCat(t *testing.T, img, p string) string {
+	t.Helper()
+	out, err := exec.Command("debugfs", "-R", "cat "+p, img).Output()
+	if err != nil {
+		t.Fatalf("debugfs cat %s: %v", p, err)
+	}
+	return string(out)
+}
+
+func debugfsStat(t *testing.T, img, p string) string {
+	out, _ := exec.Command("debugfs", "-R", "stat "+p, img).CombinedOutput()
+	return string(out)
+}
+
+func busyboxLayer(t *testing.T, bb string) []byte {
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	add := func(h *tar.Header, body []byte) {
+		h.ModTime = mtime
+		if h.Typeflag == tar.TypeReg {
+			h.Size = int64(len(body))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(body)
+	}
+	for _, d := range []string{"bin/", "etc/", "tmp/", "run/", "root/"} {
+		mode := int64(0o755)
+		if d == "tmp/" {
+			mode = 0o1777
+		}
+		add(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: mode}, nil)
+	}
+	add(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755}, data)
+	for _, a := range []string{"sh", "cat", "ls", "test", "echo", "mkdir", "id"} {
+		add(&tar.Header{Name: "bin/" + a, Typeflag: tar.TypeSymlink, Linkname: "busybox"}, nil)
+	}
+	add(&tar.Header{Name: "etc/os-release", Typeflag: tar.TypeReg, Mode: 0o644}, []byte("ID=busybox\n"))
+	add(&tar.Header{Name: "etc/gone", Typeflag: tar.TypeReg, Mode: 0o644}, []byte("whited out\n"))
+	add(&tar.Header{Name: "etc/resolv.conf", Typeflag: tar.TypeSymlink, Linkname: "../run/resolv.conf"}, nil)
+	tw.Close()
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	w.Write(buf.Bytes())
+	w.Close()
+	return gz.Bytes()
+}
+
+func TestBuildLayersEndToEnd(t *testing.T) {
+	bb := e2eNeeds(t)
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	os.Mkdir(victim, 0o755)
+	os.WriteFile(filepath.Join(victim, "keep"), []byte("keep"), 0o644)
+
+	// Layer 2 (zstd): a file added, one whited out, a tar-slip.
+	var l2 bytes.Buffer
+	zw, _ := zstd.NewWriter(&l2)
+	zw.Write(tarOf(t,
+		ent{name: "etc/added", body: "added\n"},
+		ent{name: "etc/.wh.gone"},
+		ent{name: "opt/x", typ: tar.TypeSymlink, link: victim},
+		ent{name: "opt/x/slipped", body: "slipped"},
+	))
+	zw.Close()
+
+	p := testPlan(buildplan.ModeLayers)
+	p.Config = buildplan.Config{Env: []string{"PATH=/bin", "FOO=from-image"}, WorkingDir: "/"}
+	p.Layers = []buildplan.Layer{
+		{File: "layers/0", MediaType: "application/vnd.oci.image.layer.v1.tar+gzip"},
+		{File: "layers/1", MediaType: "application/vnd.oci.image.layer.v1.tar+zstd"},
+	}
+	p.Steps = []sandbox.RecipeStep{
+		{Env: []string{"FOO=from-step", "BAR=1"}, WorkingDir: "/work"},
+		{Run: `echo "ran $FOO $BAR $(pwd)" > /ran; test -c /dev/null && echo devnull >> /ran; cat /tmp/cellvm-inputs/inputs/files/hello >> /ran; cat /etc/resolv.conf > /dev/null && echo resolv >> /ran`},
+		{CopyFrom: "files", CopyTo: "/"},
+		{CopyFrom: "one.txt", CopyTo: "/srv/"},
+		{Run: "test -f /var/tmp/../hello && echo through >> /ran; ls /tmp > /tmp-listing"},
+	}
+	l1 := busyboxLayer(t, bb)
+	inputs := inputsTar(t, &p,
+		file{name: "collect.py", data: []byte("raise SystemExit(1)")},
+		file{name: "modules.txt", data: nil},
+		file{name: "inputs/files/", typ: tar.TypeDir},
+		file{name: "inputs/files/hello", data: []byte("hello\n")},
+		file{name: "inputs/files/var/", typ: tar.TypeDir},
+		file{name: "inputs/files/var/tmp", typ: tar.TypeSymlink, link: "../../../../../../.."},
+		file{name: "inputs/files/bin/", typ: tar.TypeDir},
+		file{name: "inputs/one.txt", data: []byte("one\n")},
+		file{name: "layers/0", data: l1},
+		file{name: "layers/1", data: l2.Bytes()},
+	)
+	out := filepath.Join(dir, "out.img")
+	os.WriteFile(out, nil, 0o644)
+	os.Truncate(out, p.DiskBytes)
+	work := filepath.Join(dir, "work")
+	var stdout bytes.Buffer
+	code := Build(Options{Inputs: inputs, Out: out, Work: work}, &stdout)
+	t.Logf("output:\n%s", stdout.String())
+	noLoopLeft(t, out)
+	if code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	for _, s := range []string{"step extract", "step run", "step files", "step manifest", "step mkfs", "step done"} {
+		if !strings.Contains(stdout.String(), s+"\n") {
+			t.Errorf("no %q line", s)
+		}
+	}
+	prog, _ := os.ReadFile(filepath.Join(work, "progress"))
+	if !strings.Contains(string(prog), "step done\n") {
+		t.Errorf("progress file: %s", prog)
+	}
+	var res buildplan.Result
+	data, err := os.ReadFile(filepath.Join(work, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(out)
+	sb, err := readSuper(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.UUID != p.UUID || sb.uuid != p.UUID || res.SizeBytes != sb.size() || res.SizeBytes > fi.Size() || res.SizeBytes <= 0 {
+		t.Errorf("result %+v, superblock %+v, file %d", res, sb, fi.Size())
+	}
+	if res.Python != "" || res.Config.WorkingDir != "/work" || strings.Join(res.Config.Env, " ") != "PATH=/bin FOO=from-step BAR=1" {
+		t.Errorf("result config %+v python %q", res.Config, res.Python)
+	}
+	var m manifest.Manifest
+	if err := json.Unmarshal(res.Manifest, &m); err != nil || m.Python != "" {
+		t.Errorf("manifest %s: %v", res.Manifest, err)
+	}
+	os.Truncate(out, res.SizeBytes) // as the host does
+	if got := debugfsCat(t, out, "/ran"); got != "ran from-step 1 /work\ndevnull\nhello\nresolv\nthrough\n" {
+		t.Errorf("/ran = %q", got)
+	}
+	for p, want := range map[string]string{"/etc/added": "added\n", "/hello": "hello\n", "/srv/one.txt": "one\n",
+		filepath.Join(victim, "slipped"): "slipped", "/etc/os-release": "ID=busybox\n"} {
+		if got := debugfsCat(t, out, p); got != want {
+			t.Errorf("%s = %q, want %q", p, got, want)
+		}
+	}
+	if st := debugfsStat(t, out, "/etc/gone"); !strings.Contains(st, "not found") {
+		t.Errorf("/etc/gone is there: %s", st)
+	}
+	if st := debugfsStat(t, out, "/etc/resolv.conf"); !strings.Contains(st, "symlink") || !strings.Contains(st, "../run/resolv.conf") {
+		t.Errorf("/etc/resolv.conf is not the image's link again: %s", st)
+	}
+	if st := debugfsStat(t, out, "/tmp/cellvm-inputs"); !strings.Contains(st, "not found") {
+		t.Errorf("/tmp/cellvm-inputs is left: %s", st)
+	}
+	if st := debugfsStat(t, out, "/var/tmp"); !strings.Contains(st, "symlink") {
+		t.Errorf("/var/tmp is no link: %s", st)
+	}
+	var cfg buildplan.Config
+	if err := json.Unmarshal([]byte(debugfsCat(t, out, buildplan.ImageConfigFile)), &cfg); err != nil || cfg.WorkingDir != "/work" {
+		t.Errorf("image config %+v: %v", cfg, err)
+	}
+	if mk := debugfsCat(t, out, buildplan.MarkerFile); !strings.HasPrefix(mk, "key "+testKey+"\nname img\nbase unknown\nbuilt ") {
+		t.Errorf("marker %q", mk)
+	}
+	// Nothing outside: the victim as it was, the tar-slip inside.
+	if ents, _ := os.ReadDir(victim); len(ents) != 1 {
+		t.Errorf("the victim directory has %d entries", len(ents))
+	}
+	if _, err := os.Stat(filepath.Join(dir, "hello")); err == nil {
+		t.Error("the copy wrote through var/tmp outside the image")
+	}
+	if ents, _ := os.ReadDir(filepath.Join(work, "root")); len(ents) != 0 {
+		t.Errorf("the mount point is not empty: %d entries (still mounted?)", len(ents))
+	}
+}
+
+func TestBuildDeriveEndToEnd(t *testing.T) {
+	bb := e2eNeeds(t)
+	dir := t.TempDir()
+	// A base ext4 made from a tree, as a default image would be.
+	tree := filepath.Join(dir, "tree")
+	for _, d := range []string{"bin", "etc", "tmp", "usr/sbin"} {
+		os.MkdirAll(filepath.Join(tree, d), 0o755)
+	}
+	data, _ := os.ReadFile(bb)
+	os.WriteFile(filepath.Join(tree, "bin/busybox"), data, 0o755)
+	os.Symlink("busybox", filepath.Join(tree, "bin/sh"))
+	os.WriteFile(filepath.Join(tree, "etc/cellvm-image"), []byte("key basekey\nname default\n"), 0o644)
+	base := filepath.Join(dir, "base.img")
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-b", "4096", "-L", "base", "-d", tree, base, "16M").CombinedOutput(); err != nil {
+		t.Fatalf("mkfs: %v %s", err, out)
+	}
+	out := filepath.Join(dir, "out.img")
+	data, _ = os.ReadFile(base)
+	os.WriteFile(out, data, 0o644)
+	p := testPlan(buildplan.ModeDerive)
+	os.Truncate(out, p.DiskBytes)
+	p.Config = buildplan.Config{Env: []string{"PATH=/bin"}}
+	p.Steps = []sandbox.RecipeStep{{Run: "echo derived > /etc/derived"}, {Apt: []string{"jq"}}}
+
+	// The apt step fails: the image has no apt-get.
+	inputs := inputsTar(t, &p, file{name: "collect.py", data: nil}, file{name: "modules.txt", data: nil})
+	var stdout bytes.Buffer
+	code := Build(Options{Inputs: inputs, Out: out, Work: filepath.Join(dir, "work1")}, &stdout)
+	noLoopLeft(t, out)
+	if code != ExitFailed || !strings.Contains(stdout.String(), "failed: apt\n") || !strings.Contains(stdout.String(), "no apt-get") {
+		t.Fatalf("exit %d:\n%s", code, stdout.String())
+	}
+
+	os.WriteFile(out, data, 0o644)
+	os.Truncate(out, p.DiskBytes)
+	p.Steps = p.Steps[:1]
+	inputs = inputsTar(t, &p, file{name: "collect.py", data: nil}, file{name: "modules.txt", data: nil})
+	stdout.Reset()
+	code = Build(Options{Inputs: inputs, Out: out, Work: filepath.Join(dir, "work2")}, &stdout)
+	t.Logf("output:\n%s", stdout.String())
+	noLoopLeft(t, out)
+	if code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	sb, _ := readSuper(out)
+	if sb.uuid != p.UUID {
+		t.Errorf("uuid %s", sb.uuid)
+	}
+	if got := debugfsCat(t, out, "/etc/derived"); got != "derived\n" {
+		t.Errorf("/etc/derived = %q", got)
+	}
+	if mk := debugfsCat(t, out, buildplan.MarkerFile); !strings.Contains(mk, "base basekey\n") {
+		t.Errorf("marker %q", mk)
+	}
+	if rc := debugfsCat(t, out, "/etc/resolv.conf"); rc != "" {
+		t.Errorf("resolv.conf = %q", rc)
+	}
+}
+
+func TestBuildBadPlanFailsExtract(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	dir := t.TempDir()
+	inputs := inputsTar(t, nil, file{name: "plan.json", data: []byte(`{"version":1}`)})
+	var stdout bytes.Buffer
+	code := Build(Options{Inputs: inputs, Out: filepath.Join(dir, "nothing"), Work: filepath.Join(dir, "w")}, &stdout)
+	if code != ExitFailed || !strings.HasPrefix(stdout.String(), "step extract\nfailed: extract\n") {
+		t.Errorf("exit %d:\n%s", code, stdout.String())
+	}
+	if code := Main([]string{"-bogus"}); code != ExitUsage {
+		t.Errorf("a bad flag: exit %d", code)
+	}
+}
