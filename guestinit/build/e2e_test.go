@@ -80,41 +80,30 @@ func debugfsStat(t *testing.T, img, p string) string {
 	return string(out)
 }
 
-func busyboxLayer(t *testing.T, bb string) []byte {
+// busyboxLayer is a gzip layer of a static busybox image: its shell and
+// a few applets, os-release, a file to white out, resolv.conf as a link;
+// extra entries follow.
+func busyboxLayer(t *testing.T, bb string, extra ...ent) []byte {
 	data, err := os.ReadFile(bb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	add := func(h *tar.Header, body []byte) {
-		h.ModTime = mtime
-		if h.Typeflag == tar.TypeReg {
-			h.Size = int64(len(body))
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write(body)
+	ents := []ent{
+		{name: "bin/", typ: tar.TypeDir}, {name: "etc/", typ: tar.TypeDir}, {name: "run/", typ: tar.TypeDir},
+		{name: "root/", typ: tar.TypeDir}, {name: "tmp/", typ: tar.TypeDir, mode: 0o1777},
+		{name: "bin/busybox", body: string(data), mode: 0o755},
 	}
-	for _, d := range []string{"bin/", "etc/", "tmp/", "run/", "root/"} {
-		mode := int64(0o755)
-		if d == "tmp/" {
-			mode = 0o1777
-		}
-		add(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: mode}, nil)
+	for _, a := range []string{"sh", "cat", "ls", "test", "echo", "mkdir", "id", "grep", "env"} {
+		ents = append(ents, ent{name: "bin/" + a, typ: tar.TypeSymlink, link: "busybox"})
 	}
-	add(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755}, data)
-	for _, a := range []string{"sh", "cat", "ls", "test", "echo", "mkdir", "id"} {
-		add(&tar.Header{Name: "bin/" + a, Typeflag: tar.TypeSymlink, Linkname: "busybox"}, nil)
-	}
-	add(&tar.Header{Name: "etc/os-release", Typeflag: tar.TypeReg, Mode: 0o644}, []byte("ID=busybox\n"))
-	add(&tar.Header{Name: "etc/gone", Typeflag: tar.TypeReg, Mode: 0o644}, []byte("whited out\n"))
-	add(&tar.Header{Name: "etc/resolv.conf", Typeflag: tar.TypeSymlink, Linkname: "../run/resolv.conf"}, nil)
-	tw.Close()
+	ents = append(ents,
+		ent{name: "etc/os-release", body: "ID=busybox\n"},
+		ent{name: "etc/gone", body: "whited out\n"},
+		ent{name: "etc/resolv.conf", typ: tar.TypeSymlink, link: "../run/resolv.conf"})
+	ents = append(ents, extra...)
 	var gz bytes.Buffer
 	w := gzip.NewWriter(&gz)
-	w.Write(buf.Bytes())
+	w.Write(tarOf(t, ents...))
 	w.Close()
 	return gz.Bytes()
 }
@@ -258,7 +247,10 @@ func TestBuildDeriveEndToEnd(t *testing.T) {
 	data, _ := os.ReadFile(bb)
 	os.WriteFile(filepath.Join(tree, "bin/busybox"), data, 0o755)
 	os.Symlink("busybox", filepath.Join(tree, "bin/sh"))
+	os.Symlink("busybox", filepath.Join(tree, "bin/grep"))
 	os.WriteFile(filepath.Join(tree, "etc/cellvm-image"), []byte("key basekey\nname default\n"), 0o644)
+	os.WriteFile(filepath.Join(tree, "bin/python3"), []byte(fakePython), 0o755)
+	os.WriteFile(filepath.Join(tree, "etc/cellvm-manifest.json"), []byte(`{"python":"3.11.2","modules":[{"import":"numpy","distribution":"numpy","version":"1"}],"distributions":{"numpy":"1"}}`), 0o644)
 	base := filepath.Join(dir, "base.img")
 	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-b", "4096", "-L", "base", "-d", tree, base, "16M").CombinedOutput(); err != nil {
 		t.Fatalf("mkfs: %v %s", err, out)
@@ -304,6 +296,20 @@ func TestBuildDeriveEndToEnd(t *testing.T) {
 	if rc := debugfsCat(t, out, "/etc/resolv.conf"); rc != "" {
 		t.Errorf("resolv.conf = %q", rc)
 	}
+	if m := debugfsCat(t, out, buildplan.ManifestFile); !strings.Contains(m, `"x": "1"`) && !strings.Contains(m, `"x":"1"`) {
+		t.Errorf("manifest %q", m)
+	}
+
+	// The base features numpy: a manifest without it fails the build.
+	os.WriteFile(out, data, 0o644)
+	os.Truncate(out, p.DiskBytes)
+	inputs = inputsTar(t, &p, file{name: "collect.py", data: nil}, file{name: "modules.txt", data: []byte("numpy numpy\n")})
+	stdout.Reset()
+	code = Build(Options{Inputs: inputs, Out: out, Work: filepath.Join(dir, "work3")}, &stdout)
+	noLoopLeft(t, out)
+	if code != ExitFailed || !strings.Contains(stdout.String(), "failed: manifest\n") || !strings.Contains(stdout.String(), "numpy does not import") {
+		t.Errorf("exit %d:\n%s", code, stdout.String())
+	}
 }
 
 func TestBuildBadPlanFailsExtract(t *testing.T) {
@@ -319,5 +325,128 @@ func TestBuildBadPlanFailsExtract(t *testing.T) {
 	}
 	if code := Main([]string{"-bogus"}); code != ExitUsage {
 		t.Errorf("a bad flag: exit %d", code)
+	}
+}
+
+// fakePython is a python3 for the busybox image: it answers the version,
+// "runs" collect.py (failing on numpy in modules.txt, as collect.py does
+// in an image without it) and logs pip's arguments.
+const fakePython = `#!/bin/sh
+case "$1" in
+-c) echo 3.11.2 ;;
+-B) if grep -q numpy "$3"; then echo "featured module numpy does not import" >&2; exit 1; fi
+    echo '{"python":"3.11.2","modules":[],"distributions":{"x":"1"}}' > "$4" ;;
+-m) echo "$* BSP=$PIP_BREAK_SYSTEM_PACKAGES PCF=$PIP_CONFIG_FILE" >> /pip-log
+    if [ "$2" = "pip" ] && [ "$3" = "--version" ]; then echo "pip 23.0.1"; fi ;;
+esac
+`
+
+func TestBuildPipAndManifest(t *testing.T) {
+	bb := e2eNeeds(t)
+	dir := t.TempDir()
+	p := testPlan(buildplan.ModeLayers)
+	p.Config = buildplan.Config{Env: []string{"PATH=/bin"}}
+	p.Layers = []buildplan.Layer{{File: "layers/0", MediaType: "application/vnd.oci.image.layer.v1.tar+gzip"}}
+	p.Steps = []sandbox.RecipeStep{{PipWheels: "wheels", Requirements: "req.txt"}}
+	inputs := inputsTar(t, &p,
+		file{name: "collect.py", data: []byte("# collect")},
+		file{name: "modules.txt", data: []byte("numpy numpy\n")},
+		file{name: "inputs/wheels/b-1-py3-none-any.whl", data: []byte("b")},
+		file{name: "inputs/wheels/a-1-py3-none-any.whl", data: []byte("a")},
+		file{name: "inputs/wheels/notes.txt", data: []byte("n")},
+		file{name: "inputs/req.txt", data: []byte("c\n")},
+		file{name: "layers/0", data: busyboxLayer(t, bb,
+			ent{name: "bin/python3", body: fakePython, mode: 0o755},
+			ent{name: "usr/local/lib/python3.11/site-packages/", typ: tar.TypeDir})},
+	)
+	out := filepath.Join(dir, "out.img")
+	os.WriteFile(out, nil, 0o644)
+	os.Truncate(out, p.DiskBytes)
+	var stdout bytes.Buffer
+	code := Build(Options{Inputs: inputs, Out: out, Work: filepath.Join(dir, "work")}, &stdout)
+	t.Logf("output:\n%s", stdout.String())
+	noLoopLeft(t, out)
+	if code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	in := "/tmp/cellvm-inputs/inputs/wheels"
+	want := "-m pip --version BSP= PCF=/dev/null\n" +
+		"-m pip install --no-cache-dir --disable-pip-version-check --no-warn-script-location --only-binary=:all: --progress-bar=off --no-index" +
+		" --find-links " + in + " " + in + "/a-1-py3-none-any.whl " + in + "/b-1-py3-none-any.whl -r /tmp/cellvm-inputs/inputs/req.txt BSP=1 PCF=/dev/null\n" +
+		"-m compileall -q /usr/local/lib/python3.11/site-packages BSP= PCF=/dev/null\n"
+	if got := debugfsCat(t, out, "/pip-log"); got != want {
+		t.Errorf("pip ran as\n%s\nwant\n%s", got, want)
+	}
+	var res buildplan.Result
+	data, _ := os.ReadFile(filepath.Join(dir, "work", "result.json"))
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Python != "3.11.2" || string(res.Manifest) != `{"python":"3.11.2","modules":[],"distributions":{"x":"1"}}` {
+		t.Errorf("result %s", data)
+	}
+	if !strings.Contains(stdout.String(), "the manifest lists no featured modules") {
+		t.Error("no word of the featured modules left out")
+	}
+}
+
+// A hostile image: its /tmp, /proc and /dev are links out, its
+// resolv.conf a directory, the inputs' mount point a link to a victim.
+// The steps still run, and nothing outside the image changes.
+func TestBuildHostileImage(t *testing.T) {
+	bb := e2eNeeds(t)
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	os.Mkdir(victim, 0o755)
+	os.WriteFile(filepath.Join(victim, "keep"), []byte("keep"), 0o644)
+	p := testPlan(buildplan.ModeLayers)
+	p.Config = buildplan.Config{Env: []string{"PATH=/bin"}}
+	p.Layers = []buildplan.Layer{{File: "layers/0", MediaType: "application/vnd.oci.image.layer.v1.tar+gzip"}}
+	p.Steps = []sandbox.RecipeStep{
+		{Run: "cat /tmp/cellvm-inputs/inputs/x > /out; test -d /proc/self && echo proc >> /out; echo z > /dev/null && echo dev >> /out"},
+		{CopyFrom: "x", CopyTo: "/tmp/sub/"},
+	}
+	inputs := inputsTar(t, &p,
+		file{name: "collect.py"}, file{name: "modules.txt"},
+		file{name: "inputs/x", data: []byte("x\n")},
+		file{name: "layers/0", data: busyboxLayer(t, bb,
+			ent{name: "tmp", typ: tar.TypeSymlink, link: "../../../../../../.."},
+			ent{name: "proc", typ: tar.TypeSymlink, link: victim},
+			ent{name: "dev", typ: tar.TypeSymlink, link: "/../../../" + dir + "/devdir"},
+			ent{name: "etc/resolv.conf/", typ: tar.TypeDir},
+			ent{name: "etc/resolv.conf/x", body: "x"},
+			ent{name: "cellvm-inputs", typ: tar.TypeSymlink, link: victim},
+		)},
+	)
+	out := filepath.Join(dir, "out.img")
+	os.WriteFile(out, nil, 0o644)
+	os.Truncate(out, p.DiskBytes)
+	var stdout bytes.Buffer
+	code := Build(Options{Inputs: inputs, Out: out, Work: filepath.Join(dir, "work")}, &stdout)
+	t.Logf("output:\n%s", stdout.String())
+	noLoopLeft(t, out)
+	if code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	if got := debugfsCat(t, out, "/out"); got != "x\nproc\ndev\n" {
+		t.Errorf("/out = %q", got)
+	}
+	if got := debugfsCat(t, out, "/sub/x"); got != "x\n" {
+		t.Errorf("/sub/x = %q", got)
+	}
+	if ents, _ := os.ReadDir(victim); len(ents) != 1 {
+		t.Errorf("the victim directory has %d entries", len(ents))
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		switch e.Name() {
+		case "victim", "out.img", "work":
+		default:
+			t.Errorf("%s appeared outside the image", e.Name())
+		}
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	if bytes.Contains(mi, []byte(dir)) {
+		t.Errorf("something is left mounted under %s", dir)
 	}
 }
