@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -51,6 +53,9 @@ func Main(args []string) int {
 		fmt.Fprintf(os.Stderr, "build: unexpected arguments %q\n", fs.Args())
 		return ExitUsage
 	}
+	// A reader of stdout that goes away must not end the build: the
+	// progress file still has every line.
+	signal.Ignore(syscall.SIGPIPE)
 	return Build(o, os.Stdout)
 }
 

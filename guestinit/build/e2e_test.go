@@ -93,7 +93,7 @@ func busyboxLayer(t *testing.T, bb string, extra ...ent) []byte {
 		{name: "root/", typ: tar.TypeDir}, {name: "tmp/", typ: tar.TypeDir, mode: 0o1777},
 		{name: "bin/busybox", body: string(data), mode: 0o755},
 	}
-	for _, a := range []string{"sh", "cat", "ls", "test", "echo", "mkdir", "id", "grep", "env"} {
+	for _, a := range []string{"sh", "cat", "ls", "test", "echo", "mkdir", "id", "grep", "env", "sleep"} {
 		ents = append(ents, ent{name: "bin/" + a, typ: tar.TypeSymlink, link: "busybox"})
 	}
 	ents = append(ents,
@@ -405,6 +405,9 @@ func TestBuildHostileImage(t *testing.T) {
 	p.Steps = []sandbox.RecipeStep{
 		{Run: "cat /tmp/cellvm-inputs/inputs/x > /out; test -d /proc/self && echo proc >> /out; echo z > /dev/null && echo dev >> /out"},
 		{CopyFrom: "x", CopyTo: "/tmp/sub/"},
+		// What a step leaves running dies with it (its PID namespace).
+		{Run: "sleep 1000 &"},
+		{Run: "sleep 1000 </dev/null >/dev/null 2>&1 &"},
 	}
 	inputs := inputsTar(t, &p,
 		file{name: "collect.py"}, file{name: "modules.txt"},
@@ -422,11 +425,15 @@ func TestBuildHostileImage(t *testing.T) {
 	os.WriteFile(out, nil, 0o644)
 	os.Truncate(out, p.DiskBytes)
 	var stdout bytes.Buffer
+	start := time.Now()
 	code := Build(Options{Inputs: inputs, Out: out, Work: filepath.Join(dir, "work")}, &stdout)
 	t.Logf("output:\n%s", stdout.String())
 	noLoopLeft(t, out)
 	if code != ExitOK {
 		t.Fatalf("exit %d", code)
+	}
+	if d := time.Since(start); d > 60*time.Second {
+		t.Errorf("the build took %v: a step's background process was waited for", d)
 	}
 	if got := debugfsCat(t, out, "/out"); got != "x\nproc\ndev\n" {
 		t.Errorf("/out = %q", got)
