@@ -429,8 +429,8 @@ func FuzzApply(f *testing.F) {
 		a := &Applier{Root: r, MaxEntries: 64, MaxBytes: 1 << 16}
 		a.Apply(bytes.NewReader(data)) // as raw bytes
 		names := []string{"a", "b", "a/b", "../x", "/abs", "opt/x", "opt/x/f", ".wh.a", "a/.wh..wh..opq",
-			"esc/f", "esc/.wh.sentinel", "esc/victim/.wh..wh..opq", "victim/file", "..", "."}
-		links := []string{j.victim, j.parent, "../../..", "/", "a", "esc", j.parent + "/sentinel", "../sentinel", ""}
+			"esc/f", "esc/.wh.sentinel", "esc/victim/.wh..wh..opq", "victim/file", "..", ".", "l1", "l2", "l1/b/c", "l2/x/.wh..wh..opq"}
+		links := []string{j.victim, j.parent, "../../..", "/", "a", "esc", j.parent + "/sentinel", "../sentinel", "", "/l2/a", "../../made", "l1", "l2/../l1"}
 		var ents []ent
 		for i := 0; i+2 < len(data) && len(ents) < 32; i += 3 {
 			e := ent{name: names[int(data[i])%len(names)], link: links[int(data[i+2])%len(links)]}

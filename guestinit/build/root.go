@@ -101,7 +101,10 @@ func (r *Root) openat2(p string, flags int) (int, error) {
 // the root, as `mkdir -p` in a chroot of the tree would.
 func (r *Root) openDir(rel string, create bool) (int, error) {
 	want := rel
-	for links := 0; ; {
+	for links, rounds := 0, 0; ; rounds++ {
+		if rounds > maxPathLen {
+			return -1, fmt.Errorf("directory %s in %s: no end to making it", clip(want), r.path)
+		}
 		fd, err := r.openat2(rel, unix.O_RDONLY|unix.O_DIRECTORY)
 		if err == nil {
 			return fd, nil
