@@ -14,27 +14,27 @@
 //
 // The contract, as root in the VM:
 //
-//	cellvm-init build [-inputs /dev/vdb] [-out /dev/vdc] [-work /run/cellvm-build] [-max-inputs BYTES]
+//		cellvm-init build [-inputs /dev/vdb] [-out /dev/vdc] [-work /run/cellvm-build] [-max-inputs BYTES]
 //
-//   - -inputs is a tar archive: plan.json first (strict JSON, at most
-//     buildplan.MaxPlanBytes, Plan.Validate), then the small inputs (the
-//     plan's Collect and Modules files and inputs/...; copied to WORK/in,
-//     at most -max-inputs bytes, owners root, no devices), then the
-//     layers in plan order (streamed: decompressed by magic and media
-//     type, sha256-checked against Layer.Digest when it is one).
-//   - -out is a block device, or a regular file (mounted through an
-//     auto-clearing loop device). derive: e2fsck -fy, resize2fs to the
-//     device, tune2fs -U UUID. layers: mkfs.ext4 -O ^has_journal -U UUID.
-//     Mounted at WORK/root while the build runs; unmounted, checked,
-//     shrunk (resize2fs -M) at the end.
-//   - Lines on stdout, appended to WORK/progress too: "step NAME"
-//     (extract, then apt, pip, files or run per step (a config step has
-//     none), manifest, mkfs, done); any other line is output (at most
-//     4 KiB, control bytes replaced, never starting like a step line);
-//     on failure "failed: NAME" and the error's lines, last.
-//   - On success WORK/result.json (buildplan.Result, at most
-//     buildplan.MaxResultSize) and exit 0; a failed step exits 1, bad
-//     flags 2.
+//	  - -inputs is a tar archive: plan.json first (strict JSON, at most
+//	    buildplan.MaxPlanBytes, Plan.Validate), then the small inputs (the
+//	    plan's Collect and Modules files and inputs/...; copied to WORK/in,
+//	    at most -max-inputs bytes, owners root, no devices), then the
+//	    layers in plan order (streamed: decompressed by magic and media
+//	    type, sha256-checked against Layer.Digest when it is one).
+//	  - -out is a block device, or a regular file (mounted through an
+//	    auto-clearing loop device). derive: e2fsck -fy, resize2fs to the
+//	    device, tune2fs -U UUID. layers: mkfs.ext4 -O ^has_journal -U UUID.
+//	    Mounted at WORK/root while the build runs; unmounted, checked,
+//	    shrunk (resize2fs -M) at the end.
+//	  - Lines on stdout, appended to WORK/progress too: "step NAME"
+//	    (extract, then apt, pip, files or run per step (a config step has
+//	    none), manifest, mkfs, done); any other line is output (at most
+//	    4 KiB, control bytes replaced, never starting like a step line);
+//	    on failure "failed: NAME" and the error's lines, last.
+//	  - On success WORK/result.json (buildplan.Result, at most
+//	    buildplan.MaxResultSize) and exit 0; a failed step exits 1, bad
+//	    flags 2.
 //
 // In the image the build leaves /etc/cellvm-image.json (the config),
 // /etc/cellvm-image (the marker), /etc/cellvm-manifest.json (collect.py's,
