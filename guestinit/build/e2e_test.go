@@ -457,3 +457,68 @@ func TestBuildHostileImage(t *testing.T) {
 		t.Errorf("something is left mounted under %s", dir)
 	}
 }
+
+const fakeAptGet = `#!/bin/sh
+echo "apt-get $* DF=$DEBIAN_FRONTEND" >> /apt-log
+cat /usr/sbin/policy-rc.d /etc/apt/sources.list >> /apt-log
+`
+
+// The apt step around a fake apt-get: the mirror replaces the sources,
+// no daemon starts, the caches go (links removed, not followed), and the
+// image's own policy-rc.d comes back.
+func TestBuildAptStep(t *testing.T) {
+	bb := e2eNeeds(t)
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	os.Mkdir(victim, 0o755)
+	os.WriteFile(filepath.Join(victim, "keep"), []byte("keep"), 0o644)
+	p := testPlan(buildplan.ModeLayers)
+	p.Config = buildplan.Config{Env: []string{"PATH=/usr/bin:/bin"}}
+	p.Layers = []buildplan.Layer{{File: "layers/0", MediaType: "application/vnd.oci.image.layer.v1.tar+gzip"}}
+	p.Steps = []sandbox.RecipeStep{{Apt: []string{"jq", "curl=7.88"}, Mirror: "http://deb.example/debian"}}
+	inputs := inputsTar(t, &p, file{name: "collect.py"}, file{name: "modules.txt"},
+		file{name: "layers/0", data: busyboxLayer(t, bb,
+			ent{name: "usr/bin/apt-get", body: fakeAptGet, mode: 0o755},
+			ent{name: "usr/sbin/policy-rc.d", body: "#!/bin/sh\nexit 0\n", mode: 0o755},
+			ent{name: "etc/os-release", body: "ID=debian\nVERSION_CODENAME=\"bookworm\"\n"},
+			ent{name: "etc/apt/sources.list.d/debian.sources", body: "Types: deb\n"},
+			ent{name: "var/lib/apt/lists/some_Packages", body: "p"},
+			ent{name: "var/lib/apt/lists/evil", typ: tar.TypeSymlink, link: victim},
+			ent{name: "var/cache/apt/archives/x.deb", body: "d"},
+			ent{name: "var/cache/apt/archives/partial/", typ: tar.TypeDir},
+			ent{name: "var/cache/apt/pkgcache.bin", body: "c"},
+			ent{name: "var/log/apt", typ: tar.TypeSymlink, link: "/../../../../" + victim},
+		)},
+	)
+	out := filepath.Join(dir, "out.img")
+	os.WriteFile(out, nil, 0o644)
+	os.Truncate(out, p.DiskBytes)
+	var stdout bytes.Buffer
+	code := Build(Options{Inputs: inputs, Out: out, Work: filepath.Join(dir, "work")}, &stdout)
+	t.Logf("output:\n%s", stdout.String())
+	noLoopLeft(t, out)
+	if code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	ours := "#!/bin/sh\nexit 101\ndeb http://deb.example/debian bookworm main\n"
+	want := "apt-get -q -o Dpkg::Use-Pty=0 update DF=noninteractive\n" + ours +
+		"apt-get -q -y -o Dpkg::Use-Pty=0 -o Dpkg::Progress-Fancy=0 -o APT::Install-Recommends=0 install jq curl=7.88 DF=noninteractive\n" + ours
+	if got := debugfsCat(t, out, "/apt-log"); got != want {
+		t.Errorf("apt-get ran as\n%s\nwant\n%s", got, want)
+	}
+	if got := debugfsCat(t, out, "/usr/sbin/policy-rc.d"); got != "#!/bin/sh\nexit 0\n" {
+		t.Errorf("policy-rc.d = %q", got)
+	}
+	for _, gone := range []string{"/etc/apt/sources.list.d/debian.sources", "/var/lib/apt/lists/some_Packages", "/var/lib/apt/lists/evil",
+		"/var/cache/apt/archives/x.deb", "/var/cache/apt/pkgcache.bin", "/var/log/apt", "/usr/sbin/policy-rc.d.cellvm-saved"} {
+		if st := debugfsStat(t, out, gone); !strings.Contains(st, "not found") {
+			t.Errorf("%s is left", gone)
+		}
+	}
+	if st := debugfsStat(t, out, "/var/cache/apt/archives/partial"); strings.Contains(st, "not found") {
+		t.Error("archives/partial went too")
+	}
+	if ents, _ := os.ReadDir(victim); len(ents) != 1 {
+		t.Errorf("the victim directory has %d entries", len(ents))
+	}
+}
