@@ -1,6 +1,7 @@
 package build
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -104,7 +105,7 @@ type lineWriter struct {
 func (w *lineWriter) Write(b []byte) (int, error) {
 	n := len(b)
 	for len(b) > 0 {
-		i := strings.IndexAny(string(b), "\r\n")
+		i := bytes.IndexAny(b, "\r\n")
 		if i < 0 {
 			w.add(b)
 			break
