@@ -38,7 +38,7 @@ func (e *envInterp) Run(ctx context.Context, code string, timeout time.Duration,
 			return cell.Result{Status: cell.StatusOK, Stdout: "restored"}, nil
 		}
 		return cell.Result{Status: cell.StatusOK, Stdout: "booted"}, nil
-	case templateWarmCode:
+	case templateWarmCode, templateWarmAnyCode:
 		return fakeWarm(ctx)
 	default:
 		return e.diesInterp.Run(ctx, code, timeout, onEvent)

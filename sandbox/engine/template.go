@@ -69,6 +69,21 @@ type TemplateOptions struct {
 // the user's namespace, which stays as a booted sandbox's.
 const templateWarmCode = `exec("for m in ('numpy', 'pandas', 'matplotlib', 'matplotlib.pyplot'): __import__(m)", {})`
 
+// templateWarmAnyCode is the same cell for an image other than the
+// default (pulled, imported or built on another base): it imports those
+// of the data stack the image has, and nothing else (a python:slim image
+// has none of them, and its template is still a warm interpreter).
+const templateWarmAnyCode = `exec("import importlib.util\nfor m in ('numpy', 'pandas', 'matplotlib', 'matplotlib.pyplot'):\n    if importlib.util.find_spec(m.split('.')[0]) is not None: __import__(m)", {})`
+
+// noInterpreter says whether r is the result of a cell in an image with
+// no usable python3 (guestinit/interp's InterpreterNotFound and
+// InterpreterTooOld): such an image's template is a booted machine
+// without an interpreter, which still saves its boot.
+func noInterpreter(r cell.Result) bool {
+	return r.Status == cell.StatusError && r.Error != nil &&
+		(r.Error.Name == "InterpreterNotFound" || r.Error.Name == "InterpreterTooOld")
+}
+
 const (
 	templateMetaFile  = "template.json"
 	templateBuildPref = "build-"
@@ -478,8 +493,14 @@ func (ts *templates) buildFiles(ctx context.Context, shape templateShape, key, d
 	defer vm.destroy()
 	ts.log.Info("template VM booted; importing the data stack", "shape", shape, "boot_ms", vm.bootMS())
 	imports := time.Now()
-	r, err := vm.runCell(ctx, templateWarmCode, ts.opt.BuildTimeout)
-	if err == nil && r.Status != cell.StatusOK {
+	warm := templateWarmCode
+	if !isDefaultImage(shape.Image) {
+		warm = templateWarmAnyCode
+	}
+	r, err := vm.runCell(ctx, warm, ts.opt.BuildTimeout)
+	if err == nil && noInterpreter(r) {
+		ts.log.Info("template VM's image has no usable python3; its template is the booted machine", "shape", shape)
+	} else if err == nil && r.Status != cell.StatusOK {
 		err = fmt.Errorf("status %s: %s", r.Status, cellError(r))
 	}
 	if err != nil {
