@@ -171,6 +171,7 @@ func buildStep(info *sandbox.ImageInfo, st sandbox.RecipeStep, emit func(sandbox
 	case "copy":
 		emit(sandbox.ImageEvent{Step: sandbox.ImageStepFiles})
 	case "run":
+		emit(sandbox.ImageEvent{Step: sandbox.ImageStepRun})
 		emit(sandbox.ImageEvent{Step: sandbox.ImageStepRun, Message: "+ " + clipLine(st.Run)})
 		cmd := strings.TrimSpace(st.Run)
 		if code, ok := strings.CutPrefix(cmd, "exit "); cmd == "false" || ok && strings.TrimSpace(code) != "0" {
