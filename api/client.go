@@ -423,8 +423,3 @@ func (c *Client) Download(ctx context.Context, id, guestPath string, w io.Writer
 	}
 	return n, nil
 }
-
-// CreateImage implements sandbox.Manager.
-func (c *Client) CreateImage(ctx context.Context, req sandbox.ImageRequest, progress func(sandbox.ImageEvent)) (sandbox.ImageInfo, error) {
-	return sandbox.ImageInfo{}, fmt.Errorf("%w: the client does not make images yet", sandbox.ErrNotSupported)
-}

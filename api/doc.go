@@ -49,6 +49,7 @@
 //	GET    /v1/workspaces                 named volumes kept across sandboxes
 //	DELETE /v1/workspaces/{name}
 //	GET    /v1/images                     root images sandboxes can boot
+//	POST   /v1/images                     pull, import or build one (multipart, NDJSON progress)
 //	DELETE /v1/images/{name}
 //	GET|POST|DELETE /mcp                  MCP's Streamable HTTP (WithMCP)
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/cellvm/cellvm/sandbox"
 )
@@ -22,6 +23,8 @@ const (
 	CodeUnauthorized = "unauthorized"  // 401: no valid bearer token (TCP listener)
 	CodeRateLimited  = "rate_limited"  // 429: too many failed authentications
 	CodeQuota        = "quota"         // 429: the tenant is at one of its caps
+	CodeUpstream     = "upstream"      // 502: a registry the request named failed or refused
+	CodeBuildFailed  = "build_failed"  // 422: an image's step failed (step and tail say which and why)
 )
 
 // ErrForbidden matches an *Error with CodeForbidden; it is the contract's
@@ -50,6 +53,8 @@ var codeTable = []struct {
 	{CodeNotSupported, http.StatusNotImplemented, sandbox.ErrNotSupported},
 	{CodeFull, http.StatusServiceUnavailable, sandbox.ErrFull},
 	{CodeQuota, http.StatusTooManyRequests, sandbox.ErrQuota},
+	{CodeUpstream, http.StatusBadGateway, sandbox.ErrUpstream},
+	{CodeBuildFailed, http.StatusUnprocessableEntity, sandbox.ErrBuildFailed},
 	{CodeUnauthorized, http.StatusUnauthorized, ErrUnauthorized},
 	{CodeRateLimited, http.StatusTooManyRequests, ErrUnauthorized},
 	{CodeInternal, http.StatusInternalServerError, nil},
@@ -62,10 +67,19 @@ type Error struct {
 	Status  int    `json:"-"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Step and Tail are set for an image's failed step
+	// (sandbox.ImageStepError): the step's name and the end of its
+	// output.
+	Step string `json:"step,omitempty"`
+	Tail string `json:"tail,omitempty"`
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("cellvm api: %s (%d %s): %s", e.Code, e.Status, http.StatusText(e.Status), e.Message)
+	msg := fmt.Sprintf("cellvm api: %s (%d %s): %s", e.Code, e.Status, http.StatusText(e.Status), e.Message)
+	if e.Tail != "" {
+		msg += "; the last output:\n" + e.Tail
+	}
+	return msg
 }
 
 // Is reports whether target is the sentinel for e's code.
@@ -78,6 +92,9 @@ func (e *Error) Is(target error) bool {
 	return false
 }
 
+// maxStepTail bounds a failed step's tail in an error body.
+const maxStepTail = 16 << 10
+
 // errorBody is the JSON envelope of an error response.
 type errorBody struct {
 	Error *Error `json:"error"`
@@ -86,6 +103,18 @@ type errorBody struct {
 // errorFor maps an error from the manager (or from request decoding) to
 // the response to send.
 func errorFor(err error) *Error {
+	e := errorForCode(err)
+	// A failed image step: its name and output's end travel as fields
+	// of their own, not inside the message.
+	var se *sandbox.ImageStepError
+	if errors.As(err, &se) {
+		e.Step, e.Tail = se.Step, clipString(se.Tail, maxStepTail)
+		e.Message = strings.TrimSuffix(e.Message, "; the last output:\n"+se.Tail)
+	}
+	return e
+}
+
+func errorForCode(err error) *Error {
 	for _, c := range codeTable {
 		if c.sentinel != nil && errors.Is(err, c.sentinel) {
 			return &Error{Status: c.status, Code: c.code, Message: err.Error()}

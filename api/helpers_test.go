@@ -133,6 +133,13 @@ func newTestEnv(t *testing.T, opts ...Option) *testEnv {
 
 func newTestEnvListen(t *testing.T, lopts []ListenOption, opts ...Option) *testEnv {
 	t.Helper()
+	return newTestEnvWith(t, func(m *sandboxtest.Manager) sandbox.Manager { return contractBreaker{m} }, lopts, opts...)
+}
+
+// newTestEnvWith is newTestEnvListen with the manager the server calls
+// made from the fake by wrap (a tenant.Manager, say).
+func newTestEnvWith(t *testing.T, wrap func(*sandboxtest.Manager) sandbox.Manager, lopts []ListenOption, opts ...Option) *testEnv {
+	t.Helper()
 	sock := filepath.Join(shortTempDir(t), "api.sock")
 	logBuf := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logBuf, nil))
@@ -143,7 +150,7 @@ func newTestEnvListen(t *testing.T, lopts []ListenOption, opts ...Option) *testE
 	if err != nil {
 		t.Fatalf("ListenUnix: %v", err)
 	}
-	srv := NewHTTPServer(NewServer(contractBreaker{fake}, log, opts...))
+	srv := NewHTTPServer(NewServer(wrap(fake), log, opts...))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

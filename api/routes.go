@@ -40,6 +40,7 @@ func routes() []route {
 		{"DELETE", "/v1/snapshots/{id}", (*server).deleteSnapshot},
 		{"GET", "/v1/workspaces", (*server).listWorkspaces},
 		{"GET", "/v1/images", (*server).listImages},
+		{"POST", "/v1/images", (*server).createImage},
 		{"DELETE", "/v1/images/{name}", (*server).deleteImage},
 		{"DELETE", "/v1/workspaces/{name}", (*server).deleteWorkspace},
 		// MCP's Streamable HTTP: POST sends messages, GET opens the

@@ -69,6 +69,7 @@ type server struct {
 	mux                *http.ServeMux
 	maxJSON            int64
 	maxUpload          int64
+	maxImageUpload     int64
 	defTimeout         time.Duration
 	maxTimeout         time.Duration
 	streamWriteTimeout time.Duration
@@ -93,6 +94,7 @@ func NewServer(m sandbox.Manager, log *slog.Logger, opts ...Option) http.Handler
 		mux:                http.NewServeMux(),
 		maxJSON:            DefaultMaxJSONBytes,
 		maxUpload:          DefaultMaxUploadBytes,
+		maxImageUpload:     DefaultMaxImageUploadBytes,
 		defTimeout:         DefaultCellTimeout,
 		maxTimeout:         DefaultMaxTimeout,
 		streamWriteTimeout: DefaultStreamWriteTimeout,
@@ -301,10 +303,16 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, empt
 		}
 		return fmt.Errorf("%w: reading request body: %v", sandbox.ErrInvalid, err)
 	}
+	if len(bytes.TrimSpace(body)) == 0 && emptyOK {
+		return nil
+	}
+	return decodeStrict(body, v)
+}
+
+// decodeStrict decodes one JSON value, rejecting unknown fields, trailing
+// data and an empty body.
+func decodeStrict(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
-		if emptyOK {
-			return nil
-		}
 		return fmt.Errorf("%w: request body is empty, a JSON object is required", sandbox.ErrInvalid)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))

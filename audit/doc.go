@@ -31,6 +31,10 @@
 //	action         "METHOD /route/{pattern}", or ActionSandboxEnd, ActionAuth
 //	sandbox, snapshot, workspace, image
 //	               the objects the request named or made
+//	image_source, image_ref, image_digest
+//	               an image a request made: build, pull or import; the
+//	               reference pulled (or the base built on); the OCI
+//	               manifest's digest (never a registry token)
 //	code_sha256, code_bytes
 //	               a cell's code, or an exec's argv as a JSON array:
 //	               its SHA-256 (hex) and size in bytes
@@ -40,7 +44,8 @@
 //	               a file transfer's guest path, bytes and SHA-256 (hex)
 //	policy         a network policy change: {"old_allow":[...],"new_allow":[...]}
 //	status         the HTTP status answered
-//	result_status  a cell's or exec's result status (ok, error, timeout, lost)
+//	result_status  a cell's or exec's result status (ok, error, timeout, lost),
+//	               or an image's making: ok, or the error code it ended with
 //	killed_by      what killed a cell or command (timeout, oom, ...)
 //	duration_ms    from the request's arrival to the record
 //	error, reason  a refusal's or failure's error code and message

@@ -34,6 +34,12 @@ type Record struct {
 	Snapshot  string `json:"snapshot,omitempty"`
 	Workspace string `json:"workspace,omitempty"`
 	Image     string `json:"image,omitempty"`
+	// ImageSource, ImageRef and ImageDigest describe an image a request
+	// made: how (build, pull, import), the reference pulled or the base
+	// built on, and the OCI manifest's digest. Never a registry token.
+	ImageSource string `json:"image_source,omitempty"`
+	ImageRef    string `json:"image_ref,omitempty"`
+	ImageDigest string `json:"image_digest,omitempty"`
 
 	CodeSHA256  string `json:"code_sha256,omitempty"`
 	CodeBytes   int64  `json:"code_bytes,omitempty"`
@@ -109,10 +115,11 @@ const (
 // bound clips every field of r to its bound.
 func bound(r Record, fullCode bool, maxCode int) Record {
 	for _, s := range []*string{&r.Tenant, &r.TokenID, &r.Peer, &r.Action, &r.Sandbox, &r.Snapshot,
-		&r.Workspace, &r.Image, &r.CodeSHA256, &r.SHA256, &r.ResultStatus, &r.KilledBy, &r.Error} {
+		&r.Workspace, &r.Image, &r.ImageSource, &r.ImageDigest, &r.CodeSHA256, &r.SHA256, &r.ResultStatus, &r.KilledBy, &r.Error} {
 		*s = clip(*s, maxID)
 	}
 	r.Path = clip(r.Path, maxPath)
+	r.ImageRef = clip(r.ImageRef, maxPath)
 	r.Reason = clip(r.Reason, maxReason)
 	if !fullCode {
 		r.Code, r.CodeClipped = "", false

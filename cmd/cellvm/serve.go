@@ -70,8 +70,10 @@ type serveOptions struct {
 	// cellTimeout is a cell's or command's limit when its request names
 	// none; maxCellTimeout the most a request may ask for.
 	cellTimeout, maxCellTimeout time.Duration
-	policy                      *cellPolicyFlags // serve_policy.go
-	audit                       *auditFlags      // serve_audit.go
+	// maxImageUploadMiB bounds an image request's archive.
+	maxImageUploadMiB int64
+	policy            *cellPolicyFlags // serve_policy.go
+	audit             *auditFlags      // serve_audit.go
 }
 
 // deps are what tests replace: how the daemon and the embedded manager are
@@ -134,6 +136,7 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.BoolVar(&o.mcp, "mcp", false, "serve the sandbox tools over MCP Streamable HTTP at /mcp (a sandbox per MCP session)")
 	fs.DurationVar(&o.cellTimeout, "cell-timeout", api.DefaultCellTimeout, "a cell's or command's time limit when its request gives none")
 	fs.DurationVar(&o.maxCellTimeout, "max-cell-timeout", api.DefaultMaxTimeout, "the longest time limit a cell or command may ask for")
+	fs.Int64Var(&o.maxImageUploadMiB, "max-image-upload-mib", api.DefaultMaxImageUploadBytes>>20, "the largest archive an image request may send (an import's, or a build's files), in MiB")
 	fs.DurationVar(&o.mcpSession, "mcp-idle-timeout", 15*time.Minute, "end an MCP session (and delete its sandbox) after this long without a request")
 	o.mcpFlags = addMCPFlagsPrefixed(fs)
 	fs.IntVar(&o.mcpMaxSessions, "mcp-max-sessions", 16, "cap on each tenant's open MCP sessions (0: none; the tenant config's max_mcp_sessions overrides it)")
@@ -178,6 +181,9 @@ func (o *serveOptions) check() error {
 	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return usagef("give --tls-cert and --tls-key together")
+	}
+	if o.maxImageUploadMiB <= 0 || o.maxImageUploadMiB > 1<<30 {
+		return usagef("--max-image-upload-mib %d: want 1 to %d", o.maxImageUploadMiB, 1<<30)
 	}
 	if o.cellTimeout <= 0 || o.maxCellTimeout <= 0 {
 		return usagef("--cell-timeout %v and --max-cell-timeout %v must both be positive", o.cellTimeout, o.maxCellTimeout)
@@ -284,7 +290,7 @@ func (a *app) serve(o *serveOptions) error {
 		return err
 	}
 	apiOpts := []api.Option{api.WithMetrics(reg), api.WithTimeouts(o.cellTimeout, o.maxCellTimeout),
-		api.WithTenants(func(t string) bool { return known[t] })}
+		api.WithTenants(func(t string) bool { return known[t] }), api.WithMaxImageUploadBytes(o.maxImageUploadMiB << 20)}
 	if o.mcp {
 		mh, closeMCP := newMCPHandler(m, o, tenantFile, log)
 		defer closeMCP()

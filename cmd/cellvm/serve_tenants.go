@@ -23,11 +23,12 @@ type tenantFlags struct {
 
 func addTenantFlags(fs *pflag.FlagSet) *tenantFlags {
 	f := &tenantFlags{}
-	fs.StringVar(&f.configFile, "tenant-config", "", "JSON file of per-tenant settings: {\"tenants\": {\"NAME\": {\"max_sandboxes\": N, \"max_vcpus\": N, \"max_memory_mib\": N, \"max_disk_mib\": N, \"creates_per_minute\": N, \"egress_allow_private\": [CIDR...]}}}")
+	fs.StringVar(&f.configFile, "tenant-config", "", "JSON file of per-tenant settings: {\"tenants\": {\"NAME\": {\"max_sandboxes\": N, \"max_vcpus\": N, \"max_memory_mib\": N, \"max_disk_mib\": N, \"creates_per_minute\": N, \"max_images\": N, \"egress_allow_private\": [CIDR...]}}}")
 	fs.IntVar(&f.quotas.Sandboxes, "tenant-max-sandboxes", 0, "cap on each tenant's sandboxes (0: only the host's cap)")
 	fs.IntVar(&f.quotas.VCPUs, "tenant-max-vcpus", 0, "cap on the vCPUs of each tenant's sandboxes together (0: none)")
 	fs.IntVar(&f.quotas.MemoryMiB, "tenant-max-memory-mib", 0, "cap on the memory in MiB of each tenant's sandboxes together (0: only the host's cap)")
-	fs.Int64Var(&f.quotas.DiskMiB, "tenant-max-disk-mib", 0, "cap on the disk in MiB each tenant's snapshots and workspaces take (0: only the host's caps)")
+	fs.Int64Var(&f.quotas.DiskMiB, "tenant-max-disk-mib", 0, "cap on the disk in MiB each tenant's snapshots, workspaces and images take (0: only the host's caps)")
+	fs.IntVar(&f.quotas.Images, "tenant-max-images", tenant.DefaultMaxImages, "cap on each tenant's own images, built, pulled or imported (0: none)")
 	fs.IntVar(&f.quotas.CreatesPerMinute, "tenant-creates-per-minute", 120, "cap on each tenant's creates per minute, forks included (0: none)")
 	return f
 }

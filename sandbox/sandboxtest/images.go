@@ -108,8 +108,3 @@ func (m *Manager) DeleteImage(ctx context.Context, name string) error {
 	m.note("delete image %s", name)
 	return nil
 }
-
-// CreateImage implements sandbox.Manager: the double makes no images yet.
-func (m *Manager) CreateImage(ctx context.Context, req sandbox.ImageRequest, progress func(sandbox.ImageEvent)) (sandbox.ImageInfo, error) {
-	return sandbox.ImageInfo{}, fmt.Errorf("%w: the test double makes no images", sandbox.ErrNotSupported)
-}

@@ -44,10 +44,12 @@ type Manager struct {
 	snaps      map[string]*snap
 	workspaces map[wsKey]*workspace
 	images     map[string]sandbox.ImageInfo
-	fail       map[string]error
-	calls      []string
-	happened   []string
-	deleted    []string
+	// making holds the names of images being made.
+	making   map[string]bool
+	fail     map[string]error
+	calls    []string
+	happened []string
+	deleted  []string
 }
 
 // box is a sandbox.
@@ -83,6 +85,7 @@ func New() *Manager {
 		snaps:        map[string]*snap{},
 		workspaces:   map[wsKey]*workspace{},
 		images:       startImages(),
+		making:       map[string]bool{},
 		fail:         map[string]error{},
 	}
 	m.changed = sync.NewCond(&m.mu)

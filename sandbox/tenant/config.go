@@ -19,14 +19,22 @@ type Quotas struct {
 	// VCPUs and MemoryMiB cap the sum over its sandboxes.
 	VCPUs     int `json:"max_vcpus"`
 	MemoryMiB int `json:"max_memory_mib"`
-	// DiskMiB caps what its snapshots and workspaces take on the host's
-	// disk: a snapshot, a pause or a create that makes a workspace is
-	// refused once they take that much.
+	// DiskMiB caps what its snapshots, workspaces and images take on
+	// the host's disk: a snapshot, a pause, a create that makes a
+	// workspace, or an image's making is refused once they take that
+	// much.
 	DiskMiB int64 `json:"max_disk_mib"`
 	// CreatesPerMinute caps the rate of creates (forks too), with a
 	// burst of as many.
 	CreatesPerMinute int `json:"creates_per_minute"`
+	// Images caps the tenant's own images (built, pulled, imported);
+	// the operator's, which every tenant sees, do not count.
+	Images int `json:"max_images"`
 }
+
+// DefaultMaxImages is the daemon's default max_images
+// (serve --tenant-max-images).
+const DefaultMaxImages = 32
 
 // MaxQuota bounds each quota so sums cannot overflow.
 const MaxQuota = 1 << 40
@@ -37,7 +45,7 @@ func (q Quotas) Validate() error {
 		name string
 		v    int64
 	}{{"max_sandboxes", int64(q.Sandboxes)}, {"max_vcpus", int64(q.VCPUs)}, {"max_memory_mib", int64(q.MemoryMiB)},
-		{"max_disk_mib", q.DiskMiB}, {"creates_per_minute", int64(q.CreatesPerMinute)}} {
+		{"max_disk_mib", q.DiskMiB}, {"creates_per_minute", int64(q.CreatesPerMinute)}, {"max_images", int64(q.Images)}} {
 		if c.v < 0 || c.v > MaxQuota {
 			return fmt.Errorf("%s %d: want 0 (no cap) to %d", c.name, c.v, int64(MaxQuota))
 		}
@@ -55,6 +63,7 @@ type Settings struct {
 	MemoryMiB          *int     `json:"max_memory_mib,omitempty"`
 	DiskMiB            *int64   `json:"max_disk_mib,omitempty"`
 	CreatesPerMinute   *int     `json:"creates_per_minute,omitempty"`
+	Images             *int     `json:"max_images,omitempty"`
 	EgressAllowPrivate []string `json:"egress_allow_private,omitempty"`
 	// MCPSessions caps the tenant's MCP sessions (0: the daemon's default).
 	MCPSessions *int `json:"max_mcp_sessions,omitempty"`
@@ -79,6 +88,9 @@ func (s Settings) Apply(q Quotas) Quotas {
 	}
 	if s.CreatesPerMinute != nil {
 		q.CreatesPerMinute = *s.CreatesPerMinute
+	}
+	if s.Images != nil {
+		q.Images = *s.Images
 	}
 	return q
 }

@@ -506,16 +506,3 @@ func (f *eventFilter) Next(ctx context.Context) (sandbox.Event, error) {
 		}
 	}
 }
-
-// CreateImage implements sandbox.Manager: the image is the caller's
-// tenant's.
-func (m *Manager) CreateImage(ctx context.Context, req sandbox.ImageRequest, progress func(sandbox.ImageEvent)) (sandbox.ImageInfo, error) {
-	c, err := caller(ctx)
-	if err != nil {
-		return sandbox.ImageInfo{}, err
-	}
-	if !all(c) {
-		req.Tenant = sandbox.Owner(c.Tenant)
-	}
-	return m.inner.CreateImage(ctx, req, progress)
-}

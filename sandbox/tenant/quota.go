@@ -19,7 +19,9 @@ import (
 
 // tenantState is one tenant's creates in flight and its create rate.
 type tenantState struct {
-	pending   []reservation
+	pending []reservation
+	// images counts the tenant's image creates in flight.
+	images    int
 	creates   *rate.Limiter
 	perMinute int
 }
@@ -146,7 +148,8 @@ func (m *Manager) admit(ctx context.Context, cfg sandbox.Config) (release func()
 	}, nil
 }
 
-// diskUse sums what tenant's snapshots and workspaces take on disk.
+// diskUse sums what tenant's snapshots, workspaces and images take on
+// disk.
 func (m *Manager) diskUse(ctx context.Context, tenant string) (int64, error) {
 	var n int64
 	snaps, err := m.inner.ListSnapshots(ctx)
@@ -167,11 +170,21 @@ func (m *Manager) diskUse(ctx context.Context, tenant string) (int64, error) {
 			n += w.DiskBytes
 		}
 	}
+	imgs, err := m.inner.Images(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, im := range imgs {
+		// An image without a tenant is the operator's.
+		if im.Tenant != "" && sandbox.Owner(im.Tenant) == tenant {
+			n += im.SizeBytes
+		}
+	}
 	return n, nil
 }
 
-// diskRoom refuses a snapshot or pause (what) once tenant's snapshots
-// and workspaces take its disk cap.
+// diskRoom refuses a snapshot, a pause or an image (what) once
+// tenant's snapshots, workspaces and images take its disk cap.
 func (m *Manager) diskRoom(ctx context.Context, tenant, what string) error {
 	tenant = sandbox.Owner(tenant)
 	q := m.quotas(tenant)
@@ -183,7 +196,7 @@ func (m *Manager) diskRoom(ctx context.Context, tenant, what string) error {
 		return err
 	}
 	if n >= q.DiskMiB<<20 {
-		return quotaf(time.Minute, "tenant %s's snapshots and workspaces take %d MiB, its cap is %d MiB (max_disk_mib); delete some before another %s",
+		return quotaf(time.Minute, "tenant %s's snapshots, workspaces and images take %d MiB, its cap is %d MiB (max_disk_mib); delete some before another %s",
 			tenant, n>>20, q.DiskMiB, what)
 	}
 	return nil

@@ -24,7 +24,7 @@ from .aio import AsyncSandbox
 from ._transport import DEFAULT_SOCKET, Connection
 from .errors import (
     Busy, CellvmError, ConnectError, ConnectionLost, Forbidden, Full, Internal, Invalid, Lost, NotFound, Unauthorized,
-    NotSupported, ProtocolError, Timeout, TooLarge,
+    NotSupported, ProtocolError, Timeout, TooLarge, Upstream, BuildFailed,
 )
 from .models import (
     CommandResult, Execution, ExecutionError, ImageInfo, Logs, Result, SandboxInfo, SnapshotInfo, Truncated,
@@ -39,5 +39,5 @@ __all__ = [
     "Execution", "Result", "Logs", "ExecutionError", "Truncated", "CommandResult", "SandboxInfo", "SnapshotInfo",
     "WorkspaceInfo", "ImageInfo",
     "CellvmError", "Invalid", "Unauthorized", "Forbidden", "NotFound", "Busy", "Lost", "TooLarge", "Internal", "NotSupported",
-    "Full", "ConnectError", "ConnectionLost", "Timeout", "ProtocolError",
+    "Full", "ConnectError", "ConnectionLost", "Timeout", "ProtocolError", "Upstream", "BuildFailed",
 ]

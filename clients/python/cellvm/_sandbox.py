@@ -210,6 +210,43 @@ def list_images_plan(conn: Connection) -> Plan:
                 lambda v: [ImageInfo.from_raw(i) for i in v or [] if isinstance(i, dict)])
 
 
+#: A make's deadline when create_image gives none (the daemon's default).
+DEFAULT_IMAGE_TIMEOUT_S = 1800
+
+
+def create_image_plan(conn: Connection, name: str, *, pull: Optional[str] = None, recipe: Optional[Dict[str, Any]] = None,
+                      replace: bool = False, platform: Optional[str] = None, insecure: bool = False,
+                      registry_token: Optional[str] = None, timeout_s: Optional[int] = None) -> Plan:
+    """POST /v1/images as JSON: a pull, or a recipe whose steps need no
+    files (imports and builds with files go through ``cellvm image``)."""
+    body: Dict[str, Any] = {"name": image_name(name)}
+    if (pull is None) == (recipe is None):
+        raise ValueError("create_image takes exactly one of pull (an OCI reference) and recipe "
+                         "({'base': ..., 'steps': [...]}); imports and builds with files go through 'cellvm image'")
+    if pull is not None:
+        if not isinstance(pull, str) or not pull or len(pull) > 512:
+            raise ValueError("pull is an OCI reference (registry/repo:tag or @sha256:...)")
+        body["pull"] = pull
+    if recipe is not None:
+        if not isinstance(recipe, dict) or not isinstance(recipe.get("steps"), list):
+            raise TypeError("recipe is a dict with 'steps' (a list of steps) and optionally 'base'")
+        body["recipe"] = recipe
+    if replace:
+        body["replace"] = True
+    if platform is not None:
+        body["platform"] = platform
+    if insecure:
+        body["insecure"] = True
+    if registry_token is not None:
+        body["registry_token"] = registry_token
+    if timeout_s is not None:
+        if not isinstance(timeout_s, int) or isinstance(timeout_s, bool) or timeout_s <= 0:
+            raise ValueError("timeout_s is a positive int")
+        body["timeout_s"] = timeout_s
+    wait = (timeout_s or DEFAULT_IMAGE_TIMEOUT_S) + conn.timeout
+    return Plan(ex.json_call("POST", ex.images_path(), body, want=(201,)), wait, ImageInfo.from_raw)
+
+
 def delete_image_plan(conn: Connection, name: str) -> Plan:
     return Plan(_delete(ex.image_path(image_name(name))), conn.timeout)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Awaitable, Dict, List, Optional
 
 from ._sandbox import (
-    DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, delete_image_plan, delete_snapshot_plan,
+    DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, create_image_plan, delete_image_plan, delete_snapshot_plan,
     delete_workspace_plan, get_snapshot_plan, info_plan, list_images_plan, list_plan, list_snapshots_plan,
     list_workspaces_plan,
 )
@@ -93,6 +93,22 @@ class AsyncSandbox(SandboxCalls):
         """Every root image of the daemon, the default first."""
         conn = connection or Connection(socket_path)
         return await list_images_plan(conn).arun(conn)
+
+    @classmethod
+    async def create_image(cls, name: str, *, pull: Optional[str] = None, recipe: Optional[Dict[str, Any]] = None,
+                     replace: bool = False, platform: Optional[str] = None, insecure: bool = False,
+                     registry_token: Optional[str] = None, timeout_s: Optional[int] = None,
+                     connection: Optional[Connection] = None, socket_path: Optional[str] = None) -> ImageInfo:
+        """Makes an image in the daemon's builder VM and returns it: ``pull``
+        an OCI reference, or build ``recipe`` ({"base": IMAGE, "steps":
+        [{"apt": [...]}, {"run": "..."}, {"env": ["K=V"]}, ...]}, steps that
+        need no files). Busy when the name is taken (unless ``replace``),
+        Invalid for a bad request, and the daemon's upstream (502) or
+        build_failed (422, naming the step) errors otherwise. The registry
+        token is sent, never kept."""
+        conn = connection or Connection(socket_path)
+        return await create_image_plan(conn, name, pull=pull, recipe=recipe, replace=replace, platform=platform,
+                                 insecure=insecure, registry_token=registry_token, timeout_s=timeout_s).arun(conn)
 
     @classmethod
     async def delete_image(cls, name: str, *, connection: Optional[Connection] = None,

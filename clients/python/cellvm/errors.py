@@ -111,6 +111,24 @@ class Full(CellvmError):
         self.retry_after = retry_after
 
 
+class Upstream(CellvmError):
+    """502: a registry an image request named could not be reached or refused (the message says which and why)."""
+
+    code = "upstream"
+
+
+class BuildFailed(CellvmError):
+    """422: a step of an image's making failed: ``step`` names it, ``tail`` is the end of its output."""
+
+    code = "build_failed"
+
+    def __init__(self, message: str, *, status: Optional[int] = None, code: Optional[str] = None,
+                 step: Optional[str] = None, tail: Optional[str] = None):
+        super().__init__(message, status=status, code=code)
+        self.step = step
+        self.tail = tail
+
+
 class ConnectError(CellvmError, ConnectionError):
     """No daemon could be reached (no socket, nothing listening, no permission)."""
 
@@ -139,7 +157,8 @@ class ProtocolError(CellvmError):
     code = "protocol"
 
 
-_BY_CODE = {cls.code: cls for cls in (Invalid, Unauthorized, Forbidden, NotFound, Busy, Lost, TooLarge, Internal, NotSupported, Full)}
+_BY_CODE = {cls.code: cls for cls in (Invalid, Unauthorized, Forbidden, NotFound, Busy, Lost, TooLarge, Internal, NotSupported, Full,
+                                     Upstream, BuildFailed)}
 _BY_CODE["rate_limited"] = Unauthorized
 _BY_STATUS = {400: Invalid, 401: Unauthorized, 429: Unauthorized, 403: Forbidden, 404: NotFound, 405: Invalid, 409: Busy, 410: Lost, 413: TooLarge,
               500: Internal, 501: NotSupported, 503: Full}
@@ -150,12 +169,15 @@ def from_response(status: int, body: bytes, retry_after: Optional[str] = None) -
     import json
 
     code, message = None, body.decode("utf-8", "replace").strip()[:4096]
+    step = tail = None
     try:
         doc = json.loads(body)
         err = doc.get("error") if isinstance(doc, dict) else None
         if isinstance(err, dict) and isinstance(err.get("code"), str):
             code = err["code"]
             message = str(err.get("message", ""))
+            step = err.get("step") if isinstance(err.get("step"), str) else None
+            tail = err.get("tail") if isinstance(err.get("tail"), str) else None
     except ValueError:
         pass
     cls = _BY_CODE.get(code) if code else None
@@ -170,6 +192,8 @@ def from_response(status: int, body: bytes, retry_after: Optional[str] = None) -
         except ValueError:
             pass
         return Full(message, status=status, code=code, retry_after=seconds)
+    if cls is BuildFailed:
+        return BuildFailed(message, status=status, code=code, step=step, tail=tail)
     return cls(message, status=status, code=code)
 
 

@@ -302,6 +302,12 @@ class ImageInfo:
     apt: List[str] = field(default_factory=list)
     build_seconds: float = 0.0
     raw: Dict[str, Any] = field(repr=False, default_factory=dict)
+    #: How it was made ("build", "pull", "import"; None for the default),
+    #: the reference pulled, the OCI manifest's digest, and a build's base.
+    source: Optional[str] = None
+    ref: Optional[str] = None
+    digest: Optional[str] = None
+    base: Optional[str] = None
 
     @classmethod
     def from_raw(cls, raw: Dict[str, Any]) -> "ImageInfo":
@@ -316,4 +322,5 @@ class ImageInfo:
         return cls(name=str(raw.get("name", "")), size_bytes=int(raw.get("size_bytes") or 0),
                    built_at=str(raw.get("built_at", "")), python=text("python"), modules=texts("modules"),
                    sandboxes=int(raw.get("sandboxes") or 0), key=text("key"), apt=texts("apt"),
-                   build_seconds=float(raw.get("build_seconds") or 0), raw=raw)
+                   build_seconds=float(raw.get("build_seconds") or 0), raw=raw,
+                   source=text("source"), ref=text("ref"), digest=text("digest"), base=text("base"))

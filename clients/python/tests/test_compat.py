@@ -3,7 +3,8 @@ import os
 import tempfile
 import unittest
 
-from cellvm.compat.boxlite import CodeBox, SimpleBox
+from cellvm import Sandbox
+from cellvm.compat.boxlite import CodeBox, SimpleBox, image_name_for
 from cellvm.compat.withruntime import Sandbox as RuntimeSandbox
 
 from .fake import SOCKET, needs_daemon
@@ -38,9 +39,62 @@ class BoxLiteTest(unittest.TestCase):
 
     def test_simplebox_env_and_options(self):
         async def main():
-            async with SimpleBox(image="alpine:latest", memory_mib=256, cpus=1, env=[("A", "1")], socket_path=SOCKET) as box:
-                return await box._box().run_code("env")
-        self.assertEqual(asyncio.run(main()).logs.stdout, '{"A":"1"}\n')
+            async with SimpleBox(image="team", memory_mib=256, cpus=1, env=[("A", "1")], socket_path=SOCKET) as box:
+                return await box._box().run_code("env"), (await box._box().info()).config
+        ex, config = asyncio.run(main())
+        self.assertEqual(ex.logs.stdout, '{"A":"1"}\n')
+        self.assertEqual((config.get("image"), config.get("memory_mib"), config.get("vcpus")), ("team", 256, 1))
+
+    def test_image_references(self):
+        # An OCI reference is the image cellvm image pull names after it.
+        Sandbox.create_image("python-3.12-slim", pull="python:3.12-slim", socket_path=SOCKET)
+        self.addCleanup(Sandbox.delete_image, "python-3.12-slim", socket_path=SOCKET)
+
+        async def config(**kw):
+            async with SimpleBox(socket_path=SOCKET, **kw) as box:
+                return (await box._box().info()).config
+        self.assertEqual(asyncio.run(config(image="python:3.12-slim")).get("image"), "python-3.12-slim")
+        # None for one that is not there: the error says what to pull.
+        with self.assertRaises(RuntimeError) as cm:
+            asyncio.run(config(image="alpine:3.20"))
+        self.assertIn("cellvm image pull alpine:3.20", str(cm.exception))
+        self.assertIn("'alpine-3.20'", str(cm.exception))
+        with self.assertRaises(RuntimeError) as cm:
+            asyncio.run(config(image="alpine"))
+        self.assertIn("cellvm image pull alpine", str(cm.exception))
+        # CodeBox's default falls back to the daemon's image, or takes
+        # python-slim once there is one.
+        async def codebox():
+            async with CodeBox(socket_path=SOCKET) as box:
+                return (await box._box().info()).config.get("image")
+        self.assertIn(asyncio.run(codebox()), (None, "default"))
+        Sandbox.create_image("python-slim", pull="python:slim", socket_path=SOCKET)
+        self.addCleanup(Sandbox.delete_image, "python-slim", socket_path=SOCKET)
+        self.assertEqual(asyncio.run(codebox()), "python-slim")
+        self.assertEqual((image_name_for("ghcr.io/Org/App:1.0"), image_name_for("default"), image_name_for("!!")),
+                         ("ghcr.io-org-app-1.0", "", ""))
+
+    def test_volumes_and_network(self):
+        self.addCleanup(Sandbox.delete_workspace, "boxdata", socket_path=SOCKET)
+
+        async def main():
+            async with SimpleBox(volumes=[("boxdata", "/workspace")], network=["pypi.org"], socket_path=SOCKET) as box:
+                return (await box._box().info()).config
+        config = asyncio.run(main())
+        self.assertEqual((config.get("workspace"), config.get("network")), ("boxdata", {"allow": ["pypi.org"]}))
+
+    def test_unsupported_options_are_errors(self):
+        for kw, want in (
+            (dict(ports=[(8080, 80)]), "no inbound network"),
+            (dict(working_dir="/app"), "WORKDIR"),
+            (dict(volumes=[("/home/me/data", "/workspace")]), "shares no host directory"),
+            (dict(volumes=[("data", "/data")]), "at /workspace only"),
+            (dict(volumes=[("data", "/workspace", "ro")]), "read-write"),
+            (dict(volumes=[("a", "/workspace"), ("b", "/workspace")]), "one named workspace"),
+        ):
+            with self.assertRaises(ValueError) as cm:
+                SimpleBox(socket_path=SOCKET, **kw)
+            self.assertIn(want, str(cm.exception), kw)
 
 
 @needs_daemon

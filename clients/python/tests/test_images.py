@@ -117,6 +117,47 @@ class ImageTest(unittest.TestCase):
         asyncio.run(main())
 
 
+@needs_daemon
+class CreateImageTest(unittest.TestCase):
+    def test_pull_and_recipe(self):
+        self.addCleanup(Sandbox.delete_image, "pulled", socket_path=SOCKET)
+        self.addCleanup(Sandbox.delete_image, "cooked", socket_path=SOCKET)
+        info = Sandbox.create_image("pulled", pull="python:3.12-slim", registry_token="tok-py-19", socket_path=SOCKET)
+        self.assertIsInstance(info, cellvm.ImageInfo)
+        self.assertEqual((info.name, info.source, info.ref), ("pulled", "pull", "python:3.12-slim"))
+        self.assertTrue(info.digest.startswith("sha256:"))
+        self.assertNotIn("tok-py-19", repr(info.raw))
+        self.assertEqual(listed("pulled").source, "pull")
+        with self.assertRaises(cellvm.Busy):
+            Sandbox.create_image("pulled", pull="python:3.13-slim", socket_path=SOCKET)
+        self.assertEqual(Sandbox.create_image("pulled", pull="python:3.13-slim", replace=True, socket_path=SOCKET).ref,
+                         "python:3.13-slim")
+        info = Sandbox.create_image("cooked", recipe={"base": "pulled", "steps": [{"apt": ["jq"]}, {"env": ["A=1"]}]},
+                                    timeout_s=600, socket_path=SOCKET)
+        self.assertEqual((info.source, info.base, info.apt, info.raw.get("env")), ("build", "pulled", ["jq"], ["A=1"]))
+
+    def test_errors(self):
+        with self.assertRaises(cellvm.Upstream) as cm:
+            Sandbox.create_image("nowhere", pull="registry.invalid/x:1", socket_path=SOCKET)
+        self.assertEqual(cm.exception.status, 502)
+        with self.assertRaises(cellvm.BuildFailed) as cm:
+            Sandbox.create_image("broken", recipe={"steps": [{"run": "exit 4"}]}, socket_path=SOCKET)
+        e = cm.exception
+        self.assertEqual((e.status, e.code, e.step), (422, "build_failed", "run"))
+        self.assertIn("exit status 4", e.tail)
+        with self.assertRaises(cellvm.Invalid):
+            Sandbox.create_image("bad", recipe={"base": "never-made", "steps": [{"run": "true"}]}, socket_path=SOCKET)
+
+        async def main():
+            with self.assertRaises(cellvm.BuildFailed):
+                await AsyncSandbox.create_image("broken", recipe={"steps": [{"run": "false"}]}, socket_path=SOCKET)
+            info = await AsyncSandbox.create_image("async-made", pull="alpine:3", socket_path=SOCKET)
+            self.assertEqual(info.source, "pull")
+            self.assertTrue(await AsyncSandbox.delete_image("async-made", socket_path=SOCKET))
+        asyncio.run(main())
+        self.assertIsNone(listed("broken"))
+
+
 class ImageNameTest(RefusedBeforeSending):
     """Bad image names are refused before any request."""
 
@@ -138,6 +179,13 @@ class ImageNameTest(RefusedBeforeSending):
                 Sandbox.delete_image(good, socket_path=self.nowhere)
         with self.assertRaises(cellvm.ConnectError):
             Sandbox.list_images(socket_path=self.nowhere)
+
+    def test_create_image_checks(self):
+        self.refused(ValueError, Sandbox.create_image, "Bad", pull="alpine:3")
+        self.refused(ValueError, Sandbox.create_image, "ok")
+        self.refused(ValueError, Sandbox.create_image, "ok", pull="alpine:3", recipe={"steps": []})
+        self.refused(TypeError, Sandbox.create_image, "ok", recipe=["run"])
+        self.refused(ValueError, Sandbox.create_image, "ok", pull="alpine:3", timeout_s=0)
 
     def test_async_checks_too(self):
         with self.assertRaises(ValueError):

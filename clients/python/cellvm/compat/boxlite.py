@@ -10,22 +10,80 @@ A program written for BoxLite runs with only its import changed::
 Unlike BoxLite's, whose ``run`` starts a fresh ``python -c`` each time,
 cellvm's interpreter keeps its state between runs. ``run`` returns what the
 cell printed, stdout then stderr, then the error as Python prints it (as
-``python -c`` would show it). ``image`` is accepted and ignored: cellvm
-sandboxes run cellvm's guest image (Debian with Python and the data
-stack). When no sandbox can be started (no daemon, no KVM), entering the
-box raises RuntimeError with the reason.
+``python -c`` would show it). When no sandbox can be started (no daemon,
+no KVM), entering the box raises RuntimeError with the reason.
+
+The box's options, as cellvm reads them:
+
+- ``image`` names a cellvm image (``cellvm image ls``): one built, pulled
+  or imported. An OCI reference such as ``python:slim`` is read as the
+  image ``cellvm image pull`` names after it by default: lower case, with
+  '/', ':' and '@' made '-' (``python-slim``, ``ghcr.io-org-app-1.0``).
+  When there is no such image, entering the box raises RuntimeError with
+  the ``cellvm image pull`` to run; CodeBox's default (``python:slim``,
+  when not given) falls back to the daemon's own image.
+- ``volumes`` mounts a named workspace (``cellvm workspace ls``) at
+  /workspace: ``[("NAME", "/workspace")]``; a host path, another guest
+  path, a read-only mount or a second volume is a ValueError (cellvm
+  shares no host directory with a sandbox).
+- ``network`` is the egress allowlist (hosts, CIDRs, names), as
+  ``Sandbox.create(network=...)`` takes it; none means no network.
+- ``ports`` and ``working_dir`` raise ValueError: a sandbox has no inbound
+  network to publish a port on, and cells and commands run in the image's
+  working directory (build one with WORKDIR; ``exec`` of SimpleBox runs
+  commands there too).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..aio import AsyncSandbox
-from ..errors import CellvmError
+from ..errors import CellvmError, Invalid
 from ..models import Execution
 
-__all__ = ["CodeBox", "SimpleBox", "ExecResult"]
+__all__ = ["CodeBox", "SimpleBox", "ExecResult", "image_name_for"]
+
+_IMAGE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
+def image_name_for(ref: str) -> str:
+    """The cellvm image name of an OCI reference, as ``cellvm image pull``
+    names it by default: lower case, '/', ':' and '@' made '-', other
+    characters dropped, at most 64; "" when nothing valid is left."""
+    out = []
+    for ch in ref.lower():
+        if ch in "/:@":
+            out.append("-")
+        elif ch.isascii() and (ch.isalnum() or ch in "-_."):
+            out.append(ch)
+    name = "".join(out).lstrip("-_.")[:64]
+    return name if _IMAGE_NAME.fullmatch(name) and name != "default" else ""
+
+
+def _workspace(volumes: Any) -> Optional[str]:
+    """The workspace a box's volumes name: one ("NAME", "/workspace")."""
+    if not volumes:
+        return None
+    if isinstance(volumes, dict):
+        volumes = list(volumes.items())
+    if isinstance(volumes, (str, bytes)) or not isinstance(volumes, (list, tuple)) or len(volumes) != 1:
+        raise ValueError("volumes: cellvm mounts one named workspace at /workspace: volumes=[('NAME', '/workspace')]")
+    vol = volumes[0]
+    if not isinstance(vol, (list, tuple)) or len(vol) not in (2, 3) or not all(isinstance(v, str) for v in vol):
+        raise ValueError(f"volumes: {vol!r}: want ('NAME', '/workspace'), NAME a cellvm workspace")
+    name, guest = vol[0], vol[1]
+    mode = vol[2] if len(vol) == 3 else "rw"
+    if guest.rstrip("/") != "/workspace":
+        raise ValueError(f"volumes: {guest!r}: a cellvm workspace is mounted at /workspace only")
+    if mode != "rw":
+        raise ValueError(f"volumes: mode {mode!r}: a cellvm workspace is mounted read-write")
+    if not _IMAGE_NAME.fullmatch(name):
+        raise ValueError(f"volumes: {name!r} is not a workspace name: cellvm shares no host directory with a sandbox; "
+                         "name a workspace (1 to 64 of a-z, 0-9, '-', '_', '.'), made empty on first use and kept")
+    return name
 
 
 @dataclass
@@ -59,10 +117,39 @@ class SimpleBox:
 
     def __init__(self, image: Optional[str] = None, memory_mib: Optional[int] = None, cpus: Optional[int] = None,
                  runtime: Any = None, *, env: Union[None, Dict[str, str], Sequence[Tuple[str, str]]] = None,
+                 volumes: Any = None, ports: Any = None, working_dir: Optional[str] = None,
+                 network: Union[None, List[str], Dict[str, List[str]]] = None,
                  auto_remove: bool = True, timeout: float = 180.0, socket_path: Optional[str] = None, **kwargs: Any):
-        self._opts = dict(vcpus=cpus, memory_mib=memory_mib, env=_env(env), timeout=timeout, socket_path=socket_path)
+        if ports:
+            raise ValueError("ports: a cellvm sandbox has no inbound network, so no port can be published; "
+                             "reach what runs in it through exec or run")
+        if working_dir is not None:
+            raise ValueError("working_dir: cellvm runs cells and commands in the image's working directory; "
+                             "build an image with WORKDIR (cellvm image build -f Dockerfile) to change it")
+        self._opts = dict(vcpus=cpus, memory_mib=memory_mib, env=_env(env), timeout=timeout, socket_path=socket_path,
+                          workspace=_workspace(volumes), network=network)
+        self._image = image
+        self._image_fallback = False
         self._auto_remove = auto_remove
         self._sbx: Optional[AsyncSandbox] = None
+
+    async def _image_name(self) -> Optional[str]:
+        """The cellvm image the box boots (None: the daemon's own)."""
+        ref = self._image
+        if ref is None:
+            return None
+        if not isinstance(ref, str):
+            raise TypeError(f"image is a str, not {type(ref).__name__}")
+        if _IMAGE_NAME.fullmatch(ref) and not self._image_fallback:
+            return ref
+        name = image_name_for(ref)
+        names = {i.name for i in await AsyncSandbox.list_images(socket_path=self._opts["socket_path"])}
+        if name in names:
+            return name
+        if self._image_fallback:
+            return None
+        raise RuntimeError(f"no cellvm image for {ref!r}: pull it first (cellvm image pull {ref}, which names it "
+                           f"{name or '...'!r}), or give a cellvm image name (cellvm image ls)")
 
     @property
     def id(self) -> Optional[str]:
@@ -71,7 +158,13 @@ class SimpleBox:
     async def start(self) -> "SimpleBox":
         if self._sbx is None:
             try:
-                self._sbx = await AsyncSandbox.create(**self._opts)
+                image = await self._image_name()
+                self._sbx = await AsyncSandbox.create(image=image, **self._opts)
+            except Invalid as e:
+                hint = ""
+                if "no image" in e.message and self._image:
+                    hint = f" (an image from a registry: cellvm image pull {self._image})"
+                raise RuntimeError(f"cellvm could not start a sandbox: {e}{hint}") from e
             except CellvmError as e:
                 raise RuntimeError(f"cellvm could not start a sandbox: {e}") from e
         return self
@@ -104,9 +197,12 @@ class SimpleBox:
 class CodeBox(SimpleBox):
     """A sandbox for Python code: ``await box.run(code)`` returns its output."""
 
-    def __init__(self, image: str = "python:slim", memory_mib: Optional[int] = None, cpus: Optional[int] = None,
+    def __init__(self, image: Optional[str] = None, memory_mib: Optional[int] = None, cpus: Optional[int] = None,
                  runtime: Any = None, **kwargs: Any):
-        super().__init__(image, memory_mib, cpus, runtime, **kwargs)
+        super().__init__(image or "python:slim", memory_mib, cpus, runtime, **kwargs)
+        # BoxLite's default: the image named after it when there is one,
+        # else the daemon's own (which has Python and the data stack).
+        self._image_fallback = image is None
 
     async def run(self, code: str, timeout: Optional[float] = None) -> str:
         """Runs code in the box's interpreter and returns what it printed
