@@ -44,9 +44,10 @@ func TestImagePulledAndImported(t *testing.T) {
 	}
 	reg := startRegistry(t, nil)
 	ref := reg + "/pyslim:test"
-	digest := pushImage(t, ref, slimImage(t, nil))
+	l1 := slimLayer1(t)
+	digest := pushImage(t, ref, slimImage(t, l1, nil))
 	dir := t.TempDir()
-	archive := saveImage(t, dir, "pyslim:imported", slimImage(t, map[string]string{"org.cellvm.test": "imported"}))
+	archive := saveImage(t, dir, "pyslim:imported", slimImage(t, l1, map[string]string{"org.cellvm.test": "imported"}))
 
 	d := startDaemon(t, dir, "--network=false")
 	defer func() { d.stop(t) }()

@@ -144,13 +144,20 @@ func slimLayer2(t *testing.T) v1.Layer {
 // root, layer 2 slimLayer2, and a config with Env (PATH and FOO=bar) and
 // WorkingDir /srv/app (which need not exist), no User. Labels make
 // another image (another config, so another digest) of the same files.
-func slimImage(t *testing.T, labels map[string]string) v1.Image {
+// l1 is slimLayer1's, shared: its digests cost a read of 150 MiB each.
+func slimImage(t *testing.T, l1 v1.Layer, labels map[string]string) v1.Image {
+	t.Helper()
+	return ociImage(t, v1.Config{Env: []string{slimPath, slimFoo}, WorkingDir: slimWorkDir, Labels: labels}, l1, slimLayer2(t))
+}
+
+// slimLayer1 is the fixture's root layer.
+func slimLayer1(t *testing.T) v1.Layer {
 	t.Helper()
 	l1, err := tarball.LayerFromFile(kvmtest.BuildFile(t, slimLayerFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ociImage(t, v1.Config{Env: []string{slimPath, slimFoo}, WorkingDir: slimWorkDir, Labels: labels}, l1, slimLayer2(t))
+	return l1
 }
 
 // ociImage is an image of layers with config cfg, for linux/amd64.
