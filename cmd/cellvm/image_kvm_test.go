@@ -95,6 +95,44 @@ func inNetns(t *testing.T, ns string, f func() error) {
 	}
 }
 
+// ip runs ip(8) with args, failing t if it fails.
+func ip(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// makeWorldNetns makes the network namespace ns (deleted at the test's
+// end), reached from the test's own through a veth pair: up here with
+// upCIDR, down there with downCIDR. Each of addrs (the world's servers'
+// addresses) goes on down and is routed from here via down's address.
+func makeWorldNetns(t *testing.T, ns, up, down, upCIDR, downCIDR string, addrs ...string) {
+	t.Helper()
+	exec.Command("ip", "netns", "del", ns).Run()
+	ip(t, "netns", "add", ns)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	ip(t, "link", "add", up, "type", "veth", "peer", "name", down)
+	ip(t, "link", "set", down, "netns", ns)
+	ip(t, "addr", "add", upCIDR, "dev", up)
+	ip(t, "link", "set", up, "up")
+	ip(t, "-n", ns, "addr", "add", downCIDR, "dev", down)
+	ip(t, "-n", ns, "link", "set", down, "up")
+	ip(t, "-n", ns, "link", "set", "lo", "up")
+	via, _, _ := strings.Cut(downCIDR, "/")
+	for _, a := range addrs {
+		addWorldAddr(t, ns, down, via, a)
+	}
+}
+
+// addWorldAddr puts addr on the world's end of the veth, down, and routes
+// it from the test's namespace via the world's address via.
+func addWorldAddr(t *testing.T, ns, down, via, addr string) {
+	t.Helper()
+	ip(t, "-n", ns, "addr", "add", addr+"/32", "dev", down)
+	ip(t, "route", "replace", addr+"/32", "via", via)
+}
+
 // serveLogged serves h on l, logging each request's method, host and path.
 func serveLogged(l net.Listener, h http.Handler, log *syncBuffer, who string) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -113,24 +151,7 @@ func makeMirrorWorld(t *testing.T, dir string) *syncBuffer {
 	if !netnstest.InChild() {
 		t.Fatal("makeMirrorWorld outside a namespace of the test's own would change the host's routes")
 	}
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	exec.Command("ip", "netns", "del", mirrorWorld).Run()
-	run("netns", "add", mirrorWorld)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", mirrorWorld).Run() })
-	run("link", "add", "cvt-mup", "type", "veth", "peer", "name", "cvt-mdown")
-	run("link", "set", "cvt-mdown", "netns", mirrorWorld)
-	run("addr", "add", "192.0.2.5/30", "dev", "cvt-mup")
-	run("link", "set", "cvt-mup", "up")
-	run("-n", mirrorWorld, "addr", "add", "192.0.2.6/30", "dev", "cvt-mdown")
-	run("-n", mirrorWorld, "addr", "add", mirrorAddr+"/32", "dev", "cvt-mdown")
-	run("-n", mirrorWorld, "link", "set", "cvt-mdown", "up")
-	run("-n", mirrorWorld, "link", "set", "lo", "up")
-	run("route", "replace", mirrorAddr+"/32", "via", "192.0.2.6")
+	makeWorldNetns(t, mirrorWorld, "cvt-mup", "cvt-mdown", "192.0.2.5/30", "192.0.2.6/30", mirrorAddr)
 	log := &syncBuffer{}
 	var httpL, dnsTCP net.Listener
 	var dnsUDP net.PacketConn

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -72,14 +71,7 @@ func topEntries(t *testing.T, dir string) map[string]time.Time {
 // namespace (checked): what a build must not reach. It returns its log.
 func serveMetadata(t *testing.T) *syncBuffer {
 	t.Helper()
-	for _, args := range [][]string{
-		{"-n", indexWorld, "addr", "add", metadataIP + "/32", "dev", "cvt-idown"},
-		{"route", "replace", metadataIP + "/32", "via", "192.0.2.2"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	addWorldAddr(t, indexWorld, "cvt-idown", "192.0.2.2", metadataIP)
 	var l net.Listener
 	inNetns(t, indexWorld, func() (err error) {
 		l, err = net.Listen("tcp", metadataIP+":80")

@@ -13,8 +13,9 @@
 #       100 MiB under emulation. pyslim.os-release is its /etc/os-release.
 #       Key: sha256 of this script, the mirror and the suite (minutes, once).
 #   debian/   a snapshot of the mirror for apt in a builder VM: the real,
-#       signed dists/bookworm/InRelease, main/binary-amd64/Packages.xz
-#       (also at its by-hash path when the Release says Acquire-By-Hash),
+#       signed dists/bookworm/InRelease, main/binary-amd64/Packages.xz and
+#       main/i18n/Translation-en.xz (also at their by-hash paths when the
+#       Release says Acquire-By-Hash),
 #       and the .debs of jq and its dependencies (computed from Packages:
 #       the closure of Depends and Pre-Depends, less the packages of a
 #       minbase root, which the default image has too) at their pool/
@@ -33,6 +34,9 @@ mirror=${mirror%/}
 suite=bookworm
 arch=amd64
 packages=(jq)
+# The index files apt-get update fetches (a missing Translation is an
+# error to it, not a warning).
+targets=(main/binary-$arch/Packages.xz main/i18n/Translation-en.xz)
 cache=${CELLVM_CACHE:-$HOME/.cache/cellvm}/rig-fixtures
 out=$repo/build/rig/fixtures
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
@@ -108,7 +112,7 @@ done
 # ---- a Debian mirror snapshot for apt in a builder VM ----
 # Keyed by what it is made of (not by the mirror's day: a snapshot, once
 # made, stays until its directory is removed).
-snap=$cache/debian-$suite-$(printf '%s\n' "$mirror" "$arch" "$key" "${packages[@]}" | sha256sum | cut -c1-16)
+snap=$cache/debian-$suite-$(printf '%s\n' "$mirror" "$arch" "$key" "${packages[@]}" "${targets[@]}" | sha256sum | cut -c1-16)
 if [[ ! -f $snap/done ]]; then
 	for tool in curl gpgv xz sha256sum; do
 		command -v "$tool" >/dev/null || die "$tool is missing: apt-get install curl gpgv xz-utils coreutils"
@@ -116,28 +120,39 @@ if [[ ! -f $snap/done ]]; then
 	[[ -f $keyring ]] || die "$keyring is missing: apt-get install debian-archive-keyring"
 	work=$snap.work
 	rm -rf "$work"
-	mkdir -p "$work/dists/$suite/main/binary-$arch"
 	dists=$work/dists/$suite
-	# Packages.xz must be the one InRelease names; a mirror updating
-	# between the two downloads gives another: fetch both again.
+	mkdir -p "$dists"
+	# The index files must be the ones InRelease names; a mirror updating
+	# between the downloads gives others: fetch them all again.
 	for try in 1 2 3; do
-		log "mirror snapshot: $mirror/dists/$suite/InRelease and main/binary-$arch/Packages.xz (try $try)"
+		log "mirror snapshot: $mirror/dists/$suite/InRelease and ${targets[*]} (try $try)"
 		fetch "$mirror/dists/$suite/InRelease" "$dists/InRelease"
 		gpgv --keyring "$keyring" "$dists/InRelease" 2>"$work/gpgv.log" ||
 			{ cat "$work/gpgv.log" >&2; die "$mirror/dists/$suite/InRelease does not verify with $keyring"; }
-		fetch "$mirror/dists/$suite/main/binary-$arch/Packages.xz" "$dists/main/binary-$arch/Packages.xz"
-		want=$(awk '/^SHA256:/ { s = 1; next } /^[^ ]/ { s = 0 } s && $3 == "main/binary-'"$arch"'/Packages.xz" { print $1 }' "$dists/InRelease")
-		[[ -n $want ]] || die "InRelease lists no SHA256 of main/binary-$arch/Packages.xz"
-		got=$(sha256sum "$dists/main/binary-$arch/Packages.xz" | cut -d' ' -f1)
-		[[ $got == "$want" ]] && break
-		log "Packages.xz is $got, InRelease says $want: the mirror changed in between"
-		[[ $try == 3 ]] && die "the mirror's Packages.xz never matched its InRelease"
+		stale=""
+		for target in "${targets[@]}"; do
+			mkdir -p "$dists/$(dirname "$target")"
+			fetch "$mirror/dists/$suite/$target" "$dists/$target"
+			want=$(awk -v t="$target" '/^SHA256:/ { s = 1; next } /^[^ ]/ { s = 0 } s && $3 == t { print $1 }' "$dists/InRelease")
+			[[ -n $want ]] || die "InRelease lists no SHA256 of $target"
+			got=$(sha256sum "$dists/$target" | cut -d' ' -f1)
+			if [[ $got != "$want" ]]; then
+				log "$target is $got, InRelease says $want: the mirror changed in between"
+				stale=1
+				break
+			fi
+			# apt asks for .../by-hash/SHA256/<hash> when the Release
+			# says Acquire-By-Hash.
+			if grep -q '^Acquire-By-Hash: yes' "$dists/InRelease"; then
+				mkdir -p "$dists/$(dirname "$target")/by-hash/SHA256"
+				ln -f "$dists/$target" "$dists/$(dirname "$target")/by-hash/SHA256/$want"
+			fi
+		done
+		[[ -z $stale ]] && break
+		[[ $try == 3 ]] && die "the mirror's index files never matched its InRelease"
+		rm -rf "$dists/main"
 		sleep 10
 	done
-	if grep -q '^Acquire-By-Hash: yes' "$dists/InRelease"; then
-		mkdir -p "$dists/main/binary-$arch/by-hash/SHA256"
-		ln "$dists/main/binary-$arch/Packages.xz" "$dists/main/binary-$arch/by-hash/SHA256/$want"
-	fi
 	# The closure of the packages' Depends and Pre-Depends (the first of
 	# each set of alternatives, versions ignored), less minbase's packages.
 	xz -dc "$dists/main/binary-$arch/Packages.xz" >"$work/Packages"
@@ -181,4 +196,10 @@ else
 fi
 place "$snap" "$out/debian"
 rm -f "$out/debian/done"
+# Older cache entries (another script, mirror or package list) go.
+for old in "$cache"/pyslim-* "$cache"/debian-$suite-*; do
+	[[ -d $old && $old != "$slim" && $old != "$snap" ]] || continue
+	log "removing the stale cache entry $old"
+	rm -rf "$old"
+done
 log "fixtures ready in $out"
