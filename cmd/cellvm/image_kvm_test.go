@@ -206,7 +206,7 @@ func TestImageBuiltWithApt(t *testing.T) {
 		return
 	}
 	dir := t.TempDir()
-	mirrorLog := makeMirrorWorld(t, kvmtest.BuildFile(t, mirrorSnapshotDir))
+	mirrorLog := makeMirrorWorld(t, fixture(t, mirrorSnapshotDir))
 	d := startDaemon(t, dir, "--network", "--public-ranges", "198.51.100.0/24", "--dns-upstream", mirrorDNS)
 	defer func() { d.stop(t) }()
 	c := api.NewClient(d.socket)

@@ -38,7 +38,7 @@ func TestImagePulledAndImported(t *testing.T) {
 	if _, err := os.Lstat(slipVictim); err == nil {
 		t.Fatalf("%s exists before the test, so the tar-slip's check cannot tell: remove it", slipVictim)
 	}
-	osRelease, err := os.ReadFile(kvmtest.BuildFile(t, slimOSReleaseFile))
+	osRelease, err := os.ReadFile(fixture(t, slimOSReleaseFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,6 +69,21 @@ const (
 	buildTimeout = 25 * time.Minute
 )
 
+// fixture returns the path of a rig fixture, failing t with what makes it
+// when it is missing.
+func fixture(t *testing.T, rel string) string {
+	t.Helper()
+	dir := os.Getenv("CELLVM_BUILD")
+	if dir == "" {
+		dir = filepath.Join(kvmtest.RepoRoot(t), "build")
+	}
+	p := filepath.Join(dir, rel)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s is missing: run test/nested/rig-fixtures.sh (build-kvm-tests.sh runs it for the TestImage* tests): %v", p, err)
+	}
+	return p
+}
+
 // tarEntry is one entry of a layer made in the test.
 type tarEntry struct {
 	hdr  tar.Header
@@ -153,7 +168,7 @@ func slimImage(t *testing.T, l1 v1.Layer, labels map[string]string) v1.Image {
 // slimLayer1 is the fixture's root layer.
 func slimLayer1(t *testing.T) v1.Layer {
 	t.Helper()
-	l1, err := tarball.LayerFromFile(kvmtest.BuildFile(t, slimLayerFile))
+	l1, err := tarball.LayerFromFile(fixture(t, slimLayerFile))
 	if err != nil {
 		t.Fatal(err)
 	}
