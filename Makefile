@@ -84,6 +84,7 @@ test-rig-full: cellvm initramfs
 bench: cellvm
 	@mkdir -p $(BUILD)/bench
 	CGO_ENABLED=0 $(GO) build -o $(BUILD)/bench/cellvm-bench ./test/bench
+	test/nested/rig-fixtures.sh  # the images bench's python:slim-like image (cached)
 	$(RIG) --mem $(RIG_MEM) --timeout $(RIG_TIMEOUT) -- $(BUILD)/bench/cellvm-bench -cellvm $(BIN)/cellvm -build $(BUILD) $(BENCH_ARGS)
 
 ## fuzz: run every fuzz target for FUZZTIME (default 60s) each

@@ -99,24 +99,7 @@ func makeIndexWorld(t *testing.T, dir string) *bytes.Buffer {
 	if !netnstest.InChild() {
 		t.Fatal("makeIndexWorld outside a namespace of the test's own would change the host's routes")
 	}
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	exec.Command("ip", "netns", "del", indexWorld).Run()
-	run("netns", "add", indexWorld)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", indexWorld).Run() })
-	run("link", "add", "cvt-iup", "type", "veth", "peer", "name", "cvt-idown")
-	run("link", "set", "cvt-idown", "netns", indexWorld)
-	run("addr", "add", "192.0.2.1/24", "dev", "cvt-iup")
-	run("link", "set", "cvt-iup", "up")
-	run("-n", indexWorld, "addr", "add", "192.0.2.2/24", "dev", "cvt-idown")
-	run("-n", indexWorld, "addr", "add", indexAddr+"/32", "dev", "cvt-idown")
-	run("-n", indexWorld, "link", "set", "cvt-idown", "up")
-	run("-n", indexWorld, "link", "set", "lo", "up")
-	run("route", "replace", "198.51.100.0/24", "via", "192.0.2.2")
+	makeWorldNetns(t, indexWorld, "cvt-iup", "cvt-idown", "192.0.2.1/24", "192.0.2.2/24", indexAddr)
 	var log bytes.Buffer
 	srv := exec.Command("ip", "netns", "exec", indexWorld, os.Args[0])
 	srv.Env = append(os.Environ(), envIndexRole+"="+dir)

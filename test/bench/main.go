@@ -31,8 +31,10 @@ import (
 // Benchmarks beyond boot live in their own files: disk.go (virtio-blk
 // sequential read, cellvm vs QEMU), vsock.go (host-to-guest stream, cellvm
 // vs QEMU's vhost-vsock), sandbox.go (create to first cell result,
-// cells per second) and snapshots.go (templates, forks, pause and resume,
-// and forks' memory, against a cold boot). -only picks some of them.
+// cells per second), snapshots.go (templates, forks, pause and resume,
+// and forks' memory, against a cold boot) and images.go (pull, import and
+// first create of an image users bring, against the default image). -only
+// picks some of them.
 
 const benchInit = `#!/bin/busybox sh
 /bin/busybox mount -t proc proc /proc
@@ -77,7 +79,7 @@ func main() {
 }
 
 // benchParts names the benches -only can pick, in the order they run.
-var benchParts = []string{"boot", "disk", "vsock", "sandbox", "snapshots"}
+var benchParts = []string{"boot", "disk", "vsock", "sandbox", "snapshots", "images"}
 
 // selectParts turns -only's list into the set of benches to run; an empty
 // list is all of them.
@@ -132,6 +134,11 @@ func run(cellvm, build, qemu string, n int, parts map[string]bool) error {
 	if parts["snapshots"] {
 		if err := benchSnapshots(cellvm, build); err != nil {
 			fmt.Println("bench: snapshots:", err)
+		}
+	}
+	if parts["images"] {
+		if err := benchImages(cellvm, build); err != nil {
+			fmt.Println("bench: images:", err)
 		}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/cellvm/cellvm/sandbox/engine"
@@ -87,22 +88,28 @@ func benchSandbox(cellvm, build string) error {
 
 // newBenchManager returns a manager over a fresh state directory, and a
 // function that closes it (destroying what it still holds) and removes the
-// directory.
-func newBenchManager(cellvm, build string, j *engine.JailOptions, tpl engine.TemplateOptions) (*engine.VMManager, func(), error) {
+// directory; calling it again does nothing. tweak changes the options
+// (an images directory shared by two managers, say).
+func newBenchManager(cellvm, build string, j *engine.JailOptions, tpl engine.TemplateOptions, tweak ...func(*engine.Options)) (*engine.VMManager, func(), error) {
 	state, err := os.MkdirTemp("", "cellvm-bench-state")
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := engine.NewVMManager(engine.Options{
+	opts := engine.Options{
 		Exe: cellvm, Kernel: filepath.Join(build, "kernel/vmlinux"), Initrd: filepath.Join(build, "initramfs.cpio"),
 		RootFS: filepath.Join(build, "rootfs.ext4"), StateDir: state, BootTimeout: 5 * time.Minute,
 		Log: slog.New(slog.DiscardHandler), Jail: j, Templates: tpl,
-	})
+	}
+	for _, f := range tweak {
+		f(&opts)
+	}
+	m, err := engine.NewVMManager(opts)
 	if err != nil {
 		os.RemoveAll(state)
 		return nil, nil, err
 	}
-	return m, func() { m.Close(); os.RemoveAll(state) }, nil
+	var once sync.Once
+	return m, func() { once.Do(func() { m.Close(); os.RemoveAll(state) }) }, nil
 }
 
 func medianDur(ds []time.Duration) time.Duration {

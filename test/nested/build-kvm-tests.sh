@@ -87,18 +87,20 @@ for f in $stray; do
 		exit 1
 	fi
 done
-# TestImageBuiltWithApt boots an image that `cellvm image build --apt`
-# made: the rig's L1 has no Debian mirror, so the host builds it here, from
-# the mirror, into build/rig/images (a cache hit when its inputs are
-# unchanged: the default image, the package, the builder).
-if grep -q 'TestImageBuiltWithApt' build/rig/tests.txt; then
-	log=build/rig/image-build.log
-	if ! build/bin/cellvm image build rig-jq --apt jq --base build/rootfs.ext4 --images-dir build/rig/images >"$log" 2>&1; then
+# The image tests (TestImage*) need what L1, which has no network, cannot
+# fetch: a python:slim-like root layer made by debootstrap and a snapshot
+# of Debian's mirror for apt in a builder VM. rig-fixtures.sh makes them
+# here, cached (minutes the first time only), into build/rig/fixtures/.
+# The images themselves are made in the rig: every build runs in a builder
+# microVM, which needs KVM.
+if grep -q 'TestImage' build/rig/tests.txt; then
+	log=build/rig/fixtures.log
+	if ! test/nested/rig-fixtures.sh >"$log" 2>&1; then
 		tail -n 30 "$log" >&2
-		echo "build-kvm-tests: cellvm image build rig-jq --apt jq failed (above; all of it in $log): TestImageBuiltWithApt needs it" >&2
+		echo "build-kvm-tests: test/nested/rig-fixtures.sh failed (above; all of it in $log): the TestImage* tests need its files" >&2
 		exit 1
 	fi
-	echo "rig image: $(tail -n 1 "$log")"
+	echo "rig fixtures: $(tail -n 1 "$log")"
 fi
 echo "rig tests ($suite): $(wc -l <build/rig/tests.txt) test binaries: $(cut -d' ' -f2 build/rig/tests.txt | xargs -n1 basename | tr '\n' ' ')"
 if [[ $suite == core ]]; then

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -20,6 +21,10 @@ import (
 // module Module has Init as its __init__.py.
 type Wheel struct {
 	Dist, Module, Version, Init string
+	// Extra are more files at the wheel's root (installed into
+	// site-packages), name to content: a .pth file, say, whose "import"
+	// lines every Python start on that site runs.
+	Extra map[string]string
 }
 
 // FileName is the wheel's file name.
@@ -35,6 +40,14 @@ func (w Wheel) Bytes() ([]byte, error) {
 		{info + "METADATA", "Metadata-Version: 2.1\nName: " + w.Dist + "\nVersion: " + w.Version + "\nSummary: cellvm's test wheel\n"},
 		{info + "WHEEL", "Wheel-Version: 1.0\nGenerator: cellvm-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
 		{info + "top_level.txt", w.Module + "\n"},
+	}
+	extra := make([]string, 0, len(w.Extra))
+	for name := range w.Extra {
+		extra = append(extra, name)
+	}
+	sort.Strings(extra)
+	for _, name := range extra {
+		files = append(files, [2]string{name, w.Extra[name]})
 	}
 	var whl bytes.Buffer
 	zw := zip.NewWriter(&whl)
