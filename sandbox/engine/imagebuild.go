@@ -175,19 +175,34 @@ func (b *imageBuild) run(ctx context.Context) (sandbox.ImageInfo, error) {
 }
 
 // checkFreeSpace refuses a build the images directory's file system
-// cannot hold: the inputs and the out disk, were it written full.
+// cannot start: its inputs, the copy of a recipe's base (its allocated
+// blocks), and buildHeadroom for what the build writes. The out disk is
+// sparse and only what the builder writes takes space, so the check does
+// not ask for the whole disk cap: a build that later finds the host's
+// disk full fails at its step (the guest sees an I/O error) and leaves
+// nothing behind, like any failed build.
 func (b *imageBuild) checkFreeSpace(p *prepared) error {
-	need := p.plan.DiskBytes + p.inputBytes + 64<<20
+	need := p.inputBytes + buildHeadroom
+	if p.basePath != "" {
+		var st unix.Stat_t
+		if err := unix.Stat(p.basePath, &st); err == nil {
+			need += st.Blocks * 512
+		}
+	}
 	var fs unix.Statfs_t
 	if err := unix.Statfs(b.work, &fs); err != nil {
 		return fmt.Errorf("image %s: free space of %s: %w", b.req.Name, b.work, err)
 	}
 	if free := int64(fs.Bavail) * int64(fs.Bsize); free < need {
-		return fmt.Errorf("%w: image %s needs up to %d MiB on %s (its inputs, and an out disk of %d MiB), and %d MiB are free; free some space or lower serve --image-build-disk-mib",
-			sandbox.ErrFull, b.req.Name, need>>20, filepath.Dir(b.work), p.plan.DiskBytes>>20, free>>20)
+		return fmt.Errorf("%w: image %s needs at least %d MiB on %s to start (its inputs, the copy of its base, and %d MiB to build in), and %d MiB are free; free some space there",
+			sandbox.ErrFull, b.req.Name, need>>20, filepath.Dir(b.work), buildHeadroom>>20, free>>20)
 	}
 	return nil
 }
+
+// buildHeadroom is the free space a build needs beyond its inputs and
+// its base's copy.
+const buildHeadroom = 512 << 20
 
 // writeInputsFile writes the inputs disk.
 func (b *imageBuild) writeInputsFile(ctx context.Context, p *prepared, path string) error {
