@@ -83,10 +83,16 @@ class BoxLiteTest(unittest.TestCase):
         config = asyncio.run(main())
         self.assertEqual((config.get("workspace"), config.get("network")), ("boxdata", {"allow": ["pypi.org"]}))
 
+    def test_working_dir(self):
+        box = SimpleBox(working_dir="/srv/app", socket_path=SOCKET)
+        self.assertEqual(box._argv("ls", "-l"), ["/bin/sh", "-c", 'mkdir -p -- "$0" && cd -- "$0" && exec "$@"',
+                                                  "/srv/app", "ls", "-l"])
+        self.assertEqual(SimpleBox(socket_path=SOCKET)._argv("ls"), ["ls"])
+
     def test_unsupported_options_are_errors(self):
         for kw, want in (
             (dict(ports=[(8080, 80)]), "no inbound network"),
-            (dict(working_dir="/app"), "WORKDIR"),
+            (dict(working_dir="app"), "absolute path"),
             (dict(volumes=[("/home/me/data", "/workspace")]), "shares no host directory"),
             (dict(volumes=[("data", "/data")]), "at /workspace only"),
             (dict(volumes=[("data", "/workspace", "ro")]), "read-write"),

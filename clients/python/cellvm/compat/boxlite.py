@@ -28,10 +28,14 @@ The box's options, as cellvm reads them:
   shares no host directory with a sandbox).
 - ``network`` is the egress allowlist (hosts, CIDRs, names), as
   ``Sandbox.create(network=...)`` takes it; none means no network.
-- ``ports`` and ``working_dir`` raise ValueError: a sandbox has no inbound
-  network to publish a port on, and cells and commands run in the image's
-  working directory (build one with WORKDIR; ``exec`` of SimpleBox runs
-  commands there too).
+- ``working_dir`` (an absolute path) is made if missing and is where
+  ``run`` and ``exec`` work: the box's interpreter changes to it before
+  its first run, and each ``exec`` goes through ``/bin/sh -c 'cd ...'``
+  (so an image without a shell takes no working_dir for ``exec``).
+  Without it they work in the image's working directory (its WORKDIR, or
+  /workspace).
+- ``ports`` raises ValueError: a sandbox has no inbound network to publish
+  a port on.
 """
 
 from __future__ import annotations
@@ -123,9 +127,11 @@ class SimpleBox:
         if ports:
             raise ValueError("ports: a cellvm sandbox has no inbound network, so no port can be published; "
                              "reach what runs in it through exec or run")
-        if working_dir is not None:
-            raise ValueError("working_dir: cellvm runs cells and commands in the image's working directory; "
-                             "build an image with WORKDIR (cellvm image build -f Dockerfile) to change it")
+        if working_dir is not None and (not isinstance(working_dir, str) or not working_dir.startswith("/")
+                                        or "\x00" in working_dir or len(working_dir) > 1024):
+            raise ValueError(f"working_dir: {working_dir!r}: want an absolute path in the box")
+        self._working_dir = working_dir
+        self._in_working_dir = False
         self._opts = dict(vcpus=cpus, memory_mib=memory_mib, env=_env(env), timeout=timeout, socket_path=socket_path,
                           workspace=_workspace(volumes), network=network)
         self._image = image
@@ -189,9 +195,18 @@ class SimpleBox:
 
     async def exec(self, cmd: str, *args: str, env: Optional[Dict[str, str]] = None,
                    timeout: Optional[float] = 600.0) -> ExecResult:
-        """Runs a program with arguments (no shell)."""
-        r = await self._box().commands.run([cmd, *args], envs=env, timeout=timeout)
+        """Runs a program with arguments (no shell; with working_dir, a
+        shell that changes to it and execs the program)."""
+        r = await self._box().commands.run(self._argv(cmd, *args), envs=env, timeout=timeout)
         return ExecResult(exit_code=r.exit_code, stdout=r.stdout, stderr=r.stderr)
+
+
+    def _argv(self, cmd: str, *args: str) -> List[str]:
+        """The argv exec runs: the command, or with working_dir a shell
+        that makes and enters it first."""
+        if self._working_dir is None:
+            return [cmd, *args]
+        return ["/bin/sh", "-c", 'mkdir -p -- "$0" && cd -- "$0" && exec "$@"', self._working_dir, cmd, *args]
 
 
 class CodeBox(SimpleBox):
@@ -207,7 +222,15 @@ class CodeBox(SimpleBox):
     async def run(self, code: str, timeout: Optional[float] = None) -> str:
         """Runs code in the box's interpreter and returns what it printed
         (stdout, stderr, then the error's traceback if it raised)."""
-        ex = await self._box().run_code(code, timeout=timeout or 60.0)
+        box = self._box()
+        if self._working_dir is not None and not self._in_working_dir:
+            enter = await box.run_code("import os as _cellvm_os\n_cellvm_os.makedirs(%r, exist_ok=True)\n"
+                                       "_cellvm_os.chdir(%r)\ndel _cellvm_os" % (self._working_dir, self._working_dir),
+                                       timeout=60.0)
+            if enter.error is not None:
+                return cell_output(enter)
+            self._in_working_dir = True
+        ex = await box.run_code(code, timeout=timeout or 60.0)
         return cell_output(ex)
 
     async def run_script(self, script_path: str) -> str:
