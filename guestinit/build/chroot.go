@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -170,21 +171,51 @@ func (b *builder) inRootLocked(c rootCmd, path string, env []string) error {
 	if dir == "" {
 		dir = "/"
 	}
-	cmd := &exec.Cmd{
-		Path:   path,
-		Args:   c.argv,
-		Env:    env,
-		Dir:    dir,
-		Stdout: out,
-		Stderr: out,
-		SysProcAttr: &syscall.SysProcAttr{
-			Chroot:     b.mnt,
-			Cloneflags: syscall.CLONE_NEWPID,
-			Setsid:     true,
-			Pdeathsig:  syscall.SIGKILL,
-		},
+	mk := func(clone uintptr) *exec.Cmd {
+		return &exec.Cmd{
+			Path:   path,
+			Args:   c.argv,
+			Env:    env,
+			Dir:    dir,
+			Stdout: out,
+			Stderr: out,
+			// Without a PID namespace a background straggler may hold
+			// the output pipe: stop reading it soon after the step
+			// exits (its process group is killed then).
+			WaitDelay: 2 * time.Second,
+			SysProcAttr: &syscall.SysProcAttr{
+				Chroot:     b.mnt,
+				Cloneflags: clone,
+				Setsid:     true,
+				Pdeathsig:  syscall.SIGKILL,
+			},
+		}
 	}
-	err = cmd.Run()
+	var cmd *exec.Cmd
+	err = syscall.EINVAL
+	if pidNamespaces {
+		cmd = mk(syscall.CLONE_NEWPID)
+		err = cmd.Start()
+	}
+	if errors.Is(err, syscall.EINVAL) {
+		// A guest kernel without PID namespaces (cellvm's own has
+		// none: CONFIG_PID_NS is off): the step runs in the builder's,
+		// in a session of its own whose process group is killed after
+		// it, so what it left running in the background ends with it.
+		// The builder VM itself ends with the build either way.
+		cmd = mk(0)
+		err = cmd.Start()
+	}
+	if err == nil {
+		pgid := cmd.Process.Pid
+		err = cmd.Wait()
+		if cmd.SysProcAttr.Cloneflags == 0 {
+			syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+		if errors.Is(err, exec.ErrWaitDelay) {
+			err = nil // the step exited 0; a straggler held its output
+		}
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ee.ExitCode() < 0 {
@@ -197,6 +228,10 @@ func (b *builder) inRootLocked(c rootCmd, path string, env []string) error {
 	}
 	return nil
 }
+
+// pidNamespaces is whether steps try a PID namespace of their own first
+// (tests turn it off to run the fallback).
+var pidNamespaces = true
 
 // stepMounts mounts /proc, /dev, /etc/resolv.conf and the inputs in the
 // image, in the calling thread's mount namespace.

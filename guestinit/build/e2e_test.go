@@ -393,6 +393,20 @@ func TestBuildPipAndManifest(t *testing.T) {
 // A hostile image: its /tmp, /proc and /dev are links out, its
 // resolv.conf a directory, the inputs' mount point a link to a victim.
 // The steps still run, and nothing outside the image changes.
+// TestBuildHostileImageWithoutPIDNamespaces is TestBuildHostileImage on
+// the path a guest kernel without PID namespaces takes (cellvm's own):
+// the background sleeps are killed with the step's process group, and
+// the build neither hangs on their output nor fails.
+func TestBuildHostileImageWithoutPIDNamespaces(t *testing.T) {
+	pidNamespaces = false
+	defer func() { pidNamespaces = true }()
+	start := time.Now()
+	TestBuildHostileImage(t)
+	if d := time.Since(start); d > 5*time.Minute {
+		t.Errorf("the build took %v: a background process kept it waiting", d)
+	}
+}
+
 func TestBuildHostileImage(t *testing.T) {
 	bb := e2eNeeds(t)
 	dir := t.TempDir()
