@@ -127,3 +127,16 @@ func errorForCode(err error) *Error {
 	}
 	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()}
 }
+
+// As makes errors.As(err, &stepErr) work on a client's error as on the
+// manager's: a failed step's answer (Step set) reads as a
+// *sandbox.ImageStepError naming the step, with the tail, wrapping e
+// (which is sandbox.ErrBuildFailed).
+func (e *Error) As(target any) bool {
+	t, ok := target.(**sandbox.ImageStepError)
+	if !ok || e.Step == "" {
+		return false
+	}
+	*t = &sandbox.ImageStepError{Step: e.Step, Tail: e.Tail, Err: e}
+	return true
+}

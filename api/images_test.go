@@ -219,6 +219,11 @@ func TestCreateImageErrors(t *testing.T) {
 	}
 	_, err = e.client.CreateImage(ctx, sandbox.ImageRequest{Name: "bad", Recipe: &sandbox.ImageRecipe{Steps: []sandbox.RecipeStep{{Run: "false"}}}}, nil)
 	wantClientError(t, "client, plain", err, http.StatusUnprocessableEntity, CodeBuildFailed)
+	// The client's error reads as the manager's: the contract's step error.
+	var se *sandbox.ImageStepError
+	if !errors.As(err, &se) || se.Step != "run" || !errors.Is(se, sandbox.ErrBuildFailed) {
+		t.Errorf("client, plain: errors.As(%v, *sandbox.ImageStepError) = %+v; want step run, wrapping ErrBuildFailed", err, se)
+	}
 
 	// 502, through the client.
 	_, err = e.client.CreateImage(ctx, sandbox.ImageRequest{Name: "up", Pull: "nowhere.invalid/a/b:1"}, nil)

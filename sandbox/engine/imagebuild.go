@@ -313,6 +313,13 @@ func (m *VMManager) imageBuildVMDir(id string) string { return filepath.Join(m.i
 // sweepImageBuilds removes what builds an earlier daemon left: their VMs
 // (stopped, their cgroups removed) and work directories.
 func (m *VMManager) sweepImageBuilds() {
+	// The store is made here, with the daemon, not by its first build:
+	// a request that fails leaves the state directory as it found it.
+	for _, dir := range []string{m.images().Dir, m.imageBuildDir()} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			m.log.Warn("image directory", "dir", dir, "error", err)
+		}
+	}
 	vms, _ := os.ReadDir(m.imageBuildDir())
 	for _, e := range vms {
 		p := filepath.Join(m.imageBuildDir(), e.Name())
