@@ -52,6 +52,13 @@ func (s *syncBuffer) Printf(format string, args ...any) {
 	fmt.Fprintf(&s.b, format, args...)
 }
 
+// Reset forgets what was written so far.
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
+}
+
 func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

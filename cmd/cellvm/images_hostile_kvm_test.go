@@ -85,6 +85,12 @@ func serveMetadata(t *testing.T) *syncBuffer {
 		t.Fatalf("the metadata stand-in is not reachable from the test's namespace: %v %v", r, err)
 	}
 	r.Body.Close()
+	// Wait for the probe's line, then forget it: from here on a line is a
+	// build's request.
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(log.String(), "GET") && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	log.Reset()
 	return log
 }
 

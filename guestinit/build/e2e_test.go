@@ -347,7 +347,7 @@ func TestBuildPipAndManifest(t *testing.T) {
 	p := testPlan(buildplan.ModeLayers)
 	p.Config = buildplan.Config{Env: []string{"PATH=/bin"}}
 	p.Layers = []buildplan.Layer{{File: "layers/0", MediaType: "application/vnd.oci.image.layer.v1.tar+gzip"}}
-	p.Steps = []sandbox.RecipeStep{{PipWheels: "wheels", Requirements: "req.txt"}}
+	p.Steps = []sandbox.RecipeStep{{PipWheels: "wheels", Requirements: "req.txt", PipIndex: "http://idx.example:8080/simple/"}}
 	inputs := inputsTar(t, &p,
 		file{name: "collect.py", data: []byte("# collect")},
 		file{name: "modules.txt", data: []byte("numpy numpy\n")},
@@ -371,8 +371,8 @@ func TestBuildPipAndManifest(t *testing.T) {
 	}
 	in := "/tmp/cellvm-inputs/inputs/wheels"
 	want := "-m pip --version BSP= PCF=/dev/null\n" +
-		"-m pip install --no-cache-dir --disable-pip-version-check --no-warn-script-location --only-binary=:all: --progress-bar=off --no-index" +
-		" --find-links " + in + " " + in + "/a-1-py3-none-any.whl " + in + "/b-1-py3-none-any.whl -r /tmp/cellvm-inputs/inputs/req.txt BSP=1 PCF=/dev/null\n" +
+		"-m pip install --no-cache-dir --disable-pip-version-check --no-warn-script-location --only-binary=:all: --progress-bar=off" +
+		" --index-url http://idx.example:8080/simple/ --trusted-host idx.example:8080 --find-links " + in + " " + in + "/a-1-py3-none-any.whl " + in + "/b-1-py3-none-any.whl -r /tmp/cellvm-inputs/inputs/req.txt BSP=1 PCF=/dev/null\n" +
 		"-m compileall -q /usr/local/lib/python3.11/site-packages BSP= PCF=/dev/null\n"
 	if got := debugfsCat(t, out, "/pip-log"); got != want {
 		t.Errorf("pip ran as\n%s\nwant\n%s", got, want)

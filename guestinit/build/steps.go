@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"path"
 	"sort"
 	"strings"
@@ -155,6 +156,13 @@ func (b *builder) pip(s sandbox.RecipeStep) error {
 		"--no-warn-script-location", "--only-binary=:all:", "--progress-bar=off"}
 	if s.PipIndex != "" {
 		argv = append(argv, "--index-url", s.PipIndex)
+		// An index on plain http is one the recipe named itself (a
+		// private index, a mirror): pip ignores it without
+		// --trusted-host. The host is the one the builder's network
+		// policy opens; nothing else is trusted.
+		if u, err := url.Parse(s.PipIndex); err == nil && u.Scheme == "http" && u.Host != "" {
+			argv = append(argv, "--trusted-host", u.Host)
+		}
 	} else {
 		argv = append(argv, "--no-index")
 	}
