@@ -9,7 +9,9 @@ export CGO_ENABLED := 0
 BUILD   := build
 BIN     := $(BUILD)/bin
 RIG     := test/nested/run.sh
-RIG_TIMEOUT ?= 1800
+# One L1's run of the core tier: about 36 minutes since images are built in
+# builder VMs (issue 24); RIG_BUDGET (test-rig.sh, 3300 s) bounds all attempts.
+RIG_TIMEOUT ?= 2700
 RIG_MEM ?= 4096
 
 .PHONY: all setup deps kernel image cellvm initramfs test test-unit test-rig test-rig-full bench fuzz vet clean

@@ -23,7 +23,7 @@ run_tests() {
 	local dir=$1 bin=$2
 	shift 2
 	[[ $bin == /* ]] || bin=$repo/$bin
-	(cd "$repo/$dir" && "$bin" -test.v -test.timeout "${CELLVM_TEST_TIMEOUT:-20m}" "$@" </dev/null) 2>&1 | tee "$log"
+	(cd "$repo/$dir" && "$bin" -test.v -test.timeout "${CELLVM_TEST_TIMEOUT:-40m}" "$@" </dev/null) 2>&1 | tee "$log"
 }
 want=0
 finished=0

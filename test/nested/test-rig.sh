@@ -17,7 +17,7 @@
 #
 # Knobs: RIG_BUDGET (seconds for all attempts, default 3300), RIG_ATTEMPTS
 # (default 5), RIG_MEM (MiB for L1, default 4096), RIG_TIMEOUT (seconds for
-# one attempt, default 1800; an attempt never gets more than what is left of
+# one attempt, default 2700; an attempt never gets more than what is left of
 # the budget), RIG_MIN_ATTEMPT (do not start an attempt with less than this
 # left, default 420), RIG_RUN (the rig script, default test/nested/run.sh;
 # for testing this script), RIG_STATE (where passed.txt and each attempt's
@@ -28,7 +28,7 @@ cd "$repo"
 budget=${RIG_BUDGET:-3300}
 attempts=${RIG_ATTEMPTS:-5}
 mem=${RIG_MEM:-4096}
-per_attempt=${RIG_TIMEOUT:-1800}
+per_attempt=${RIG_TIMEOUT:-2700}
 min_attempt=${RIG_MIN_ATTEMPT:-420}
 for v in budget attempts mem per_attempt min_attempt; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || { echo "test-rig: $v must be a whole number, got '${!v}'" >&2; exit 2; }
