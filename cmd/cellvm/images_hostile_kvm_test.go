@@ -172,6 +172,13 @@ func TestImageBuildsAreHostile(t *testing.T) {
 		t.Errorf("cellvm image build hostile: exit 2, a usage error: the test's inputs are valid\n%s", r.stderr)
 	}
 	t.Logf("index log:\n%s", indexLog.String())
+	// L1's disk is its memory: the next build needs the room this image
+	// takes (a copy of the 1 GiB default image).
+	if _, ok := imageNamed(t, c, "hostile"); ok {
+		if err := c.DeleteImage(ctx, "hostile"); err != nil {
+			t.Errorf("delete image hostile: %v", err)
+		}
+	}
 
 	// The network policy during a build: a pip step opens the index's
 	// host; a run step then tries the metadata address.
