@@ -165,12 +165,16 @@ func (f *auditFlags) watchEnds(m sandbox.Manager, log *slog.Logger) error {
 	return nil
 }
 
-// endRecord is the record of a deleted or lost event.
-// TODO(lead): Egress from the sandbox's egress counters once the deleted
-// and lost events carry them (allowed/dropped connections, DNS answers by
-// name); the record's Egress field is there for them.
+// endRecord is the record of a deleted or lost event, with the
+// sandbox's egress verdicts over its life when the event carries them.
 func endRecord(ev sandbox.Event) (audit.Record, bool) {
 	rec := audit.Record{Time: ev.Time, Action: audit.ActionSandboxEnd, Sandbox: ev.Sandbox, Tenant: ev.Tenant}
+	if e := ev.Egress; e != nil {
+		rec.Egress = &audit.Egress{Allowed: e.AllowedPackets, Dropped: e.DroppedPackets, DNSForwarded: e.DNSForwarded, DNSRefused: e.DNSRefused}
+		for _, n := range e.Names {
+			rec.Egress.Names = append(rec.Egress.Names, audit.EgressName{Name: n.Name, Forwarded: n.Forwarded, Refused: n.Refused})
+		}
+	}
 	switch ev.Type {
 	case sandbox.EventDeleted:
 		rec.Reason = "deleted: " + ev.Reason

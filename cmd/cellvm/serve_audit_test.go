@@ -69,3 +69,24 @@ func TestSandboxEndsAreAudited(t *testing.T) {
 		t.Errorf("deleted sandbox's egress verdicts: %+v", got[2].Egress)
 	}
 }
+
+// TestEndRecordCarriesEgress: a deleted sandbox's audit record carries
+// its egress verdicts (the policy's counters and the resolver's answers
+// per name) as the deleted event brought them.
+func TestEndRecordCarriesEgress(t *testing.T) {
+	ev := sandbox.Event{Type: sandbox.EventDeleted, Sandbox: "sb-1", Tenant: "acme", Reason: "api",
+		Egress: &sandbox.EgressReport{AllowedPackets: 7, DroppedPackets: 3, DNSForwarded: 2, DNSRefused: 1,
+			Names: []sandbox.DNSNameCount{{Name: "pypi.org", Forwarded: 2}, {Name: "evil.example", Refused: 1}}}}
+	rec, ok := endRecord(ev)
+	if !ok || rec.Egress == nil {
+		t.Fatalf("endRecord: %+v, %v; want a record with egress", rec, ok)
+	}
+	e := rec.Egress
+	if e.Allowed != 7 || e.Dropped != 3 || e.DNSForwarded != 2 || e.DNSRefused != 1 || len(e.Names) != 2 ||
+		e.Names[0] != (audit.EgressName{Name: "pypi.org", Forwarded: 2}) || e.Names[1] != (audit.EgressName{Name: "evil.example", Refused: 1}) {
+		t.Errorf("the record's egress: %+v", e)
+	}
+	if rec, _ := endRecord(sandbox.Event{Type: sandbox.EventDeleted, Sandbox: "sb-2"}); rec.Egress != nil {
+		t.Errorf("a sandbox without a network: egress %+v, want none", rec.Egress)
+	}
+}
