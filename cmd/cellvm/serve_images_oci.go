@@ -34,12 +34,12 @@ type ociFetcher struct {
 
 func (f ociFetcher) Pull(ctx context.Context, ref string, o engine.FetchOptions) (*engine.FetchedImage, error) {
 	im, err := oci.Pull(ctx, ref, f.options(o))
-	return fetched(ctx, im, err)
+	return engine.FromOCI(ctx, im, err)
 }
 
 func (f ociFetcher) Import(ctx context.Context, r io.Reader, o engine.FetchOptions) (*engine.FetchedImage, error) {
 	im, err := oci.Import(ctx, r, f.options(o))
-	return fetched(ctx, im, err)
+	return engine.FromOCI(ctx, im, err)
 }
 
 func (f ociFetcher) options(o engine.FetchOptions) oci.Options {
@@ -88,16 +88,4 @@ func (f ociFetcher) refusePrivate(network, address string, _ syscall.RawConn) er
 		}
 	}
 	return nil
-}
-
-func fetched(ctx context.Context, im *oci.Image, err error) (*engine.FetchedImage, error) {
-	if err != nil {
-		return nil, err
-	}
-	f := &engine.FetchedImage{Ref: im.Ref, Digest: im.Digest, Config: im.Config, Close: im.Close,
-		Open: func(i int) (io.ReadCloser, error) { return im.Open(ctx, i) }}
-	for _, l := range im.Layers {
-		f.Layers = append(f.Layers, l.Plan(""))
-	}
-	return f, nil
 }

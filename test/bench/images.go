@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -20,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/cellvm/cellvm/image/oci"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/sandbox/engine"
 )
@@ -73,7 +75,7 @@ func benchImages(cellvm, build string) error {
 		return err
 	}
 	defer os.RemoveAll(images)
-	withImages := func(o *engine.Options) { o.ImagesDir = images }
+	withImages := func(o *engine.Options) { o.ImagesDir = images; o.ImageBuild.Fetch = benchFetcher{} }
 	ctx := context.Background()
 
 	m, done, err := newBenchManager(cellvm, build, nil, engine.TemplateOptions{}, withImages)
@@ -299,4 +301,23 @@ func (s *stepClock) String() string {
 		return "no step events"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// benchFetcher is the daemon's registry client as the operator has it
+// (cmd/cellvm's ociFetcher): package image/oci into the engine's hook.
+type benchFetcher struct{}
+
+func (benchFetcher) Pull(ctx context.Context, ref string, o engine.FetchOptions) (*engine.FetchedImage, error) {
+	im, err := oci.Pull(ctx, ref, benchOCIOptions(o))
+	return engine.FromOCI(ctx, im, err)
+}
+
+func (benchFetcher) Import(ctx context.Context, r io.Reader, o engine.FetchOptions) (*engine.FetchedImage, error) {
+	im, err := oci.Import(ctx, r, benchOCIOptions(o))
+	return engine.FromOCI(ctx, im, err)
+}
+
+func benchOCIOptions(o engine.FetchOptions) oci.Options {
+	return oci.Options{Platform: o.Platform, Insecure: o.Insecure, Token: o.Token, MaxImageBytes: o.MaxBytes,
+		TempDir: o.TempDir, Progress: o.Progress, Keychain: authn.NewMultiKeychain()}
 }
