@@ -2,13 +2,11 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"mime"
 	"net/http"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/cellvm/cellvm/audit"
 	"github.com/cellvm/cellvm/cell"
@@ -67,10 +65,10 @@ func (s *server) runCell(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	st := &eventStream{w: w, rc: http.NewResponseController(w), cancel: cancel, writeTimeout: s.streamWriteTimeout}
+	st := &eventStream{out: ndjsonOut{w: w, rc: http.NewResponseController(w), writeTimeout: s.streamWriteTimeout}, cancel: cancel}
 	res, err := s.m.RunCell(ctx, id, req.Code, timeout, st.fromManager)
 	st.mu.Lock()
-	started, ended, held := st.started, st.ended, st.heldEnd
+	started, ended, held := st.out.started, st.ended, st.heldEnd
 	st.mu.Unlock()
 	switch {
 	case err != nil && !started:
@@ -127,15 +125,12 @@ func wantsStream(r *http.Request) bool {
 // mutex guards against a manager that calls onEvent after RunCell returned
 // or from two goroutines: the response writer must not be used then.
 type eventStream struct {
-	mu           sync.Mutex
-	w            http.ResponseWriter
-	rc           *http.ResponseController
-	cancel       context.CancelFunc
-	writeTimeout time.Duration
-	started      bool
-	ended        bool
-	failed       bool
-	closed       bool
+	mu     sync.Mutex
+	out    ndjsonOut
+	cancel context.CancelFunc
+	ended  bool
+	failed bool
+	closed bool
 	// heldEnd is the manager's end event, sent only once RunCell has
 	// returned: a client that has the end event may start its next cell
 	// at once, and the manager takes one only after RunCell returns.
@@ -168,25 +163,7 @@ func (st *eventStream) send(ev cell.Event) {
 	if st.failed || st.ended || st.closed {
 		return
 	}
-	line, err := json.Marshal(ev)
-	if err != nil {
-		st.fail()
-		return
-	}
-	if !st.started {
-		st.started = true
-		st.w.Header().Set("Content-Type", NDJSONType)
-		st.w.Header().Set("X-Content-Type-Options", "nosniff")
-		st.w.WriteHeader(http.StatusOK)
-	}
-	if st.writeTimeout > 0 {
-		_ = st.rc.SetWriteDeadline(time.Now().Add(st.writeTimeout))
-	}
-	if _, err := st.w.Write(append(line, '\n')); err != nil {
-		st.fail()
-		return
-	}
-	if err := st.rc.Flush(); err != nil {
+	if !st.out.line(ev) {
 		st.fail()
 		return
 	}

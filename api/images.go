@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -126,7 +125,7 @@ func (s *server) createImage(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	// Progress goes out while the archive still comes in.
 	_ = rc.EnableFullDuplex()
-	st := &imageStream{w: w, rc: rc, cancel: cancel, writeTimeout: s.streamWriteTimeout}
+	st := &imageStream{out: ndjsonOut{w: w, rc: rc, writeTimeout: s.streamWriteTimeout}, cancel: cancel}
 	info, err := s.m.CreateImage(ctx, req, func(ev sandbox.ImageEvent) { st.send(ImageStreamLine{Event: &ev}) })
 	err = tooLarge(err)
 	done(info, err)
@@ -245,20 +244,17 @@ func decodeJSONFrom(p *multipart.Part, limit int64, v any) error {
 // keeps a manager calling progress late (or from two goroutines) off
 // the response writer once the handler is done with it.
 type imageStream struct {
-	mu           sync.Mutex
-	w            http.ResponseWriter
-	rc           *http.ResponseController
-	cancel       context.CancelFunc
-	writeTimeout time.Duration
-	started      bool
-	failed       bool
-	closed       bool
+	mu     sync.Mutex
+	out    ndjsonOut
+	cancel context.CancelFunc
+	failed bool
+	closed bool
 }
 
 func (st *imageStream) hasStarted() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.started
+	return st.out.started
 }
 
 func (st *imageStream) close() {
@@ -273,25 +269,7 @@ func (st *imageStream) send(line ImageStreamLine) {
 	if st.failed || st.closed {
 		return
 	}
-	b, err := json.Marshal(line)
-	if err != nil {
-		st.fail()
-		return
-	}
-	if !st.started {
-		st.started = true
-		st.w.Header().Set("Content-Type", NDJSONType)
-		st.w.Header().Set("X-Content-Type-Options", "nosniff")
-		st.w.WriteHeader(http.StatusOK)
-	}
-	if st.writeTimeout > 0 {
-		_ = st.rc.SetWriteDeadline(time.Now().Add(st.writeTimeout))
-	}
-	if _, err := st.w.Write(append(b, '\n')); err != nil {
-		st.fail()
-		return
-	}
-	if err := st.rc.Flush(); err != nil {
+	if !st.out.line(line) {
 		st.fail()
 	}
 }
