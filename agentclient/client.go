@@ -267,8 +267,14 @@ func (c *Client) do(ctx context.Context, req proto.Request, send func(*session) 
 
 func readResponse(s *session) (proto.Response, error) {
 	var r proto.Response
-	err := s.c.ReadJSON(proto.TypeResponse, &r)
-	return r, err
+	m, err := s.c.ReadMessage()
+	if err != nil {
+		return r, err
+	}
+	if m.Type != proto.TypeResponse {
+		return r, fmt.Errorf("%w: got a %v frame, want %v", proto.ErrBadFrame, m.Type, proto.TypeResponse)
+	}
+	return r, decode(m.Payload, &r)
 }
 
 // RunCell runs code in the persistent interpreter. onEvent (may be nil)
@@ -289,13 +295,13 @@ func (c *Client) RunCell(ctx context.Context, code string, timeout time.Duration
 			switch m.Type {
 			case proto.TypeEvent:
 				var e proto.Event
-				if err := proto.DecodeJSON(m.Payload, &e); err != nil {
+				if err := decode(m.Payload, &e); err != nil {
 					return proto.Response{}, err
 				}
 				onEvent(e.Event)
 			case proto.TypeResponse:
 				var r proto.Response
-				if err := proto.DecodeJSON(m.Payload, &r); err != nil {
+				if err := decode(m.Payload, &r); err != nil {
 					return proto.Response{}, err
 				}
 				return r, nil

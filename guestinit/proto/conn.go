@@ -63,7 +63,20 @@ func (c *Conn) ReadMessage() (Message, error) {
 	if len(f.Payload) > c.maxMessage {
 		return Message{}, fmt.Errorf("%w: %v message over %d bytes", ErrMessageTooLarge, f.Type, c.maxMessage)
 	}
-	msg := Message{Type: f.Type, Payload: append([]byte(nil), f.Payload...)}
+	msg := Message{Type: f.Type, Payload: bytes.Clone(f.Payload)}
+	if !f.More {
+		return msg, nil
+	}
+	// A message of many frames is kept as its frames' copies (in pooled
+	// buffers) and joined once at the end, at its exact size: appending
+	// frame by frame would regrow (and copy) the whole message every few
+	// frames, about five times its size for a large result.
+	parts, total := [][]byte{msg.Payload}, len(msg.Payload)
+	defer func() {
+		for _, p := range parts[1:] {
+			framePool.Put(&p)
+		}
+	}()
 	for f.More {
 		t := msg.Type
 		if f, err = readFrame(c.r, &c.buf); err != nil {
@@ -75,13 +88,18 @@ func (c *Conn) ReadMessage() (Message, error) {
 		if f.Type != t {
 			return Message{}, fmt.Errorf("%w: %v frame inside a %v message", ErrBadFrame, f.Type, t)
 		}
-		if len(msg.Payload)+len(f.Payload) > c.maxMessage {
+		if total+len(f.Payload) > c.maxMessage {
 			return Message{}, fmt.Errorf("%w: %v message over %d bytes", ErrMessageTooLarge, t, c.maxMessage)
 		}
-		msg.Payload = append(msg.Payload, f.Payload...)
+		parts = append(parts, append((*framePool.Get().(*[]byte))[:0], f.Payload...))
+		total += len(f.Payload)
 	}
+	msg.Payload = bytes.Join(parts, nil)
 	return msg, nil
 }
+
+// framePool holds frame-sized buffers for reassembling messages.
+var framePool = sync.Pool{New: func() any { b := make([]byte, 0, MaxFramePayload); return &b }}
 
 // Validator is implemented by every JSON message type.
 type Validator interface {
