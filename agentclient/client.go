@@ -31,6 +31,7 @@ type Client struct {
 	mu     sync.Mutex
 	idle   []*session
 	closed bool
+	budget *Budget // nil: the default budget (SetDefaultBudget)
 }
 
 // New returns a Client that opens connections with dial.
@@ -107,6 +108,7 @@ func badAnswer(op proto.Op, what string) error {
 type session struct {
 	nc    net.Conn
 	c     *proto.Conn
+	m     *meter
 	agent string
 }
 
@@ -116,7 +118,12 @@ func (c *Client) open(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &session{nc: nc, c: proto.NewConn(nc, proto.MaxAgentMessage)}
+	m := &meter{r: nc, budget: c.currentBudget(), max: proto.MaxAgentMessage}
+	s := &session{nc: nc, m: m, c: proto.NewConn(struct {
+		io.Reader
+		io.Writer
+	}{m, nc}, proto.MaxAgentMessage)}
+	m.begin(ctx)
 	stop := closeOnDone(ctx, nc)
 	err = s.hello(c.software)
 	if stop() && err != nil {
@@ -217,10 +224,19 @@ func closeOnDone(ctx context.Context, nc net.Conn) (stop func() bool) {
 // recv reads up to and including the response. A connection that saw any
 // error is closed rather than reused.
 func (c *Client) do(ctx context.Context, req proto.Request, send func(*session) error, recv func(*session) (proto.Response, error)) (proto.Response, error) {
+	resp, settle, err := c.call(ctx, req, send, recv)
+	settle()
+	return resp, err
+}
+
+// call is do that leaves the answer's charge to the budget held: the
+// caller calls settle when it is done with the answer.
+func (c *Client) call(ctx context.Context, req proto.Request, send func(*session) error, recv func(*session) (proto.Response, error)) (_ proto.Response, settle func(), _ error) {
 	s, err := c.get(ctx)
 	if err != nil {
-		return proto.Response{}, err
+		return proto.Response{}, func() {}, err
 	}
+	s.m.begin(ctx)
 	stop := closeOnDone(ctx, s.nc)
 	reuse := true
 	resp, err := func() (proto.Response, error) {
@@ -243,13 +259,22 @@ func (c *Client) do(ctx context.Context, req proto.Request, send func(*session) 
 		}
 		return resp, err
 	}()
+	// The charge leaves with the answer, before the session goes back to
+	// the pool: it may serve another call before the caller is done.
+	held, b := s.m.held, s.m.budget
+	s.m.held, s.m.charged = 0, 0
+	settle = func() {
+		if b != nil {
+			b.release(held)
+		}
+	}
 	cancelled := stop()
 	if cancelled {
-		return proto.Response{}, fmt.Errorf("agent %s: %w", req.Op, ctx.Err())
+		return proto.Response{}, settle, fmt.Errorf("agent %s: %w", req.Op, ctx.Err())
 	}
 	if err != nil {
 		s.nc.Close()
-		return proto.Response{}, fmt.Errorf("agent %s: %w", req.Op, violation(err))
+		return proto.Response{}, settle, fmt.Errorf("agent %s: %w", req.Op, violation(err))
 	}
 	if resp.Error != nil && (resp.Error.Code == proto.CodeBadRequest || resp.Error.Code == proto.CodeTooLarge) {
 		reuse = false // the agent hangs up after these
@@ -260,9 +285,9 @@ func (c *Client) do(ctx context.Context, req proto.Request, send func(*session) 
 		s.nc.Close()
 	}
 	if resp.Error != nil {
-		return resp, resp.Error
+		return resp, settle, resp.Error
 	}
-	return resp, nil
+	return resp, settle, nil
 }
 
 func readResponse(s *session) (proto.Response, error) {
@@ -286,9 +311,11 @@ func (c *Client) RunCell(ctx context.Context, code string, timeout time.Duration
 		onEvent = func(cell.Event) {}
 	}
 	req := proto.Request{Op: proto.OpRun, Code: code, TimeoutMS: timeout.Milliseconds()}
-	resp, err := c.do(ctx, req, nil, func(s *session) (proto.Response, error) {
+	dropped := 0
+	resp, settle, err := c.call(ctx, req, nil, func(s *session) (proto.Response, error) {
 		for {
 			m, err := s.c.ReadMessage()
+			dropped = s.m.dropped
 			if err != nil {
 				return proto.Response{}, err
 			}
@@ -310,11 +337,22 @@ func (c *Client) RunCell(ctx context.Context, code string, timeout time.Duration
 			}
 		}
 	})
+	// The result stays charged to the budget until it is handed over.
+	defer settle()
+	var ref *refusal
+	if errors.As(err, &ref) && ctx.Err() == nil {
+		r := ref.result()
+		onEvent(cell.Event{Type: cell.EventEnd, End: &r})
+		return r, nil
+	}
 	if err != nil {
 		return cell.Result{}, err
 	}
 	if resp.Result == nil {
 		return cell.Result{}, badAnswer(proto.OpRun, "response without a result")
+	}
+	if dropped > 0 {
+		resp.Result.Stderr += fmt.Sprintf("\ncellvm: %d rich results streamed while the cell ran were not passed on: the daemon's memory for results was in use (%s); this result holds them\n", dropped, DaemonBusy)
 	}
 	onEvent(cell.Event{Type: cell.EventEnd, End: resp.Result})
 	return *resp.Result, nil
