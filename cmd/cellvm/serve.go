@@ -40,6 +40,7 @@ type serveOptions struct {
 	network      bool
 	uplink       string
 	consoleMiB   int64
+	resultMiB    int64
 	life         *serveLifetimes // lifetimes and the snapshot disk cap (serve_lifetimes.go)
 	workspaceMiB int64
 	maxWorkspace int
@@ -117,6 +118,7 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.BoolVar(&o.network, "network", os.Geteuid() == 0, "enforce network policies (TAP, iptables, DNS; needs root)")
 	fs.StringVar(&o.uplink, "uplink", "", "interface guest traffic leaves through (default: any)")
 	fs.Int64Var(&o.consoleMiB, "console-max-mib", consolelog.DefaultMax>>20, "cap on each sandbox's console log in MiB: the newest output is kept")
+	fs.Int64Var(&o.resultMiB, "result-memory-mib", engine.DefaultResultMemoryBytes>>20, "budget in MiB for the cell results held at once across every sandbox (at least 160: one maximal result); a result past it waits, then is refused with a DaemonBusy error result")
 	fs.BoolVar(&o.templates, "templates", true, "start plain creates from a template per VM shape (booted, numpy, pandas and matplotlib imported), built in the background")
 	fs.IntVar(&o.maxTemplates, "max-templates", 4, "cap on templates kept (one per VM shape asked for; the least recently used go)")
 	fs.Int64Var(&o.templatesMiB, "templates-max-mib", 8192, "cap on the templates' disk use in MiB")
@@ -381,6 +383,7 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		closeNet()
 		return nil, nil, err
 	}
+	engine.SetResultMemory(o.resultMiB<<20, log)
 	m, err := engine.NewVMManager(engine.Options{
 		Exe: exe, Kernel: k, Initrd: i, RootFS: r, StateDir: o.stateDir, ImagesDir: o.imagesDir,
 		MaxSandboxes: o.maxSandboxes, MaxMemoryMiB: o.maxMemory, Log: log,
