@@ -43,8 +43,9 @@ func (o FormatOptions) withDefaults() FormatOptions {
 // FormatCell turns a cell's result into the text and images a model reads.
 // The text is plain (no terminal codes), bounded, and ends with a note
 // that says plainly what happened when the cell did not simply finish: an
-// error, a timeout (and whether variables were kept), or a lost
-// interpreter (variables gone).
+// error, a timeout (and whether variables were kept), or an interpreter
+// that was killed or lost ("variables are gone"), as StateKept and
+// KilledBy say.
 func FormatCell(r cell.Result, o FormatOptions) ToolResult {
 	o = o.withDefaults()
 	var b strings.Builder
@@ -166,21 +167,29 @@ func formatError(e *cell.Error, o FormatOptions) string {
 }
 
 // statusNote says, in words a model acts on, how the cell ended when that
-// is anything but a plain finish.
+// is anything but a plain finish. The words come from StateKept and
+// KilledBy, not from Status alone: "timeout" covers both an interrupted
+// cell (variables kept) and one whose interpreter had to be killed
+// (variables gone), and a model told "kept" wrongly meets a NameError
+// later with nothing to explain it. Whenever the variables did not
+// survive, the note says "variables are gone".
 func statusNote(r cell.Result) string {
-	switch r.Status {
-	case cell.StatusTimeout:
-		if r.StateKept {
+	killed := r.KilledBy == cell.KilledByOOM || r.KilledBy == cell.KilledBySignal
+	if r.StateKept && r.Status != cell.StatusLost && !killed {
+		if r.Status == cell.StatusTimeout || r.KilledBy == cell.KilledByTimeout {
 			return "Note: the cell ran past its time limit and was interrupted. The interpreter survived: variables defined before the call are still there (and anything the cell assigned before the interrupt). Do less per call, or pass a larger timeout_s."
 		}
-		return "Note: the cell ran past its time limit and ignored the interrupt, so the interpreter was killed and restarted. All variables and imports are gone: re-run the setup code before continuing."
-	case cell.StatusLost:
-		return "Note: the interpreter was lost during this cell (it crashed, exited or was restarted). All variables and imports are gone: re-run the setup code before continuing."
+		return ""
 	}
-	if r.KilledBy == cell.KilledByOOM {
-		return "Note: the cell ran out of memory and was killed. All variables and imports are gone: use less memory (smaller data, chunks) and re-run the setup code."
+	switch {
+	case r.KilledBy == cell.KilledByTimeout || r.Status == cell.StatusTimeout:
+		return "Note: the cell ran past its time limit and did not stop when interrupted, so the interpreter was killed and restarted: variables are gone, and so are imports and functions. Re-run the setup code before continuing."
+	case r.KilledBy == cell.KilledByOOM:
+		return "Note: the cell ran out of memory, so the interpreter was killed and restarted: variables are gone, and so are imports and functions. Use less memory (smaller data, chunks) and re-run the setup code."
+	case r.KilledBy == cell.KilledBySignal || r.Status == cell.StatusLost:
+		return "Note: the interpreter was lost during this cell (it crashed, exited or was killed) and restarted: variables are gone, and so are imports and functions. Re-run the setup code before continuing."
 	}
-	return ""
+	return "Note: this cell ran in a fresh interpreter (the previous one had ended): variables are gone, and so are imports and functions from earlier cells. Re-run the setup code before continuing."
 }
 
 // FormatExec turns an exec result into text for a model.

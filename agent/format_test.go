@@ -41,14 +41,19 @@ func TestFormatCellNotes(t *testing.T) {
 		err  bool
 	}{
 		{"timeout kept", cell.Result{Status: cell.StatusTimeout, StateKept: true, KilledBy: cell.KilledByTimeout}, []string{"interrupted", "variables defined before the call are still there"}, true},
-		{"timeout lost", cell.Result{Status: cell.StatusTimeout, KilledBy: cell.KilledByTimeout}, []string{"killed and restarted", "All variables and imports are gone"}, true},
-		{"lost", cell.Result{Status: cell.StatusLost}, []string{"interpreter was lost", "gone"}, true},
-		{"oom", cell.Result{Status: cell.StatusError, KilledBy: cell.KilledByOOM, Error: &cell.Error{Name: "OutOfMemory", Value: "killed"}}, []string{"ran out of memory", "OutOfMemory"}, true},
+		{"timeout lost", cell.Result{Status: cell.StatusTimeout, KilledBy: cell.KilledByTimeout}, []string{"killed and restarted", "variables are gone"}, true},
+		{"lost", cell.Result{Status: cell.StatusLost}, []string{"interpreter was lost", "variables are gone"}, true},
+		{"lost though a guest said kept", cell.Result{Status: cell.StatusLost, StateKept: true}, []string{"variables are gone"}, true},
+		{"oom", cell.Result{Status: cell.StatusError, KilledBy: cell.KilledByOOM, Error: &cell.Error{Name: "OutOfMemory", Value: "killed"}}, []string{"ran out of memory", "OutOfMemory", "variables are gone"}, true},
+		{"fresh interpreter", cell.Result{Status: cell.StatusOK, Stdout: "1\n"}, []string{"fresh interpreter", "variables are gone"}, false},
 		{"empty", cell.Result{Status: cell.StatusOK, StateKept: true}, []string{"printed nothing"}, false},
-		{"main value", cell.Result{Status: cell.StatusOK, ExecutionCount: 4, Results: []cell.Display{{Main: true, Data: map[string]string{"text/plain": "42"}}}}, []string{"[Out[4]]\n42"}, false},
-		{"guest cut", cell.Result{Status: cell.StatusOK, Stdout: "a\nb\n", Truncated: cell.Truncated{StdoutBytes: 900}}, []string{"cut 900 bytes from the middle of stdout"}, false},
+		{"main value", cell.Result{Status: cell.StatusOK, StateKept: true, ExecutionCount: 4, Results: []cell.Display{{Main: true, Data: map[string]string{"text/plain": "42"}}}}, []string{"[Out[4]]\n42"}, false},
+		{"guest cut", cell.Result{Status: cell.StatusOK, StateKept: true, Stdout: "a\nb\n", Truncated: cell.Truncated{StdoutBytes: 900}}, []string{"cut 900 bytes from the middle of stdout"}, false},
 	} {
 		got := FormatCell(tc.r, FormatOptions{})
+		if kept := tc.r.StateKept && tc.r.Status != cell.StatusLost && tc.r.KilledBy != cell.KilledByOOM; kept == strings.Contains(got.Text, "variables are gone") {
+			t.Errorf("%s: state kept %v, yet the text is %q", tc.name, kept, got.Text)
+		}
 		for _, w := range tc.want {
 			if !strings.Contains(got.Text, w) {
 				t.Errorf("%s: %q lacks %q", tc.name, got.Text, w)
@@ -61,7 +66,7 @@ func TestFormatCellNotes(t *testing.T) {
 }
 
 func TestFormatCellClipsAndStripsStdout(t *testing.T) {
-	r := cell.Result{Status: cell.StatusOK, Stdout: "\x1b[1mstart\x1b[0m\n" + strings.Repeat("line\n", 5000) + "end\n"}
+	r := cell.Result{Status: cell.StatusOK, StateKept: true, Stdout: "\x1b[1mstart\x1b[0m\n" + strings.Repeat("line\n", 5000) + "end\n"}
 	got := FormatCell(r, FormatOptions{MaxChars: 500})
 	if strings.Contains(got.Text, "\x1b") || !strings.Contains(got.Text, "start") || !strings.Contains(got.Text, "end") {
 		t.Errorf("text = %.200q", got.Text)
@@ -72,7 +77,7 @@ func TestFormatCellClipsAndStripsStdout(t *testing.T) {
 }
 
 func TestFormatCellImages(t *testing.T) {
-	r := cell.Result{Status: cell.StatusOK, Results: []cell.Display{
+	r := cell.Result{Status: cell.StatusOK, StateKept: true, Results: []cell.Display{
 		{Data: map[string]string{"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"}},
 		{Data: map[string]string{"image/png": "!!notbase64"}},
 		{Data: map[string]string{"image/svg+xml": "<svg/>"}},
@@ -86,7 +91,7 @@ func TestFormatCellImages(t *testing.T) {
 			t.Errorf("text lacks %q: %q", w, got.Text)
 		}
 	}
-	many := cell.Result{Status: cell.StatusOK}
+	many := cell.Result{Status: cell.StatusOK, StateKept: true}
 	for range 6 {
 		many.Results = append(many.Results, cell.Display{Data: map[string]string{"image/png": "iVBORw0KGgo="}})
 	}

@@ -69,19 +69,30 @@ func printResult(r cell.Result, stdout, stderr io.Writer, outDir string, seen st
 			fmt.Fprintf(stderr, "%s: %s\n", r.Error.Name, r.Error.Value)
 		}
 	}
-	switch r.Status {
-	case cell.StatusTimeout:
-		if r.StateKept {
-			fmt.Fprintln(stderr, "cellvm: the cell timed out and was interrupted; variables were kept")
-		} else {
-			fmt.Fprintln(stderr, "cellvm: the cell timed out and had to be killed; the interpreter restarted and variables are gone")
-		}
-	case cell.StatusLost:
-		fmt.Fprintln(stderr, "cellvm: the interpreter was lost; variables are gone")
+	if note := lossNote(r); note != "" {
+		fmt.Fprintln(stderr, note)
 	}
-	if r.KilledBy == cell.KilledByOOM {
-		fmt.Fprintln(stderr, "cellvm: the cell ran out of memory and was killed")
+}
+
+// lossNote is the line printResult ends with when the cell did not simply
+// finish: whether the variables survived comes from StateKept and
+// KilledBy, not from Status alone (a timeout whose interpreter had to be
+// killed is a timeout too).
+func lossNote(r cell.Result) string {
+	kept := r.StateKept && r.Status != cell.StatusLost && r.KilledBy != cell.KilledByOOM && r.KilledBy != cell.KilledBySignal
+	switch {
+	case kept && r.Status == cell.StatusTimeout:
+		return "cellvm: the cell timed out and was interrupted; variables were kept"
+	case kept:
+		return ""
+	case r.KilledBy == cell.KilledByTimeout || r.Status == cell.StatusTimeout:
+		return "cellvm: the cell timed out and had to be killed; the interpreter restarted and variables are gone"
+	case r.KilledBy == cell.KilledByOOM:
+		return "cellvm: the cell ran out of memory and was killed; the interpreter restarted and variables are gone"
+	case r.Status == cell.StatusLost || r.KilledBy == cell.KilledBySignal:
+		return "cellvm: the interpreter was lost; variables are gone"
 	}
+	return "cellvm: the cell ran in a fresh interpreter; variables from earlier cells are gone"
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -57,7 +57,7 @@ const (
 //   - interrupting: the supervisor asked the cell to stop. cause is why
 //     (causeTimeout or causeInterrupt). signalled says SIGINT has been
 //     sent; it is false when the interrupt came before "started", and the
-//     signal goes out on "started". The grace period (cellRun.graceEnd)
+//     signal goes out on "started". The grace period (cellRun.grace, grace.go)
 //     runs from the interrupt and again from the signal; when it ends the
 //     interpreter is killed.
 //   - killing: the supervisor killed the interpreter and everything it

@@ -39,8 +39,9 @@ type cellRun struct {
 
 	// st is the cell's lifecycle; only apply changes it.
 	st cellState
-	// graceEnd is, while st is interrupting, when the cell is killed.
-	graceEnd time.Time
+	// grace is, while st is interrupting, the grace period that ends in
+	// a kill (see grace.go); nil before the first interrupt.
+	grace *graceClock
 	// protoErr is what the driver broke, for the result's message.
 	protoErr error
 
@@ -71,8 +72,8 @@ func (r *cellRun) ask(a cellAsk) {
 }
 
 // apply moves the cell's state on e and does what the move calls for: a
-// kill on entering killing, SIGINT and the grace period on interrupting.
-// A refused event changes nothing.
+// kill on entering killing (logged with its cause), SIGINT and the grace
+// period on interrupting. A refused event changes nothing.
 func (r *cellRun) apply(e cellEvent) {
 	next, err := r.st.next(e)
 	if err != nil {
@@ -81,12 +82,12 @@ func (r *cellRun) apply(e cellEvent) {
 	}
 	prev := r.st
 	r.st = next
-	grace := r.in.cfg.Grace
 	switch {
 	case next.phase == phaseKilling && prev.phase != phaseKilling:
+		r.logKill(e)
 		r.p.killAll(r.in.cg)
 	case next.phase == phaseInterrupting && prev.phase != phaseInterrupting:
-		r.graceEnd = time.Now().Add(grace)
+		r.startGrace()
 		if !next.signalled {
 			return // SIGINT waits for "started"
 		}
@@ -94,15 +95,43 @@ func (r *cellRun) apply(e cellEvent) {
 		// anyway): a fork bomb would otherwise keep the interpreter from
 		// the CPU it needs to take the interrupt within the grace period,
 		// which starts once they are gone (killing many can take a while).
-		if r.in.cg != nil && len(r.in.cg.killAllBut(r.p.pid)) > 0 {
-			r.graceEnd = time.Now().Add(grace)
+		if r.in.cg != nil {
+			if n := len(r.in.cg.killAllBut(r.p.pid)); n > 0 {
+				r.in.log.Info("killed the processes of an interrupted cell before its SIGINT", "cell", r.n, "count", n)
+				r.startGrace()
+			}
 		}
 		r.p.signal(unix.SIGINT)
 	case next.phase == phaseInterrupting && next.signalled && !prev.signalled:
 		// The interrupt came before "started": the signal goes now.
-		r.graceEnd = time.Now().Add(grace)
+		r.startGrace()
 		r.p.signal(unix.SIGINT)
 	}
+}
+
+// startGrace starts (or starts again) the grace period from now.
+func (r *cellRun) startGrace() {
+	r.grace = newGraceClock(r.in.cfg.Grace, sampleThread(r.p.pid))
+}
+
+// logKill says why the supervisor kills the interpreter (e moved the cell
+// to killing), with what the grace period saw when that is the reason:
+// every kill of an interpreter is in the guest's log with its cause. At
+// most one a cell, so a guest cannot flood the log with them.
+func (r *cellRun) logKill(e cellEvent) {
+	args := []any{"cell", r.n, "cause", r.st.cause.String(), "event", e.String()}
+	if e == evGraceOver && r.grace != nil {
+		g := r.grace
+		args = append(args, "grace", r.in.cfg.Grace, "since_signal", g.last.at.Sub(g.start).Round(time.Millisecond),
+			"credited", g.credit.Round(time.Millisecond), "thread_state", string(rune(g.last.state)),
+			"proc_readable", g.last.ok)
+		if g.credit < g.grace {
+			args = append(args, "why", "hard cap: the interpreter could not act on SIGINT (no CPU, or uninterruptible sleep)")
+		} else {
+			args = append(args, "why", "the cell did not stop within the grace period it could use (it ignores or defers SIGINT)")
+		}
+	}
+	r.in.log.Info("killing the interpreter", args...)
 }
 
 // Run executes code as the next cell and returns its result. onEvent, if
@@ -179,7 +208,7 @@ func (in *Interp) Run(ctx context.Context, code string, timeout time.Duration, o
 
 	exitedEarly := false
 	if err := r.p.send(command{Op: "exec", N: n, Code: code}); err != nil {
-		in.log.Warn("interpreter unreachable", "err", err)
+		in.log.Warn("interpreter unreachable; killing it", "cell", n, "err", err)
 		r.p.killGroup()
 		exitedEarly = true
 	}
@@ -227,7 +256,7 @@ func (r *cellRun) loop(ctx context.Context, timeout time.Duration) {
 				wait = msUntil(now, deadline)
 			}
 		case phaseInterrupting:
-			wait = msUntil(now, r.graceEnd)
+			wait = msUntil(now, now.Add(r.grace.wait(now)))
 		}
 		for i := range pfds {
 			pfds[i].Revents = 0
@@ -282,8 +311,7 @@ func (r *cellRun) loop(ctx context.Context, timeout time.Duration) {
 			r.apply(evInterrupt)
 		case live && !deadline.IsZero() && !now.Before(deadline):
 			r.apply(evTimeout)
-		case r.st.phase == phaseInterrupting && !now.Before(r.graceEnd):
-			in.log.Info("cell ignored SIGINT; killing interpreter", "cell", r.n, "grace", in.cfg.Grace)
+		case r.st.phase == phaseInterrupting && r.grace.due(now) && r.grace.observe(sampleThread(p.pid)):
 			r.apply(evGraceOver)
 		}
 	}
@@ -429,6 +457,7 @@ func (r *cellRun) finish(oomBase int64) cell.Result {
 		// and replace it. A kill here, for one that still runs, is not the
 		// supervisor's decision the result reports.
 		if r.st.phase != phaseKilling {
+			in.log.Info("the interpreter ended during the cell; killing what it left", "cell", r.n, "phase", r.st.phase.String())
 			r.p.killAll(in.cg)
 		}
 		<-r.p.exitCh

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Sandbox } from '../src/compat/withruntime.js';
+import { Interpreter, Sandbox, runtimeStatus } from '../src/compat/withruntime.js';
+import { Execution } from '../src/models.js';
 import { SOCKET, needsDaemon } from '../test-support/fake.js';
 
 test('a Runtime-style interpreter', needsDaemon, async () => {
@@ -44,4 +45,28 @@ test('network options', needsDaemon, async () => {
     await sbx.close();
   }
   await assert.rejects(Sandbox.create({ network: { internet: true }, socketPath: SOCKET }), RangeError);
+});
+
+// The outcome's status comes from state_kept and killed_by, never from
+// cellvm's status alone: a killed interpreter is 'lost'.
+test('a killed interpreter is lost, an interrupted one a timeout', () => {
+  const base = { stdout: '', stderr: '', results: [], error: { name: 'TimeoutError', value: 'killed', traceback: [] } };
+  const outcome = (raw) => new Interpreter(null)._outcome(new Execution({ ...base, ...raw }));
+  for (const [name, raw] of [
+    ['killed timeout', { status: 'timeout', state_kept: false, killed_by: 'timeout' }],
+    ['oom', { status: 'error', state_kept: false, killed_by: 'oom' }],
+    ['crash', { status: 'lost', state_kept: false, killed_by: 'signal' }],
+    ['exited', { status: 'lost', state_kept: false, killed_by: null }],
+    ['no state_kept', { status: 'timeout' }],
+  ]) {
+    const out = outcome(raw);
+    assert.equal(out.status, 'lost', name);
+    assert.equal(out.stateKept, false, name);
+  }
+  assert.equal(outcome({ status: 'timeout', state_kept: false, killed_by: 'timeout' }).killedBy, 'timeout');
+  const kept = outcome({ status: 'timeout', state_kept: true, killed_by: 'timeout' });
+  assert.deepEqual([kept.status, kept.stateKept], ['timeout', true]);
+  assert.equal(outcome({ status: 'ok', state_kept: true, killed_by: null, error: null }).status, 'ok');
+  assert.equal(outcome({ status: 'ok', state_kept: false, killed_by: null, error: null }).status, 'ok');
+  assert.equal(runtimeStatus({ status: 'timeout', stateKept: false, killedBy: 'timeout' }), 'lost');
 });

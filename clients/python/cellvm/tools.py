@@ -170,21 +170,28 @@ def _format_error(err: Dict[str, Any]) -> str:
 
 
 def _status_note(r: Dict[str, Any]) -> str:
-    status = r.get("status")
-    if status == "timeout":
-        if r.get("state_kept"):
+    # The words come from state_kept and killed_by, not from status alone
+    # (see agent.statusNote, which this mirrors).
+    status, killed_by = r.get("status"), r.get("killed_by")
+    killed = killed_by in ("oom", "signal")
+    if r.get("state_kept") and status != "lost" and not killed:
+        if status == "timeout" or killed_by == "timeout":
             return ("Note: the cell ran past its time limit and was interrupted. The interpreter survived: variables "
                     "defined before the call are still there (and anything the cell assigned before the interrupt). "
                     "Do less per call, or pass a larger timeout_s.")
-        return ("Note: the cell ran past its time limit and ignored the interrupt, so the interpreter was killed and "
-                "restarted. All variables and imports are gone: re-run the setup code before continuing.")
-    if status == "lost":
-        return ("Note: the interpreter was lost during this cell (it crashed, exited or was restarted). All variables "
-                "and imports are gone: re-run the setup code before continuing.")
-    if r.get("killed_by") == "oom":
-        return ("Note: the cell ran out of memory and was killed. All variables and imports are gone: use less memory "
-                "(smaller data, chunks) and re-run the setup code.")
-    return ""
+        return ""
+    if killed_by == "timeout" or status == "timeout":
+        return ("Note: the cell ran past its time limit and did not stop when interrupted, so the interpreter was "
+                "killed and restarted: variables are gone, and so are imports and functions. Re-run the setup code "
+                "before continuing.")
+    if killed_by == "oom":
+        return ("Note: the cell ran out of memory, so the interpreter was killed and restarted: variables are gone, "
+                "and so are imports and functions. Use less memory (smaller data, chunks) and re-run the setup code.")
+    if killed_by == "signal" or status == "lost":
+        return ("Note: the interpreter was lost during this cell (it crashed, exited or was killed) and restarted: "
+                "variables are gone, and so are imports and functions. Re-run the setup code before continuing.")
+    return ("Note: this cell ran in a fresh interpreter (the previous one had ended): variables are gone, and so are "
+            "imports and functions from earlier cells. Re-run the setup code before continuing.")
 
 
 def format_execution(execution: Any) -> ToolOutput:

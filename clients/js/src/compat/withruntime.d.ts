@@ -6,11 +6,16 @@ export interface RunOutcome {
   /** Binary values (PNG, ...) are in refs, fetched with interpreter.result(ref); the rest in data. */
   results: { data: Record<string, string>; refs: Record<string, string>; main: boolean }[];
   error: { name: string; value: string; traceback: string } | null;
+  /** 'timeout': interrupted, variables kept; 'lost': the interpreter was killed or died, variables gone. */
   status: 'ok' | 'error' | 'timeout' | 'lost';
   stateKept: boolean;
+  killedBy: 'timeout' | 'oom' | 'signal' | null;
   executionCount: number;
   durationMs: number;
 }
+
+/** The interface's status for a cellvm Execution (from stateKept and killedBy). */
+export function runtimeStatus(ex: { status: string; stateKept: boolean; killedBy: string | null }): RunOutcome['status'];
 
 export class Interpreter {
   run(code: string, opts?: { timeoutMs?: number }): Promise<RunOutcome>;

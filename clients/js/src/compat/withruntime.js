@@ -10,7 +10,14 @@
 // error: { name, value, traceback } | null, status }: binary values such as
 // PNG images are given by ref, never inline, and interpreter.result(ref)
 // returns their bytes as a Uint8Array; the traceback is one string; a
-// timeout is a status, not an exception. network: { internet: false } means
+// timeout is a status, not an exception. status follows the interface's
+// contract, which cellvm's own status does not: 'timeout' means the cell
+// was interrupted and the variables are still there; 'lost' means the
+// interpreter was killed or died during the cell (a timeout whose interrupt
+// was ignored, out of memory, a crash) and the variables are gone. It is
+// derived from cellvm's state_kept and killed_by (stateKept and killedBy
+// in the outcome too), never from cellvm's status alone: cellvm says
+// 'timeout' for a killed interpreter as well. network: { internet: false } means
 // no network device; { allow: [...] } passes a cellvm allowlist; cellvm has
 // no open-internet mode, so { internet: true } is refused.
 
@@ -20,6 +27,19 @@ import { BINARY_MIMES } from '../models.js';
 
 /** What the refs of one sandbox may hold in all; the oldest go first. */
 export const MAX_REF_BYTES = 256 << 20;
+
+/**
+ * The interface's status for a cellvm result: 'lost' whenever the
+ * interpreter was killed or died during the cell (its variables are gone),
+ * else cellvm's own. A result that does not say it kept the state counts as
+ * not kept. A cell that ran in a fresh interpreter (the previous one ended
+ * between cells) keeps its 'ok' or 'error', with stateKept false.
+ */
+export function runtimeStatus(ex) {
+  const kept = ex.stateKept && ex.status !== 'lost';
+  if (!kept && (ex.killedBy !== null || ex.status === 'timeout' || ex.status === 'lost')) return 'lost';
+  return ex.status;
+}
 
 function networkOf(network) {
   if (network === undefined || network === null) return undefined;
@@ -37,7 +57,10 @@ export class Interpreter {
 
   /** Runs code; resolves to the outcome object (see the module). */
   async run(code, { timeoutMs = 30_000 } = {}) {
-    const ex = await this._native.runCode(code, { timeoutMs });
+    return this._outcome(await this._native.runCode(code, { timeoutMs }));
+  }
+
+  _outcome(ex) {
     const results = ex.results.map((r) => {
       const data = {};
       const refs = {};
@@ -52,8 +75,9 @@ export class Interpreter {
       stderr: ex.logs.stderr,
       results,
       error: ex.error ? { name: ex.error.name, value: ex.error.value, traceback: ex.error.traceback } : null,
-      status: ex.status,
+      status: runtimeStatus(ex),
       stateKept: ex.stateKept,
+      killedBy: ex.killedBy,
       executionCount: ex.executionCount,
       durationMs: ex.durationMs,
     };

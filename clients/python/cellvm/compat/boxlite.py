@@ -10,7 +10,12 @@ A program written for BoxLite runs with only its import changed::
 Unlike BoxLite's, whose ``run`` starts a fresh ``python -c`` each time,
 cellvm's interpreter keeps its state between runs. ``run`` returns what the
 cell printed, stdout then stderr, then the error as Python prints it (as
-``python -c`` would show it). When no sandbox can be started (no daemon,
+``python -c`` would show it). When the interpreter did not keep its state
+(a timeout whose interrupt was ignored, out of memory, a crash: cellvm's
+``state_kept`` and ``killed_by``), the output ends with a line that says
+so, "...: variables are gone; re-run the setup code.", since a program
+that relies on the kept state would otherwise meet a NameError later with
+nothing to explain it. When no sandbox can be started (no daemon,
 no KVM), entering the box raises RuntimeError with the reason.
 
 The box's options, as cellvm reads them:
@@ -47,6 +52,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from ..aio import AsyncSandbox
 from ..errors import CellvmError, Invalid
 from ..models import Execution
+from ._truth import lost_note
 
 __all__ = ["CodeBox", "SimpleBox", "ExecResult", "image_name_for"]
 
@@ -106,14 +112,18 @@ def _env(env: Union[None, Dict[str, str], Sequence[Tuple[str, str]]]) -> Optiona
 
 
 def cell_output(ex: Execution) -> str:
-    """stdout, stderr, then the error as Python prints it."""
+    """stdout, stderr, the error as Python prints it, then, when the
+    interpreter's variables did not survive the cell, a line saying so."""
     out = ex.logs.stdout + ex.logs.stderr
     if ex.error is not None:
         tb = ex.error.traceback
         if tb and not tb.endswith("\n"):
             tb += "\n"
         out += tb or f"{ex.error.name}: {ex.error.value}\n"
-    return out
+    note = lost_note(ex)
+    if note and out and not out.endswith("\n"):
+        out += "\n"
+    return out + note
 
 
 class SimpleBox:

@@ -13,8 +13,14 @@ A program written for that interface runs with only its import changed::
 as PNG images are given by ref, fetched with ``interpreter.result(ref)``,
 never inline), ``error`` (None or ``{"name", "value", "traceback"}`` with
 the traceback as one string) and ``status`` ("ok", "error", "timeout",
-"lost"). A timeout is a result, not an exception; after one that was
-interrupted the variables are still there (``state_kept``).
+"lost"). A timeout is a result, not an exception. ``status`` follows the
+interface's contract, which cellvm's own status does not: "timeout" means
+the cell was interrupted and the variables are still there; "lost" means
+the interpreter was killed or died during the cell (a timeout whose
+interrupt was ignored, out of memory, a crash) and the variables are gone.
+It is derived from cellvm's ``state_kept`` and ``killed_by``, which the
+dict also carries, never from cellvm's status alone (cellvm says "timeout"
+for a killed interpreter too).
 
 ``network={"internet": False}`` means no network device at all;
 ``network={"allow": [...]}`` passes a cellvm allowlist. cellvm has no
@@ -30,11 +36,23 @@ from typing import Any, Dict, Optional, Union
 
 from .. import sandbox as _native
 from ..models import BINARY_MIMES, Execution, join_traceback
+from ._truth import lost_cause
 
 __all__ = ["Sandbox", "Interpreter"]
 
 #: What the refs of one sandbox may hold in all; the oldest go first.
 MAX_REF_BYTES = 256 << 20
+
+
+def runtime_status(ex: Execution) -> str:
+    """The interface's status for a cellvm result: "lost" whenever the
+    interpreter was killed or died during the cell (its variables are
+    gone), else cellvm's own. A cell that ran in a fresh interpreter (the
+    previous one ended between cells) keeps its "ok" or "error", with
+    ``state_kept`` False and the reason on stderr."""
+    if lost_cause(ex) is not None and (ex.killed_by is not None or ex.status in ("timeout", "lost")):
+        return "lost"
+    return ex.status
 
 
 def _network(network: Any) -> Any:
@@ -103,8 +121,9 @@ class Interpreter:
             "stderr": ex.logs.stderr,
             "results": results,
             "error": err,
-            "status": ex.status,
+            "status": runtime_status(ex),
             "state_kept": ex.state_kept,
+            "killed_by": ex.killed_by,
             "execution_count": ex.execution_count,
             "duration_ms": ex.duration_ms,
         }
