@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -92,4 +93,54 @@ func TestGuestCPUIDRecordedHosts(t *testing.T) {
 
 func checkNoNesting(t *testing.T, got []kvm.CPUIDEntry) {
 	t.Helper()
+	seen := map[uint32]bool{}
+	for _, e := range got {
+		seen[e.Function] = true
+		switch e.Function {
+		case 1:
+			if e.ECX&(cpuid1ECXVMX|cpuid1ECXSMX) != 0 {
+				t.Errorf("leaf 1 ECX %#x offers VMX or SMX", e.ECX)
+			}
+		case 0x80000001:
+			if e.ECX&(cpuidExt1ECXSVM|cpuidExt1ECXSKINIT) != 0 {
+				t.Errorf("leaf 0x80000001 ECX %#x offers SVM or SKINIT", e.ECX)
+			}
+		case cpuidLeafSVM:
+			if e.EAX|e.EBX|e.ECX|e.EDX != 0 {
+				t.Errorf("leaf 0x8000000a %+v: SVM features offered", e)
+			}
+		}
+	}
+	if !seen[1] || !seen[0x80000001] {
+		t.Error("leaf 1 or 0x80000001 missing from the guest's CPUID")
+	}
+}
+
+// TestRestoredCPUIDHidesNesting: a state file whose CPUID offers VMX and
+// SVM (a snapshot from an older VMM, or one a compromised VMM wrote) is
+// restored without them, and nothing else changes.
+func TestRestoredCPUIDHidesNesting(t *testing.T) {
+	for _, host := range []string{"intel-icx", "amd-milan"} {
+		saved := readCPUIDDump(t, filepath.Join("testdata", "cpuid", host+".supported"))
+		before := slices.Clone(saved)
+		got := withoutNesting(saved)
+		checkNoNesting(t, got)
+		if !slices.Equal(saved, before) {
+			t.Errorf("%s: withoutNesting changed its input", host)
+		}
+		for i := range got {
+			want := before[i]
+			switch want.Function {
+			case 1:
+				want.ECX &^= cpuid1ECXVMX | cpuid1ECXSMX
+			case 0x80000001:
+				want.ECX &^= cpuidExt1ECXSVM | cpuidExt1ECXSKINIT
+			case cpuidLeafSVM:
+				want.EAX, want.EBX, want.ECX, want.EDX = 0, 0, 0, 0
+			}
+			if got[i] != want {
+				t.Errorf("%s: entry %d = %+v, want %+v", host, i, got[i], want)
+			}
+		}
+	}
 }

@@ -174,7 +174,9 @@ func fixZeroTSCDeadline(msrs []kvm.MSR) {
 
 // restoreVCPU puts one vCPU in state st, in the order above.
 func (m *Machine) restoreVCPU(c *kvm.VCPU, st *snapshot.VCPU) error {
-	if err := c.SetCPUID(st.CPUID); err != nil {
+	// The saved CPUID, with nesting hidden whatever the state file says
+	// (see the CPU model in cpu.go).
+	if err := c.SetCPUID(withoutNesting(st.CPUID)); err != nil {
 		return err
 	}
 	if err := c.SetMPState(st.MPState); err != nil {
