@@ -1,26 +1,27 @@
 package jail
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/sys/unix"
 
 	"github.com/cellvm/cellvm/kvm"
 )
 
-// Why elastic/go-seccomp-bpf: it is pure Go (no cgo, so the VMM stays a
-// static binary and Drop's all-threads system calls work), it assembles a
-// filter from a declarative policy with argument conditions, checks the
-// architecture and refuses the x32 ABI, and loads it with TSYNC so every
-// thread of the Go runtime gets the same filter. libseccomp-golang would
-// need cgo.
+// The filter is a plain classic-BPF program (seccompbpf_linux.go), built
+// from the tables below and loaded with TSYNC so every thread of the Go
+// runtime gets it; pure Go, so the VMM stays a static binary and Drop's
+// all-threads system calls work. elastic/go-seccomp-bpf is used only for
+// its table of x86-64 system call names: its policy assembler judged calls
+// with argument conditions wrongly (see seccompbpf_linux.go).
 //
-// Only Equal conditions are used for what the filter lets through: the
-// library's BitsSet means "any of these bits is set", which once let 31
-// ioctl type bytes pass where only KVM's was meant. Equal compares all 64
-// bits of the argument, so a request with junk in its upper half (which
+// Only exact values are allowed where an argument decides (equality on all
+// 64 bits): the old ioctl rule was written with the library's BitsSet,
+// which means "any of these bits is set", and let 31 ioctl type bytes pass
+// where only KVM's was meant. A request with junk in its upper half (which
 // the kernel would ignore) is killed too.
 //
 // One filter for every thread: the vCPU threads need less than the others
@@ -106,51 +107,62 @@ func AllowedIoctls() ([]uint64, error) {
 	return out, nil
 }
 
-// policy is the VMM's seccomp policy (see Install).
-func policy() (seccomp.Policy, error) {
+// spec is the VMM's filter (see Install).
+func spec() (filterSpec, error) {
 	ioctls, err := AllowedIoctls()
 	if err != nil {
-		return seccomp.Policy{}, err
+		return filterSpec{}, err
 	}
-	p := seccomp.Policy{DefaultAction: seccomp.ActionKillProcess}
-	allow := seccomp.SyscallGroup{Action: seccomp.ActionAllow}
+	names := arch.X86_64.SyscallNames
+	number := func(name string) int {
+		nr, ok := names[name]
+		if !ok {
+			err = errors.Join(err, fmt.Errorf("jail: no x86-64 system call %q", name))
+		}
+		return nr
+	}
+	var s filterSpec
 	for _, a := range allowed {
-		allow.Names = append(allow.Names, a.names...)
+		for _, name := range a.names {
+			s.allow = append(s.allow, number(name))
+		}
 	}
-	equal := func(name string, arg uint32, v uint64) seccomp.NameWithConditions {
-		return seccomp.NameWithConditions{Name: name, Conditions: []seccomp.Condition{{Argument: arg, Operation: seccomp.Equal, Value: v}}}
+	s.errno = map[int]unix.Errno{
+		number("clone3"): unix.ENOSYS, // a libc would fall back to clone
+		number("open"):   unix.EACCES, // the Go runtime's occasional look at /proc or /sys fails quietly
+		number("openat"): unix.EACCES,
 	}
-	for _, n := range ioctls {
-		allow.NamesWithCondtions = append(allow.NamesWithCondtions, equal("ioctl", 1, n))
+	s.rules = []argRule{
+		{nr: number("ioctl"), arg: 1, equal: ioctls},
+		// The jail's self-check: the VMM logs its seccomp mode, and stops
+		// if it is not 2.
+		{nr: number("prctl"), arg: 0, equal: []uint64{unix.PR_GET_SECCOMP}},
+		{nr: number("socket"), arg: 0, equal: []uint64{unix.AF_UNIX}},
+		// Threads only, never a new process: CLONE_THREAD is one bit, so
+		// "any of these bits" means what it reads.
+		{nr: number("clone"), arg: 0, bitsSet: unix.CLONE_THREAD},
 	}
-	allow.NamesWithCondtions = append(allow.NamesWithCondtions,
-		equal("prctl", 0, unix.PR_GET_SECCOMP), // the jail's self-check: the VMM logs its seccomp mode, and stops if it is not 2
-		equal("socket", 0, unix.AF_UNIX),
-		// clone only for threads, never a new process.
-		seccomp.NameWithConditions{Name: "clone", Conditions: []seccomp.Condition{{Argument: 0, Operation: seccomp.BitsSet, Value: unix.CLONE_THREAD}}},
-	)
-	p.Syscalls = []seccomp.SyscallGroup{
-		allow,
-		{Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS), Names: []string{"clone3"}},
-		{Action: seccomp.ActionErrno | seccomp.Action(unix.EACCES), Names: []string{"open", "openat"}},
-	}
-	return p, nil
+	return s, err
 }
 
 // Install loads the VMM's seccomp filter on every thread of the process.
 // Besides the allowlist: ioctl only with the exact requests of
 // jailedIoctls; prctl only for PR_GET_SECCOMP; socket only for AF_UNIX;
-// clone only for threads (CLONE_THREAD, a single bit, so BitsSet means
-// what it reads), never a new process; clone3 answers ENOSYS so a libc
-// would fall back to clone; open and openat answer EACCES (the Go
-// runtime's occasional look at /proc or /sys fails quietly); every other
-// system call kills the process.
+// clone only for threads (CLONE_THREAD), never a new process; clone3
+// answers ENOSYS so a libc would fall back to clone; open and openat
+// answer EACCES (the Go runtime's occasional look at /proc or /sys fails
+// quietly); every other system call, and any from the x32 ABI or another
+// architecture, kills the process.
 func Install() error {
-	p, err := policy()
+	s, err := spec()
 	if err != nil {
 		return err
 	}
-	if err := seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: p}); err != nil {
+	prog, err := s.program()
+	if err != nil {
+		return fmt.Errorf("jail: the seccomp filter: %w", err)
+	}
+	if err := load(prog); err != nil {
 		return fmt.Errorf("jail: load the seccomp filter: %w", err)
 	}
 	return nil

@@ -122,9 +122,11 @@ func TestSeccompIoctls(t *testing.T) {
 		kvmSetNestedState, kvmMemoryEncryptOp, kvmSetGSIRouting, kvmSetUserMemRegion,
 		1<<32|0xae80, // KVM_RUN with junk above the 32 bits the kernel reads
 	)
-	for name, req := range kvm.Requests() {
+	// Requests equal to open's, openat's and clone3's numbers: elastic's
+	// assembler answered them EACCES and ENOSYS (seccompbpf_linux.go).
+	denied = append(denied, unix.SYS_OPEN, unix.SYS_OPENAT, unix.SYS_CLONE3)
+	for _, req := range kvm.Requests() {
 		if !slices.Contains(allowed, uint64(req)) {
-			t.Logf("not allowed: %s (%#x)", name, req)
 			denied = append(denied, uint64(req))
 		}
 	}
