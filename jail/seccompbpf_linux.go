@@ -2,7 +2,9 @@ package jail
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -117,8 +119,8 @@ func (s filterSpec) program() ([]unix.SockFilter, error) {
 	for _, nr := range s.allow {
 		p = append(p, bpfJump(bpfJEq, uint32(nr), 0, 1), retAllow)
 	}
-	for nr, e := range s.errno {
-		p = append(p, bpfJump(bpfJEq, uint32(nr), 0, 1), bpfStmt(bpfRet, unix.SECCOMP_RET_ERRNO|uint32(e)&unix.SECCOMP_RET_DATA))
+	for _, nr := range slices.Sorted(maps.Keys(s.errno)) { // the same program every time
+		p = append(p, bpfJump(bpfJEq, uint32(nr), 0, 1), bpfStmt(bpfRet, unix.SECCOMP_RET_ERRNO|uint32(s.errno[nr])&unix.SECCOMP_RET_DATA))
 	}
 	jumps := make([]int, len(s.rules)) // index of each rule's ja, patched below
 	for i, r := range s.rules {
