@@ -2,6 +2,7 @@ package vmm
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/cellvm/cellvm/kvm"
 	"github.com/cellvm/cellvm/vmm/boot"
@@ -60,6 +61,17 @@ const (
 //     still sized for XCR0=1 ("XSAVE consistency problem: size 2696 !=
 //     kernel_size 576"), turned XSAVE off with AVX state already on, and
 //     later triple-faulted.
+//   - No nested virtualisation: VMX and SMX (leaf 1) and SVM and SKINIT
+//     (0x80000001) cleared, and AMD's SVM leaf 0x8000000A zeroed — what
+//     Firecracker's CPU templates clear. A guest offered VMX or SVM can
+//     run its own hypervisor on KVM's nested code, the part of the host
+//     kernel with the worst record of guest-to-host escapes; no sandbox
+//     needs it. KVM offers them only where its module has nested=1, but a
+//     VMM should not depend on a host's module options for a wall. The
+//     same rule is applied to a snapshot's saved CPUID when it is
+//     restored (restoreVCPU): the state file is written by a VMM, and a
+//     compromised one must not be able to hand the next VMM a guest with
+//     nesting on.
 //
 // The MSRs the VMM sets are bootMSRs; every other MSR is KVM's default.
 
@@ -67,6 +79,8 @@ const (
 const (
 	cpuid1ECXDTES64      = 1 << 2
 	cpuid1ECXDSCPL       = 1 << 4
+	cpuid1ECXVMX         = 1 << 5
+	cpuid1ECXSMX         = 1 << 6
 	cpuid1ECXPDCM        = 1 << 15
 	cpuid1ECXTSCDeadline = 1 << 24
 	cpuid1ECXXSAVE       = 1 << 26
@@ -85,6 +99,8 @@ const (
 	cpuid7EDXAMXTILE = 1 << 24
 	cpuid7EDXAMXINT8 = 1 << 25
 
+	cpuidExt1ECXSVM         = 1 << 2
+	cpuidExt1ECXSKINIT      = 1 << 12
 	cpuidExt1ECXPerfCtrCore = 1 << 23
 	cpuidExt1ECXPerfCtrNB   = 1 << 24
 	cpuidExt1ECXPerfCtrLLC  = 1 << 28
@@ -169,6 +185,31 @@ func xsaveSize(supported []kvm.CPUIDEntry, mask uint64) uint32 {
 	return size
 }
 
+// cpuidLeafSVM is AMD's SVM leaf: revision, ASID count and the nested
+// features (nested paging, VMCB clean bits, AVIC, ...).
+const cpuidLeafSVM = 0x8000000a
+
+// hideNesting is the CPU model's no-nesting rule on one entry.
+func hideNesting(e *kvm.CPUIDEntry) {
+	switch e.Function {
+	case 1:
+		e.ECX &^= cpuid1ECXVMX | cpuid1ECXSMX
+	case 0x80000001:
+		e.ECX &^= cpuidExt1ECXSVM | cpuidExt1ECXSKINIT
+	case cpuidLeafSVM:
+		e.EAX, e.EBX, e.ECX, e.EDX = 0, 0, 0, 0
+	}
+}
+
+// withoutNesting is entries with hideNesting applied, in a new slice.
+func withoutNesting(entries []kvm.CPUIDEntry) []kvm.CPUIDEntry {
+	out := slices.Clone(entries)
+	for i := range out {
+		hideNesting(&out[i])
+	}
+	return out
+}
+
 // guestCPUID adapts the host-supported CPUID for vCPU id of n, as the CPU
 // model above says, with the features in f.
 func guestCPUID(supported []kvm.CPUIDEntry, id, n int, f cpuFeatures) []kvm.CPUIDEntry {
@@ -219,6 +260,7 @@ func guestCPUID(supported []kvm.CPUIDEntry, id, n int, f cpuFeatures) []kvm.CPUI
 		case 0x80000001:
 			e.ECX &^= cpuidExt1ECXPerfCtrCore | cpuidExt1ECXPerfCtrNB | cpuidExt1ECXPerfCtrLLC
 		}
+		hideNesting(&e)
 		out = append(out, e)
 	}
 	return out

@@ -2,7 +2,9 @@ package vmm
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 
 	"github.com/cellvm/cellvm/kvm"
 	"github.com/cellvm/cellvm/vmm/snapshot"
@@ -23,14 +25,18 @@ import (
 
 // MSRs whose values a snapshot keeps, where KVM lists them
 // (KVM_GET_MSR_INDEX_LIST): the ones a Linux guest writes and relies on.
-// Everything else is KVM's default or derived from CPUID.
+// Everything else is KVM's default or derived from CPUID. A mitigation
+// MSR left out would come back at KVM's default after a restore: the
+// guest believes it turned TSX or store bypass off, and it is on again.
 var savedMSRRanges = []struct{ first, last uint32 }{
 	{0x10, 0x10},             // IA32_TSC
 	{0x11, 0x12},             // kvmclock wall clock and system time (old numbers)
 	{0x1b, 0x1b},             // IA32_APIC_BASE
 	{0x3a, 0x3b},             // IA32_FEATURE_CONTROL, IA32_TSC_ADJUST
 	{0x48, 0x48},             // IA32_SPEC_CTRL
+	{0xe1, 0xe1},             // IA32_UMWAIT_CONTROL: the guest's TPAUSE/UMWAIT time limit and C0.2 switch
 	{0x10a, 0x10a},           // IA32_ARCH_CAPABILITIES
+	{0x122, 0x122},           // IA32_TSX_CTRL: whether the guest turned RTM off (TAA mitigation; Firecracker saves it)
 	{0x140, 0x140},           // MISC_FEATURES_ENABLES
 	{0x174, 0x176},           // SYSENTER CS, ESP, EIP
 	{0x17a, 0x17a},           // IA32_MCG_STATUS
@@ -42,6 +48,7 @@ var savedMSRRanges = []struct{ first, last uint32 }{
 	{0xc0000080, 0xc0000084}, // EFER, STAR, LSTAR, CSTAR, SYSCALL_MASK
 	{0xc0000100, 0xc0000103}, // FS_BASE, GS_BASE, KERNEL_GS_BASE, TSC_AUX
 	{0xc0010015, 0xc0010015}, // AMD HWCR
+	{0xc001011f, 0xc001011f}, // AMD VIRT_SPEC_CTRL: the guest's SSBD (speculative store bypass) setting
 	{0x4b564d00, 0x4b564dff}, // KVM's paravirtual MSRs (kvmclock, steal time, async PF, PV EOI, ...)
 }
 
@@ -143,14 +150,28 @@ func (m *Machine) saveVCPU(c *kvm.VCPU, msrs []uint32) (snapshot.VCPU, error) {
 	if st.MSRs, refused, err = readMSRs(c, msrs); err != nil {
 		return st, err
 	}
-	if len(refused) > 0 {
-		m.log.Debug("MSRs KVM lists but would not read, not saved", "vcpu", c.ID, "msrs", fmt.Sprintf("%#x", refused))
-	}
+	logRefusedMSRs(m.log, c.ID, refused)
 	fixZeroTSCDeadline(st.MSRs)
 	if st.Events, err = c.VCPUEvents(); err != nil {
 		return st, err
 	}
 	return st, nil
+}
+
+// logRefusedMSRs warns of the MSRs a save left out, by number: the
+// restored guest finds them at KVM's defaults, which for a mitigation
+// MSR undoes what the guest set. Saves are the daemon's requests, not the
+// guest's, so this is not rate-limited.
+func logRefusedMSRs(log *slog.Logger, vcpu int, refused []uint32) {
+	if len(refused) == 0 {
+		return
+	}
+	hex := make([]string, len(refused))
+	for i, x := range refused {
+		hex[i] = fmt.Sprintf("%#x", x)
+	}
+	log.Warn("snapshot: MSRs KVM lists but would not read are not saved; the restored guest finds them at KVM's defaults",
+		"vcpu", vcpu, "msrs", strings.Join(hex, ","))
 }
 
 // fixZeroTSCDeadline replaces a zero IA32_TSC_DEADLINE with the saved TSC,
@@ -174,7 +195,9 @@ func fixZeroTSCDeadline(msrs []kvm.MSR) {
 
 // restoreVCPU puts one vCPU in state st, in the order above.
 func (m *Machine) restoreVCPU(c *kvm.VCPU, st *snapshot.VCPU) error {
-	if err := c.SetCPUID(st.CPUID); err != nil {
+	// The saved CPUID, with nesting hidden whatever the state file says
+	// (see the CPU model in cpu.go).
+	if err := c.SetCPUID(withoutNesting(st.CPUID)); err != nil {
 		return err
 	}
 	if err := c.SetMPState(st.MPState); err != nil {

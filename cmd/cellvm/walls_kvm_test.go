@@ -72,6 +72,19 @@ func TestCellWallsThroughTheAPI(t *testing.T) {
 		answers(t, c, id)
 	})
 
+	t.Run("no nested virtualisation", func(t *testing.T) {
+		// The guest's CPUID hides VMX and SVM (vmm/cpu.go): its kernel
+		// lists neither flag, on a host that has /proc/cpuinfo flags at all.
+		x, err := c.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"sh", "-c", "grep -c '^flags' /proc/cpuinfo; grep -cwE 'vmx|svm' /proc/cpuinfo"}, Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lines := strings.Fields(x.Stdout); len(lines) != 2 || lines[0] == "0" || lines[1] != "0" {
+			t.Errorf("grep of /proc/cpuinfo: %q, want some flags lines and 0 with vmx or svm", x.Stdout)
+		}
+		answers(t, c, id)
+	})
+
 	t.Run("kill PID 1 and the agent", func(t *testing.T) {
 		got := okCell(t, c, id, `
 import os, signal
