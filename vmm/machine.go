@@ -58,7 +58,13 @@ type Config struct {
 	// VMM's jail drops its privileges and installs its seccomp filter there.
 	// An error ends Run before the guest runs.
 	BeforeGuest func() error
-	MAC         [6]byte // the guest NIC's MAC address
+	// QueueGate, if set, runs once, when the first virtio device is about
+	// to be handed its queues (a driver's DRIVER_OK, or a restored
+	// device's start), before any ring the guest controls is read: the VMM
+	// checks there that it is jailed. Its verdict stands for every device
+	// after it; an error keeps the device from starting and ends the VM.
+	QueueGate func() error
+	MAC       [6]byte // the guest NIC's MAC address
 	// Pagemap, when set, is this process's /proc/self/pagemap, opened
 	// before a jail hid /proc: a save then skips the pages the guest never
 	// touched (untouched.go). The machine owns it from New on.
@@ -113,6 +119,12 @@ type Machine struct {
 	vcpus  []*kvm.VCPU
 
 	snap snapshotting // pause, save and restore (pause.go, save.go, restore.go)
+
+	// gate is QueueGate's one run and its verdict (passQueueGate).
+	gate struct {
+		once sync.Once
+		err  error
+	}
 }
 
 // New creates the VM, its memory and devices, and loads the kernel. Nothing
@@ -378,10 +390,8 @@ func (m *Machine) runVCPUs(how string, attrs []any) error {
 	if m.cfg.ConsoleInput != nil {
 		go m.uart.FeedFrom(m.cfg.ConsoleInput)
 	}
-	if m.cfg.BeforeGuest != nil {
-		if err := m.cfg.BeforeGuest(); err != nil {
-			return fmt.Errorf("before the guest's first instruction: %w", err)
-		}
+	if err := m.enterGuest(); err != nil {
+		return err
 	}
 	m.started = time.Now()
 	if m.life.restored == nil {
@@ -402,6 +412,50 @@ func (m *Machine) runVCPUs(how string, attrs []any) error {
 	wg.Wait()
 	m.log.Info("vm ended", "reason", m.life.endReason, "error", m.life.endErr, "uptime_ms", time.Since(m.started).Milliseconds())
 	return m.life.endErr
+}
+
+// enterGuest is the last step before the guest's first instruction, in
+// Firecracker's and Cloud Hypervisor's order: BeforeGuest first (the jail
+// drops the VMM's privileges and installs its seccomp filter), and only
+// then does a restored machine's virtio devices start, reading the rings
+// the guest left in its memory. Until then nothing of the VMM has parsed
+// anything the guest controls: Restore put the devices back into their
+// structs only. A booted machine's devices start later still, when the
+// guest's driver sets them up.
+func (m *Machine) enterGuest() error {
+	if m.cfg.BeforeGuest != nil {
+		if err := m.cfg.BeforeGuest(); err != nil {
+			return fmt.Errorf("before the guest's first instruction: %w", err)
+		}
+	}
+	if m.life.restored == nil {
+		return nil
+	}
+	for i, d := range m.snap.devices {
+		if err := d.t.Start(); err != nil {
+			return fmt.Errorf("restore: start virtio device %d (%s at %#x): %w", i, deviceKind(d.dev), d.base, err)
+		}
+	}
+	return nil
+}
+
+// passQueueGate runs cfg.QueueGate once and gives its verdict to every
+// transport that asks (each asks before its device gets its queues). A
+// refusal ends the machine: it is the VMM finding itself unjailed where
+// it should be jailed, and no device may run then.
+func (m *Machine) passQueueGate() error {
+	if m.cfg.QueueGate == nil {
+		return nil
+	}
+	m.gate.once.Do(func() {
+		if err := m.cfg.QueueGate(); err != nil {
+			m.gate.err = err
+			// Not inline: the caller holds a transport's lock, which a
+			// pause may be waiting for under the machine's.
+			go m.end(err, "queue gate refused")
+		}
+	})
+	return m.gate.err
 }
 
 // notRun is Run's answer when the run move is refused: the end of a

@@ -66,8 +66,9 @@ func Restore(cfg Config, state, mem *os.File) (*Machine, error) {
 }
 
 // restoreState puts the new machine in state st: vCPUs first, then the VM's
-// PIT, clock and interrupt controllers, then the devices (which may raise
-// interrupts once they run, so the interrupt controllers must be in place).
+// PIT, clock and interrupt controllers, then the devices' structs (they
+// may raise interrupts once they run, so the interrupt controllers must be
+// in place; enterGuest starts them).
 func (m *Machine) restoreState(st *snapshot.State) error {
 	if err := m.matchDevices(st.Devices); err != nil {
 		return err
@@ -181,7 +182,8 @@ func (m *Machine) matchTSC(saved uint32) error {
 }
 
 // restoreDevice restores one virtio device: its own state, then its
-// transport, which starts it.
+// transport's registers. Neither reads guest memory; the transport's Start
+// (enterGuest, after the jail) does.
 func restoreDevice(d *virtioSlot, ds *snapshot.Device) error {
 	var err error
 	switch dev := d.dev.(type) {

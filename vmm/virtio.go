@@ -44,6 +44,7 @@ func (m *Machine) AddVirtio(dev virtio.Device) error {
 	}
 	m.closers = append(m.closers, irqCloser{m.vm, irq})
 	t := mmio.NewMMIO(dev, m.mem, irq, m.log.With("virtio", base))
+	t.SetQueueGate(m.passQueueGate)
 	m.closers = append(m.closers, t) // the transport owns dev from here
 	if err := m.mmio.Add(base, mmio.MMIOSize, t); err != nil {
 		return err

@@ -111,6 +111,10 @@ type MMIO struct {
 	live        []*queue.Queue // the device's queues while active
 	paused      bool           // active, with the device paused (Pause)
 	configGen   uint32
+	// restored is what Start starts, from Restore until Start.
+	restored *restoredQueues
+	// gate runs before the device is handed its queues (SetQueueGate).
+	gate func() error
 
 	intStatus  atomic.Uint32
 	needsReset atomic.Bool
@@ -313,6 +317,10 @@ func (m *MMIO) featuresAcceptable() bool {
 }
 
 func (m *MMIO) activate() {
+	if err := m.passGate(); err != nil {
+		m.fail(err)
+		return
+	}
 	qs := make([]*queue.Queue, len(m.queues))
 	for i, r := range m.queues {
 		if !r.ready {
@@ -334,6 +342,29 @@ func (m *MMIO) activate() {
 		qs[i] = q
 	}
 	m.start(qs)
+}
+
+// SetQueueGate sets a check that runs each time the device is about to be
+// handed its queues, before anything of them is read: when the driver sets
+// DRIVER_OK, and in Start of a restored transport. An error keeps the
+// device from starting (it needs a reset, or Start fails). A VMM checks
+// there, before the first ring a guest controls is parsed, that it is
+// jailed. Call it before the guest runs.
+func (m *MMIO) SetQueueGate(gate func() error) {
+	m.mu.Lock()
+	m.gate = gate
+	m.mu.Unlock()
+}
+
+// passGate runs the queue gate, if any. Called with mu held.
+func (m *MMIO) passGate() error {
+	if m.gate == nil {
+		return nil
+	}
+	if err := m.gate(); err != nil {
+		return fmt.Errorf("virtio-mmio: queue gate: %w", err)
+	}
+	return nil
 }
 
 // start activates the device on qs and kicks every queue. Called with mu
@@ -368,7 +399,7 @@ func (m *MMIO) reset() {
 		m.active = false
 	}
 	m.kicks.Store(nil)
-	m.live, m.paused = nil, false
+	m.live, m.paused, m.restored = nil, false, nil
 	m.status, m.devFeatSel, m.drvFeatSel, m.drvFeatures, m.queueSel = 0, 0, 0, 0, 0
 	clear(m.queues)
 	m.intStatus.Store(0)

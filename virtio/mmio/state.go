@@ -87,6 +87,9 @@ func (m *MMIO) Save() (State, error) {
 	if m.active && !m.paused {
 		return State{}, errors.New("virtio-mmio: save of a running device (pause it first)")
 	}
+	if m.restored != nil {
+		return State{}, errors.New("virtio-mmio: save of a restored transport not yet started")
+	}
 	st := State{
 		DeviceType: m.dev.DeviceType(), Status: m.status,
 		DevFeatSel: m.devFeatSel, DrvFeatSel: m.drvFeatSel, DrvFeatures: m.drvFeatures,
@@ -108,26 +111,30 @@ func (m *MMIO) Save() (State, error) {
 	return st, nil
 }
 
-// Restore puts a new transport, over the snapshot's memory, in the state
-// st. An active device is activated on its restored queues and starts
-// running; its own state must have been restored before. The
-// configuration generation moves on, since the device's config may differ
-// from the saved one (a fork's vsock CID), and a pending interrupt is
-// raised again, since the restored interrupt controller may not hold it.
-// A state that does not fit this device or this memory is refused, and the
-// transport is left as it was.
+// Restore puts a new transport in the state st, registers only: it reads
+// and writes nothing of guest memory, and starts nothing. Start then
+// checks the queues against guest memory, activates an active device on
+// them and raises a pending interrupt again. The split is Firecracker's
+// and Cloud Hypervisor's order: a VMM restores every device into its
+// structs while it still holds its privileges (its files are open), drops
+// them and installs its seccomp filter, and only then lets a device parse
+// a ring the guest controls. The device's own state must have been
+// restored before Start. The configuration generation moves on, since the
+// device's config may differ from the saved one (a fork's vsock CID). A
+// state that does not fit this device is refused, and the transport is
+// left as it was.
 func (m *MMIO) Restore(st State) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.status != 0 || m.active || m.closed {
+	if m.status != 0 || m.active || m.closed || m.restored != nil {
 		return errors.New("virtio-mmio: restore into a transport already in use")
 	}
 	if err := m.checkState(st); err != nil {
 		return err
 	}
-	var qs []*queue.Queue
+	var live []*queue.State
 	if st.Active {
-		qs = make([]*queue.Queue, len(st.Live))
+		live = make([]*queue.State, len(st.Live))
 		for i, ls := range st.Live {
 			if ls == nil {
 				continue
@@ -138,11 +145,8 @@ func (m *MMIO) Restore(st State) error {
 			if ls.Config.Indirect != (st.DrvFeatures&virtio.FeatureIndirectDesc != 0) || ls.Config.EventIdx != (st.DrvFeatures&virtio.FeatureEventIdx != 0) {
 				return fmt.Errorf("virtio-mmio: restore: queue %d's ring features disagree with the negotiated %#x", i, st.DrvFeatures)
 			}
-			q, err := queue.Restore(m.mem, *ls, m.maxSizes[i])
-			if err != nil {
-				return fmt.Errorf("virtio-mmio: restore queue %d: %w", i, err)
-			}
-			qs[i] = q
+			c := *ls
+			live[i] = &c
 		}
 	}
 	m.status, m.devFeatSel, m.drvFeatSel, m.drvFeatures, m.queueSel = st.Status, st.DevFeatSel, st.DrvFeatSel, st.DrvFeatures, st.QueueSel
@@ -152,10 +156,51 @@ func (m *MMIO) Restore(st State) error {
 	m.configGen = st.ConfigGen + 1
 	m.intStatus.Store(st.IntStatus)
 	m.needsReset.Store(st.NeedsReset)
-	if st.Active && !st.NeedsReset {
+	m.restored = &restoredQueues{live: live, start: st.Active && !st.NeedsReset}
+	return nil
+}
+
+// restoredQueues is what a restored transport starts (Start): the queues'
+// saved positions, and whether the device was running.
+type restoredQueues struct {
+	live  []*queue.State
+	start bool
+}
+
+// Start carries a restored transport on: it rebuilds each queue over guest
+// memory (which must be the memory saved with the state: the used index
+// there must be the saved one), activates the device on them, and raises
+// a pending interrupt again, since the restored interrupt controller may
+// not hold it. Call it once the VMM is jailed (see Restore). A transport
+// that was not restored, or was started, has nothing to start: Start does
+// nothing. A queue that does not fit guest memory is an error, and the
+// device stays inactive.
+func (m *MMIO) Start() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.restored
+	if r == nil || m.closed {
+		return nil
+	}
+	m.restored = nil
+	if r.start {
+		if err := m.passGate(); err != nil {
+			return err
+		}
+		qs := make([]*queue.Queue, len(r.live))
+		for i, ls := range r.live {
+			if ls == nil {
+				continue
+			}
+			q, err := queue.Restore(m.mem, *ls, m.maxSizes[i])
+			if err != nil {
+				return fmt.Errorf("virtio-mmio: restore queue %d: %w", i, err)
+			}
+			qs[i] = q
+		}
 		m.start(qs)
 	}
-	if st.IntStatus != 0 {
+	if m.intStatus.Load() != 0 {
 		if err := m.irq.Trigger(); err != nil {
 			m.log.Warn("virtio-mmio: raise interrupt after restore", "err", err)
 		}

@@ -1,8 +1,10 @@
 package mmio_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"reflect"
+	"sync"
 	"testing"
 
 	"github.com/cellvm/cellvm/guestmem"
@@ -143,12 +145,6 @@ func TestRestoreRefusesMismatch(t *testing.T) {
 		{"ready queue without a position", func(s *mmio.State) { s.Live = []*queue.State{nil, s.Live[1]} }},
 		{"position for another layout", func(s *mmio.State) { q := *s.Live[0]; q.Config.DescAddr += 16; s.Live = []*queue.State{&q, s.Live[1]} }},
 		{"ring features not negotiated", func(s *mmio.State) { s.DrvFeatures &^= virtio.FeatureEventIdx }},
-		{"queue outside memory", func(s *mmio.State) {
-			q := *s.Live[0]
-			q.Config.DeviceAddr = virtiotest.MemSize
-			s.Queues = append([]mmio.QueueRegs{{Num: q.Config.Size, Ready: true, Desc: q.Config.DescAddr, Driver: q.Config.DriverAddr, Device: q.Config.DeviceAddr}}, s.Queues[1:]...)
-			s.Live = []*queue.State{&q, s.Live[1]}
-		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			bad := st
@@ -174,6 +170,177 @@ func TestRestoreRefusesMismatch(t *testing.T) {
 	if err := m.Restore(st); err == nil {
 		t.Error("a second restore into a transport in use succeeded")
 	}
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Restore(st); err == nil {
+		t.Error("a restore into a started transport succeeded")
+	}
+}
+
+// TestStartRefusesQueuesOutOfMemory: what only guest memory can say about
+// a saved queue (it lies outside memory; the used index there is not the
+// saved one) is Start's to check, since Restore reads no memory. The
+// device stays inactive.
+func TestStartRefusesQueuesOutOfMemory(t *testing.T) {
+	h := virtiotest.Start(t, &pausable{}, ^uint64(0), 32)
+	st, mem := h.Snapshot()
+	for _, c := range []struct {
+		name   string
+		change func(*mmio.State)
+	}{
+		{"queue outside memory", func(s *mmio.State) {
+			q := *s.Live[0]
+			q.Config.DeviceAddr = virtiotest.MemSize
+			s.Queues = append([]mmio.QueueRegs{{Num: q.Config.Size, Ready: true, Desc: q.Config.DescAddr, Driver: q.Config.DriverAddr, Device: q.Config.DeviceAddr}}, s.Queues[1:]...)
+			s.Live = []*queue.State{&q, s.Live[1]}
+		}},
+		{"used index not the saved one", func(s *mmio.State) { q := *s.Live[0]; q.UsedIdx += 3; s.Live = []*queue.State{&q, s.Live[1]} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bad := st
+			bad.Queues = append([]mmio.QueueRegs(nil), st.Queues...)
+			bad.Live = append([]*queue.State(nil), st.Live...)
+			c.change(&bad)
+			dev := &pausable{}
+			m := mmio.NewMMIO(dev, mem, virtiotest.NewIrq(), nil)
+			defer m.Close()
+			if err := m.Restore(bad); err != nil {
+				t.Fatalf("restore (registers only): %v", err)
+			}
+			if err := m.Start(); err == nil {
+				t.Fatal("start succeeded")
+			}
+			if dev.lastActivation() != nil {
+				t.Fatal("the device was activated on a bad queue")
+			}
+		})
+	}
+}
+
+// touchCounter is guest memory that counts every access.
+type touchCounter struct {
+	guestmem.Memory
+	mu      sync.Mutex
+	touches int
+}
+
+func (c *touchCounter) count() int { c.mu.Lock(); defer c.mu.Unlock(); return c.touches }
+func (c *touchCounter) touch()     { c.mu.Lock(); c.touches++; c.mu.Unlock() }
+func (c *touchCounter) ReadAt(p []byte, addr uint64) error {
+	c.touch()
+	return c.Memory.ReadAt(p, addr)
+}
+func (c *touchCounter) WriteAt(p []byte, addr uint64) error {
+	c.touch()
+	return c.Memory.WriteAt(p, addr)
+}
+func (c *touchCounter) Slice(addr, n uint64) ([]byte, error) {
+	c.touch()
+	return c.Memory.Slice(addr, n)
+}
+
+// TestRestoreTouchesNoMemoryUntilStart is the order a jailed VMM relies
+// on: Restore puts the registers back without one access to guest memory
+// and without activating the device, and raises no interrupt; only Start
+// (after the jail) reads the rings, hands the device its queues and
+// raises the pending interrupt.
+func TestRestoreTouchesNoMemoryUntilStart(t *testing.T) {
+	h := virtiotest.Start(t, &pausable{}, ^uint64(0), 32)
+	h.Queues[0].Post(virtiotest.W(8))
+	st, mem := h.Snapshot()
+	st.IntStatus = mmio.InterruptUsedBuffer
+	counted := &touchCounter{Memory: mem}
+	dev := &pausable{}
+	irq := virtiotest.NewIrq()
+	m := mmio.NewMMIO(dev, counted, irq, nil)
+	defer m.Close()
+	if err := m.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	if n := counted.count(); n != 0 {
+		t.Fatalf("Restore made %d accesses to guest memory, want none before Start", n)
+	}
+	if dev.lastActivation() != nil || irq.Count() != 0 {
+		t.Fatalf("Restore activated the device (%v) or raised %d interrupts: that is Start's", dev.lastActivation() != nil, irq.Count())
+	}
+	if _, err := m.Save(); err == nil {
+		t.Error("Save of a restored transport before Start succeeded")
+	}
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if counted.count() == 0 || dev.lastActivation() == nil || irq.Count() != 1 {
+		t.Fatalf("after Start: %d accesses, activated %v, %d interrupts; want accesses, activation, one interrupt",
+			counted.count(), dev.lastActivation() != nil, irq.Count())
+	}
+	if err := m.Start(); err != nil || irq.Count() != 1 {
+		t.Fatalf("a second Start: %v, %d interrupts; want nothing done", err, irq.Count())
+	}
+}
+
+// TestQueueGate: the gate runs before a device gets its queues, on a
+// driver's DRIVER_OK and on a restored transport's Start; a gate that
+// fails keeps the device inactive (needs reset on the boot path, an error
+// from Start on the restore path) and no guest memory is read.
+func TestQueueGate(t *testing.T) {
+	refused := errors.New("not jailed")
+	t.Run("restore", func(t *testing.T) {
+		h := virtiotest.Start(t, &pausable{}, ^uint64(0), 32)
+		st, mem := h.Snapshot()
+		counted := &touchCounter{Memory: mem}
+		dev := &pausable{}
+		m := mmio.NewMMIO(dev, counted, virtiotest.NewIrq(), nil)
+		defer m.Close()
+		calls := 0
+		m.SetQueueGate(func() error { calls++; return refused })
+		if err := m.Restore(st); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Start(); !errors.Is(err, refused) {
+			t.Fatalf("Start with a refusing gate: %v, want the gate's error", err)
+		}
+		if calls != 1 || dev.lastActivation() != nil || counted.count() != 0 {
+			t.Fatalf("gate calls %d, activated %v, %d memory accesses; want 1, false, 0", calls, dev.lastActivation() != nil, counted.count())
+		}
+	})
+	t.Run("boot", func(t *testing.T) {
+		dev := &fakeDevice{}
+		counted := &touchCounter{Memory: guestmem.New(virtiotest.MemSize)}
+		m := mmio.NewMMIO(dev, counted, virtiotest.NewIrq(), nil)
+		defer m.Close()
+		calls := 0
+		m.SetQueueGate(func() error { calls++; return refused })
+		w := func(off uint64, v uint32) {
+			var b [4]byte
+			binary.LittleEndian.PutUint32(b[:], v)
+			m.Write(off, b[:])
+		}
+		st := virtio.StatusAcknowledge | virtio.StatusDriver
+		w(mmio.RegStatus, st)
+		w(mmio.RegDriverFeaturesSel, 1)
+		w(mmio.RegDriverFeatures, 1) // VERSION_1
+		st |= virtio.StatusFeaturesOK
+		w(mmio.RegStatus, st)
+		w(mmio.RegQueueSel, 0)
+		w(mmio.RegQueueNum, 16)
+		w(mmio.RegQueueDescLow, 0x10000)
+		w(mmio.RegQueueDriverLow, 0x20000)
+		w(mmio.RegQueueDeviceLow, 0x30000)
+		w(mmio.RegQueueReady, 1)
+		w(mmio.RegStatus, st|virtio.StatusDriverOK)
+		if calls != 1 {
+			t.Fatalf("gate ran %d times at DRIVER_OK, want 1", calls)
+		}
+		var b [4]byte
+		m.Read(mmio.RegStatus, b[:])
+		if binary.LittleEndian.Uint32(b[:])&virtio.StatusDeviceNeedsReset == 0 {
+			t.Fatal("a refused gate did not mark the device as needing a reset")
+		}
+		if dev.lastActivation() != nil || counted.count() != 0 {
+			t.Fatalf("activated %v, %d memory accesses; want neither", dev.lastActivation() != nil, counted.count())
+		}
+	})
 }
 
 // TestRestoreInactive restores a device the driver had not started: it

@@ -42,6 +42,9 @@ func (h *Harness) Restore(dev virtio.Device, st mmio.State, mem *guestmem.Region
 	if err := r.MMIO.Restore(st); err != nil {
 		h.tb.Fatalf("restore: %v", err)
 	}
+	if err := r.MMIO.Start(); err != nil {
+		h.tb.Fatalf("start the restored transport: %v", err)
+	}
 	for _, d := range h.Queues {
 		r.Queues = append(r.Queues, d.clone(r.Heap))
 	}

@@ -53,15 +53,24 @@ func Run(spec control.Spec, files control.Files, o Options) (err error) {
 		log = slog.New(slog.NewTextHandler(o.Stderr, &slog.HandlerOptions{Level: level}))
 	}
 	// The page map lets a save skip the pages the guest never touched; the
-	// jail has no /proc, so it is opened first. Without it saves read
-	// every page.
-	pagemap, err := os.Open("/proc/self/pagemap")
+	// jail has no /proc, so it is opened first, and so that it shows no
+	// host frame numbers (openPagemap). Without it saves read every page.
+	pagemap, err := openPagemap()
 	if err != nil {
 		log.Debug("no page map: a snapshot will read every page of guest memory", "err", err)
 		pagemap = nil
 	}
+	// Until the machine is built and owns them, a failure closes what was
+	// opened for it.
+	abandon := func() {
+		files.Close()
+		if pagemap != nil {
+			pagemap.Close()
+		}
+	}
 	if spec.Jail != nil {
 		if err := jail.Enter(*spec.Jail); err != nil {
+			abandon()
 			return err
 		}
 	}
@@ -70,10 +79,12 @@ func Run(spec control.Spec, files control.Files, o Options) (err error) {
 	}
 	console, err := cappedConsole(o.Stdout, spec.ConsoleMaxBytes)
 	if err != nil {
+		abandon()
 		return err
 	}
 	cfg := plan.Config
 	cfg.Console, cfg.ConsoleInput, cfg.Log, cfg.Pagemap = console, o.Stdin, log, pagemap
+	cfg.QueueGate = jailCheck(spec.Jail, log, selfProbe)
 	cfg.BeforeGuest = func() error {
 		if j := spec.Jail; j != nil {
 			if err := jail.Drop(*j); err != nil {
