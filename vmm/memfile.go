@@ -93,7 +93,7 @@ func (w *regionWriter) write(f *os.File, mem *guestmem.Regions, layout []snapsho
 type regionWriter struct {
 	f       *os.File
 	pagemap io.ReaderAt // nil: read every page
-	src     *memSource // what untouched pages hold; nil: anonymous
+	src     *memSource  // what untouched pages hold; nil: anonymous
 	zero    []byte
 	buf     []byte
 	flags   []uint64
