@@ -462,7 +462,7 @@ func (ts *templates) build(t *template, key string) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if err == nil {
-		err = os.Rename(tmp, ts.templateDir(key))
+		err = renameDurable(tmp, ts.templateDir(key))
 	}
 	if err != nil {
 		os.RemoveAll(tmp)
@@ -514,7 +514,7 @@ func (ts *templates) buildFiles(ctx context.Context, shape templateShape, key, d
 		SizeBytes: diskUsage(filepath.Join(dir, snapStateFile)) + diskUsage(filepath.Join(dir, snapMemFile))}
 	b, err := json.MarshalIndent(meta, "", "  ")
 	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, templateMetaFile), b, 0o600)
+		err = writeFileSync(filepath.Join(dir, templateMetaFile), b, 0o600)
 	}
 	if err != nil {
 		return templateMeta{}, fmt.Errorf("template metadata: %w", err)

@@ -136,9 +136,8 @@ func xPow8n(n uint64) uint32 {
 const sumChunk = 1 << 20
 
 // SumFile is the CRC-32C of f's bytes, holes as zeros, as MemoryHash sums
-// them: it reads only f's data extents (lseek SEEK_DATA and SEEK_HOLE, with
-// pread, so f's offset is left alone when the filesystem has them). f must
-// not change meanwhile.
+// them: it reads only f's data extents (lseek SEEK_DATA and SEEK_HOLE, and
+// pread; f's offset is put back after). f must not change meanwhile.
 func SumFile(f *os.File) (sum uint32, size int64, err error) {
 	fi, err := f.Stat()
 	if err != nil {
@@ -148,6 +147,9 @@ func SumFile(f *os.File) (sum uint32, size int64, err error) {
 	var h MemoryHash
 	buf := make([]byte, sumChunk)
 	fd := int(f.Fd())
+	if was, err := unix.Seek(fd, 0, io.SeekCurrent); err == nil {
+		defer unix.Seek(fd, was, io.SeekStart)
+	}
 	for off := int64(0); off < size; {
 		start, err := unix.Seek(fd, off, unix.SEEK_DATA)
 		switch {

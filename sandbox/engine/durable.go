@@ -1,0 +1,197 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cellvm/cellvm/vmm/snapshot"
+)
+
+// Durable images. A machine image (a snapshot's, a template's, a paused
+// sandbox's) is two files the VMM writes and syncs, a record the daemon
+// writes beside them (snapshot.json, template.json), and a directory
+// renamed into place when all are complete. fsync of a file does not make
+// its name durable, nor does rename: after a power cut the directory may
+// hold the old names, or the new name with nothing in it. So the daemon
+// syncs what it writes (writeFileSync), syncs a directory's entries before
+// renaming it, and the parent after (renameDurable), as ext4 and xfs need.
+//
+// The bytes are checked too: the VMM sums the memory file as it writes it
+// and keeps the sum in the state file (vmm/snapshot's memdigest.go); before
+// a VMM restores an image, the daemon sums the memory file it hands over
+// (the very descriptor) and refuses an image whose sum differs (verifyImage),
+// rather than start a guest on garbage. Summing reads the file's data, not
+// its holes, at memory speed from the page cache (about 6 GiB/s on the
+// development host, BenchmarkSumFile); an image is checked once per
+// identity (device, inode, size, times: a rewrite changes them), so the
+// forks of one template pay it once, and a resume reads the data its guest
+// is about to fault in anyway.
+
+// errImageCorrupt is wrapped by a restore refused because its memory file
+// does not match its state file's digest (or the state file's header is
+// cut short): the image is damaged for good, unlike a restore that failed
+// for want of memory or time.
+var errImageCorrupt = errors.New("machine image is damaged")
+
+// syncDir makes dir's entries (names made, renamed or removed in it)
+// durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// writeFileSync is os.WriteFile that makes the contents durable before it
+// returns (the name is the directory's sync: renameDurable).
+func writeFileSync(path string, data []byte, perm os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// renameDurable renames from to to durably: a directory's own entries are
+// synced first (so that to, once it exists, holds them), and the parent
+// directories after.
+func renameDurable(from, to string) error {
+	if fi, err := os.Stat(from); err == nil && fi.IsDir() {
+		if err := syncDir(from); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(from, to); err != nil {
+		return err
+	}
+	if err := syncDir(filepath.Dir(to)); err != nil {
+		return err
+	}
+	if filepath.Dir(from) != filepath.Dir(to) {
+		return syncDir(filepath.Dir(from))
+	}
+	return nil
+}
+
+// imageChecks is the daemon's record of the images verified.
+var imageChecks = &imageChecker{ok: map[imageID]struct{}{}}
+
+// maxImageChecks bounds imageChecker's record; past it, it starts afresh.
+const maxImageChecks = 1024
+
+// imageChecker verifies images (verifyImage) and remembers which it has.
+type imageChecker struct {
+	log atomic.Pointer[slog.Logger]
+	mu  sync.Mutex
+	ok  map[imageID]struct{}
+}
+
+// imageID names one version of an image: its two files' identities and
+// change times.
+type imageID struct{ state, mem fileID }
+
+type fileID struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime int64
+}
+
+func fileIDOf(f *os.File) (fileID, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return fileID{}, err
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino, size: st.Size,
+		mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}, nil
+}
+
+// setLog is where the checker logs (the manager's logger).
+func (c *imageChecker) setLog(l *slog.Logger) {
+	if l != nil {
+		c.log.Store(l)
+	}
+}
+
+func (c *imageChecker) logger() *slog.Logger {
+	if l := c.log.Load(); l != nil {
+		return l
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// verifyImage checks the memory file mem against the digest in the state
+// file state, both as opened for the VMM: nil when they match (or were
+// found to match before), an error wrapping errImageCorrupt when not. A
+// state file with no digest (an older cellvm's) or one that is no state
+// file at all is left to the VMM, which refuses what it cannot read.
+func verifyImage(state, mem *os.File) error {
+	return imageChecks.verify(state, mem)
+}
+
+func (c *imageChecker) verify(state, mem *os.File) error {
+	if state == nil || mem == nil {
+		return nil
+	}
+	sid, err := fileIDOf(state)
+	if err != nil {
+		return fmt.Errorf("machine image: %w", err)
+	}
+	mid, err := fileIDOf(mem)
+	if err != nil {
+		return fmt.Errorf("machine image: %w", err)
+	}
+	id := imageID{sid, mid}
+	c.mu.Lock()
+	_, done := c.ok[id]
+	c.mu.Unlock()
+	if done {
+		return nil
+	}
+	start := time.Now()
+	err = snapshot.VerifyMemory(state, mem)
+	took := time.Since(start)
+	switch {
+	case errors.Is(err, snapshot.ErrNoMemorySum):
+		c.logger().Warn("machine image has no memory digest (written by an older cellvm); restored unchecked", "state", state.Name())
+		c.remember(id)
+		return nil
+	case errors.Is(err, snapshot.ErrNotStateFile), errors.Is(err, snapshot.ErrVersion):
+		return nil // the VMM says what is wrong with it
+	case errors.Is(err, snapshot.ErrMemoryCorrupt), errors.Is(err, snapshot.ErrCorrupt):
+		c.logger().Error("machine image refused: it is damaged", "state", state.Name(), "error", err)
+		return fmt.Errorf("%w: %w", errImageCorrupt, err)
+	case err != nil:
+		return fmt.Errorf("machine image: %w", err) // could not read it
+	}
+	c.logger().Info("machine image verified", "memory", mem.Name(), "memory_mib", mid.size>>20, "took_ms", took.Milliseconds())
+	c.remember(id)
+	return nil
+}
+
+func (c *imageChecker) remember(id imageID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.ok) >= maxImageChecks {
+		clear(c.ok)
+	}
+	c.ok[id] = struct{}{}
+}
