@@ -147,6 +147,24 @@ func verifyImage(state, mem *os.File) error {
 	return imageChecks.verify(state, mem)
 }
 
+// verifyImageDir checks the image in dir (its state and memory files) as
+// a restore does (verifyImage), for a caller that must tell a damaged
+// image (errImageCorrupt, or a file gone) from a restore that failed for
+// another reason: a template is dropped for the first, kept for the other.
+func verifyImageDir(dir string) error {
+	state, err := os.Open(filepath.Join(dir, snapStateFile))
+	if err != nil {
+		return fmt.Errorf("machine image: %w", err)
+	}
+	defer state.Close()
+	mem, err := os.Open(filepath.Join(dir, snapMemFile))
+	if err != nil {
+		return fmt.Errorf("machine image: %w", err)
+	}
+	defer mem.Close()
+	return verifyImage(state, mem)
+}
+
 func (c *imageChecker) verify(state, mem *os.File) error {
 	if state == nil || mem == nil {
 		return nil

@@ -79,6 +79,12 @@ func TestVerifyImage(t *testing.T) {
 	if !strings.Contains(err.Error(), "crc32c") {
 		t.Errorf("the refusal does not say what differs: %v", err)
 	}
+	if err := verifyImageDir(dir); !errors.Is(err, errImageCorrupt) {
+		t.Errorf("verifyImageDir of the damaged image: %v, want errImageCorrupt", err)
+	}
+	if err := verifyImageDir(t.TempDir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("verifyImageDir of an empty directory: %v, want ErrNotExist", err)
+	}
 
 	for name, st := range map[string][]byte{
 		"no digest":      stateHeader(0, false),
