@@ -15,9 +15,12 @@ import (
 )
 
 // spoilMemoryFile flips one bit of the first data byte of the memory file
-// in dir (no VM has it mapped).
+// in dir (no VM has it mapped). It waits out a clock tick first, so the
+// write moves the file's times (which is how the daemon sees a change to
+// an image it trusted at its save).
 func spoilMemoryFile(t *testing.T, dir string) {
 	t.Helper()
+	time.Sleep(50 * time.Millisecond)
 	f, err := os.OpenFile(filepath.Join(dir, snapMemFile), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -38,8 +41,9 @@ func spoilMemoryFile(t *testing.T, dir string) {
 }
 
 // TestDamagedImagesAreRefused, on a real VMM: the memory file's digest the
-// VMM writes at a save matches what the daemon sums (a fork restores, with
-// its variable), and says what the check costs; a snapshot whose memory
+// VMM writes at a save matches what the daemon sums (checked here, as a
+// restarted daemon checks it; a fork restores, with its variable), and
+// says what the check costs; a snapshot whose memory
 // file then loses a bit is refused at its next fork, before a VMM starts,
 // leaving nothing behind; a paused sandbox's damaged image is refused at
 // resume and the sandbox stays paused.

@@ -151,6 +151,7 @@ func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 		m.loseOnPurpose(s, fmt.Sprintf("its pause image could not be kept: %v", err))
 		return fmt.Errorf("pause sandbox %s: %w", s.id, err)
 	}
+	trustImage(filepath.Join(s.dir, pausedDir))
 	done = true
 	s.lc.move(evPaused)
 	settled = true

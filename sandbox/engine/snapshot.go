@@ -160,6 +160,7 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotIn
 	if err := renameDurable(tmp, dir); err != nil {
 		return sandbox.SnapshotInfo{}, fmt.Errorf("snapshot directory: %w", err)
 	}
+	trustImage(dir)
 	done = true
 	m.log.Info("snapshot taken", "id", snapID, "sandbox", id, "size_bytes", meta.Info.SizeBytes, "took_ms", time.Since(start).Milliseconds())
 	return meta.Info, nil

@@ -473,6 +473,7 @@ func (ts *templates) build(t *template, key string) {
 		ts.log.Warn("template build failed; sandboxes of its shape boot cold", "shape", t.shape, "error", t.err, "retry_in", ts.opt.Retry)
 		return
 	}
+	trustImage(ts.templateDir(key))
 	t.state, t.builtAt, t.size = sandbox.TemplateReady, meta.BuiltAt, meta.SizeBytes
 	ts.log.Info("template ready", "shape", t.shape, "key", key, "size_bytes", t.size, "took_ms", time.Since(start).Milliseconds())
 	ts.boundBytesLocked(t)
