@@ -166,8 +166,8 @@ func SumFile(f *os.File) (sum uint32, size int64, err error) {
 			break
 		}
 		end, err := unix.Seek(fd, start, unix.SEEK_HOLE)
-		if err != nil {
-			end = size
+		if err != nil || end <= start {
+			end = size // no SEEK_HOLE here, or an answer that would not move on
 		}
 		end = min(end, size)
 		for at := start; at < end; {
