@@ -81,7 +81,10 @@ func writeFileSync(path string, data []byte, perm os.FileMode) error {
 
 // renameDurable renames from to to durably: a directory's own entries are
 // synced first (so that to, once it exists, holds them), and the parent
-// directories after.
+// directories after. It fails, changing nothing, when the rename cannot
+// be made durable or is refused; once the rename is made it succeeds, and
+// a parent that fails its sync is logged: the name is in place, and a
+// caller told otherwise would clean up after an image that is there.
 func renameDurable(from, to string) error {
 	if fi, err := os.Stat(from); err == nil && fi.IsDir() {
 		if err := syncDir(from); err != nil {
@@ -91,11 +94,14 @@ func renameDurable(from, to string) error {
 	if err := os.Rename(from, to); err != nil {
 		return err
 	}
-	if err := syncDir(filepath.Dir(to)); err != nil {
-		return err
-	}
+	parents := []string{filepath.Dir(to)}
 	if filepath.Dir(from) != filepath.Dir(to) {
-		return syncDir(filepath.Dir(from))
+		parents = append(parents, filepath.Dir(from))
+	}
+	for _, p := range parents {
+		if err := syncDir(p); err != nil {
+			imageChecks.logger().Warn("a rename may not survive a crash: its directory did not sync", "to", to, "error", err)
+		}
 	}
 	return nil
 }
