@@ -3,6 +3,7 @@ package vmm
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -14,7 +15,10 @@ import (
 
 // The memory file is guest RAM, region after region (snapshot.MemoryLayout).
 // Pages that are all zero are left as holes, so a guest that touched little
-// of its memory makes a small file; they read back as zeros.
+// of its memory makes a small file; they read back as zeros. The writer
+// sums the file as it goes (snapshot.MemoryHash: the bytes it writes, and
+// each hole at the cost of its length), in file order, so the state file
+// can carry the memory file's digest without a second read.
 
 const pageSize = 4096
 
@@ -24,20 +28,28 @@ const writeRun = 2 << 20
 // writeMemory writes guest memory to f as the memory file: f is emptied,
 // sized, and every page that is not all zero written at its place. With
 // pagemap (the process's page map, or nil), pages the guest never touched
-// are not read but taken from src (untouched.go).
+// are not read but taken from src (untouched.go). The stats carry the
+// file's CRC-32C.
 func writeMemory(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegion, pagemap *os.File, src *memSource) (memWriteStats, error) {
+	var pm io.ReaderAt
+	if pagemap != nil {
+		pm = pagemap
+	}
 	var w regionWriter
-	err := w.write(f, mem, layout, pagemap, src)
+	err := w.write(f, mem, layout, pm, src)
+	w.stats.Sum = w.sum.Sum32()
 	return w.stats, err
 }
 
-// memWriteStats says where a memory file's pages came from, in bytes.
+// memWriteStats says where a memory file's pages came from, in bytes, and
+// what the file sums to (snapshot.MemoryHash).
 type memWriteStats struct {
 	FromMemory, FromSource, Holes int64
 	UsedPagemap                   bool
+	Sum                           uint32
 }
 
-func (w *regionWriter) write(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegion, pagemap *os.File, src *memSource) error {
+func (w *regionWriter) write(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegion, pagemap io.ReaderAt, src *memSource) error {
 	regs := mem.List()
 	if len(regs) != len(layout) {
 		return fmt.Errorf("memory file: %d regions, the layout has %d", len(regs), len(layout))
@@ -58,11 +70,18 @@ func (w *regionWriter) write(f *os.File, mem *guestmem.Regions, layout []snapsho
 	*w = regionWriter{f: f, pagemap: pagemap, src: src, zero: make([]byte, pageSize), buf: make([]byte, writeRun),
 		flags: make([]uint64, writeRun/pageSize)}
 	w.stats.UsedPagemap = pagemap != nil
+	var next uint64
 	for i, r := range regs {
 		l := layout[i]
 		if r.GuestAddr != l.GuestAddr || uint64(len(r.Data)) != l.Size {
 			return fmt.Errorf("memory file: region %d is %#x+%#x, the layout says %#x+%#x", i, r.GuestAddr, len(r.Data), l.GuestAddr, l.Size)
 		}
+		// The sum is of the file in order: the regions must follow
+		// each other with no gap (snapshot.MemoryLayout's do).
+		if l.FileOffset != next || len(r.Data)%pageSize != 0 {
+			return fmt.Errorf("memory file: region %d at file offset %#x (+%#x), want %#x and whole pages", i, l.FileOffset, l.Size, next)
+		}
+		next += l.Size
 		if err := w.region(i, r.Data, int64(l.FileOffset)); err != nil {
 			return fmt.Errorf("memory file: region at %#x: %w", r.GuestAddr, err)
 		}
@@ -73,12 +92,13 @@ func (w *regionWriter) write(f *os.File, mem *guestmem.Regions, layout []snapsho
 // regionWriter writes regions of guest memory into the memory file.
 type regionWriter struct {
 	f       *os.File
-	pagemap *os.File   // nil: read every page
-	src     *memSource // what untouched pages hold; nil: anonymous
+	pagemap io.ReaderAt // nil: read every page
+	src     *memSource  // what untouched pages hold; nil: anonymous
 	zero    []byte
 	buf     []byte
 	flags   []uint64
 	stats   memWriteStats
+	sum     snapshot.MemoryHash // of what was written so far, holes as zeros
 }
 
 // Where a page's bytes come from.
@@ -106,15 +126,17 @@ func (w *regionWriter) region(i int, data []byte, off int64) error {
 			switch runKind {
 			case fromNone:
 				w.stats.Holes += int64(at - runStart)
+				w.sum.Zeros(int64(at - runStart))
 			case fromMem:
 				w.stats.FromMemory += int64(at - runStart)
 				if _, err := w.f.WriteAt(data[runStart:at], off+int64(runStart)); err != nil {
 					return fmt.Errorf("write guest memory: %w", err)
 				}
+				w.sum.Write(data[runStart:at])
 			case fromSrc:
 				w.stats.FromSource += int64(at - runStart)
 				from := w.src.fileOffsets[i] + int64(runStart)
-				if err := copyFileRange(w.f, off+int64(runStart), w.src.file, from, int64(at-runStart), w.buf); err != nil {
+				if err := copyFileRange(w.f, off+int64(runStart), w.src.file, from, int64(at-runStart), w.buf, &w.sum); err != nil {
 					return err
 				}
 			}

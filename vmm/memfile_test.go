@@ -37,8 +37,12 @@ func TestMemoryFileRoundTrip(t *testing.T) {
 	if _, err := f.Write(bytes.Repeat([]byte{0xff}, 1<<20)); err != nil { // stale contents
 		t.Fatal(err)
 	}
-	if _, err := writeMemory(f, mem, layout, nil, nil); err != nil {
+	stats, err := writeMemory(f, mem, layout, nil, nil)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if sum, _, err := snapshot.SumFile(f); err != nil || sum != stats.Sum {
+		t.Fatalf("the save summed its memory file to %08x, the file sums to %08x (%v)", stats.Sum, sum, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {

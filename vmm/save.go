@@ -22,7 +22,9 @@ var ErrNotPaused = errors.New("the machine is not paused (Pause it first)")
 // Save writes a snapshot of the paused machine: its memory to memFile and
 // its state to stateFile (both emptied first, both synced before Save
 // returns, the state file last, so that a complete state file always has
-// its memory). The machine stays paused; Resume carries on, or the process
+// its memory). The state file's header carries the memory file's CRC-32C,
+// summed as it was written (memfile.go), for a restorer to check the
+// memory file against (snapshot.VerifyMemory). The machine stays paused; Resume carries on, or the process
 // may end.
 //
 // The vsock transport is reset first (see virtio/vsock): the guest's
@@ -57,14 +59,14 @@ func (m *Machine) Save(stateFile, memFile *os.File) error {
 		return fmt.Errorf("snapshot: sync the memory file: %w", err)
 	}
 	m.log.Info("snapshot memory written", "from_memory_mib", stats.FromMemory>>20, "from_old_file_mib", stats.FromSource>>20,
-		"holes_mib", stats.Holes>>20, "page_map", stats.UsedPagemap, "write_ms", wrote.Milliseconds(), "sync_ms", (time.Since(start) - wrote).Milliseconds())
+		"holes_mib", stats.Holes>>20, "page_map", stats.UsedPagemap, "crc32c", fmt.Sprintf("%08x", stats.Sum), "write_ms", wrote.Milliseconds(), "sync_ms", (time.Since(start) - wrote).Milliseconds())
 	if err := stateFile.Truncate(0); err != nil {
 		return fmt.Errorf("snapshot: state file: %w", err)
 	}
 	if _, err := stateFile.Seek(0, io.SeekStart); err != nil {
 		return fmt.Errorf("snapshot: state file: %w", err)
 	}
-	if err := snapshot.Encode(stateFile, st); err != nil {
+	if err := snapshot.EncodeWithMemory(stateFile, st, stats.Sum); err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
 	if err := stateFile.Sync(); err != nil {

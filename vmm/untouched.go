@@ -103,11 +103,17 @@ func (s *memSource) hasData(off, n int64) bool {
 }
 
 // pageFlags reads the page map entries of the n pages from addr into
-// flags (len >= n).
-func pageFlags(pagemap *os.File, addr uintptr, n int, flags []uint64) error {
+// flags (len >= n). A short read is an error: the entries it did not fill
+// would read as untouched, and every guest write in them would be a hole
+// in the saved image.
+func pageFlags(pagemap io.ReaderAt, addr uintptr, n int, flags []uint64) error {
 	buf := make([]byte, 8*n)
-	if _, err := pagemap.ReadAt(buf, int64(addr/pageSize)*8); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("read the page map: %w", err)
+	k, err := pagemap.ReadAt(buf, int64(addr/pageSize)*8)
+	if k < len(buf) {
+		if err == nil || errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("read the page map at %#x: %d of %d entries: %w", addr, k/8, n, err)
 	}
 	for i := 0; i < n; i++ {
 		flags[i] = binary.LittleEndian.Uint64(buf[8*i:])
@@ -120,8 +126,9 @@ func pageFlags(pagemap *os.File, addr uintptr, n int, flags []uint64) error {
 func untouched(flags uint64) bool { return flags&(pagemapPresent|pagemapSwapped) == 0 }
 
 // copyFileRange copies n bytes at src's offset from to dst's offset to,
-// through a buffer (pread and pwrite only, which the jail allows).
-func copyFileRange(dst *os.File, to int64, src *os.File, from, n int64, buf []byte) error {
+// through a buffer (pread and pwrite only, which the jail allows), and
+// adds them to sum.
+func copyFileRange(dst *os.File, to int64, src *os.File, from, n int64, buf []byte, sum *snapshot.MemoryHash) error {
 	for n > 0 {
 		chunk := buf
 		if int64(len(chunk)) > n {
@@ -137,6 +144,7 @@ func copyFileRange(dst *os.File, to int64, src *os.File, from, n int64, buf []by
 		if _, err := dst.WriteAt(chunk, to); err != nil {
 			return err
 		}
+		sum.Write(chunk)
 		from, to, n = from+int64(k), to+int64(k), n-int64(k)
 	}
 	return nil

@@ -2,6 +2,8 @@ package vmm
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -48,8 +50,13 @@ func writeAndRead(t *testing.T, mem *guestmem.Regions, layout []snapshot.MemoryR
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := writeMemory(f, mem, layout, pm, src); err != nil {
+	stats, err := writeMemory(f, mem, layout, pm, src)
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The sum taken while writing is the file's.
+	if sum, _, err := snapshot.SumFile(f); err != nil || sum != stats.Sum {
+		t.Fatalf("the save summed its memory file to %08x, the file sums to %08x (%v)", stats.Sum, sum, err)
 	}
 	b, err := os.ReadFile(f.Name())
 	if err != nil {
@@ -225,4 +232,50 @@ func TestSaveWithPagemapMatchesAFullSave(t *testing.T) {
 		unmap()
 		src.Close()
 	}
+}
+
+// shortPagemap is a page map that answers only the first entries of a
+// read, as a page map read cut short would.
+type shortPagemap struct{ entries int }
+
+func (s shortPagemap) ReadAt(p []byte, off int64) (int, error) {
+	n := min(len(p), 8*s.entries)
+	for i := range n {
+		p[i] = 0xff // present
+	}
+	return n, io.EOF
+}
+
+// A page map read cut short is an error, in pageFlags and in the save: its
+// missing entries would read as untouched, and the guest's writes in those
+// pages would become holes in the image.
+func TestShortPagemapReadIsRefused(t *testing.T) {
+	flags := make([]uint64, 8)
+	err := pageFlags(shortPagemap{entries: 3}, 0, 8, flags)
+	if err == nil || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("pageFlags over a short read = %v, want io.ErrUnexpectedEOF", err)
+	}
+	if err := pageFlags(shortPagemap{entries: 8}, 0, 8, flags); err != nil {
+		t.Fatalf("pageFlags over a full read: %v", err)
+	}
+
+	const pages = 16
+	mem := guestmem.New(pages * pageSize)
+	if err := mem.WriteAt([]byte("the guest wrote this"), 12*pageSize); err != nil {
+		t.Fatal(err)
+	}
+	layout := []snapshot.MemoryRegion{{GuestAddr: 0, Size: pages * pageSize}}
+	f, err := os.Create(filepath.Join(t.TempDir(), "mem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var w regionWriter
+	err = w.write(f, mem, layout, shortPagemap{entries: 4}, nil)
+	if err == nil {
+		b := make([]byte, 20)
+		f.ReadAt(b, 12*pageSize)
+		t.Fatalf("a save over a short page map read succeeded; the guest's page reads back %q", b)
+	}
+	t.Log(err)
 }

@@ -213,6 +213,7 @@ func NewVMManager(opt Options) (*VMManager, error) {
 	if err := os.MkdirAll(filepath.Join(opt.StateDir, "sandboxes"), 0o700); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
+	imageChecks.setLog(opt.Log)
 	m := &VMManager{
 		opt: opt, log: opt.Log, sandboxes: map[string]*vmSandbox{}, nextCID: 3,
 		stopReap: make(chan struct{}), reapDone: make(chan struct{}),

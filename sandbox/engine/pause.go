@@ -145,12 +145,13 @@ func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 	if err := os.RemoveAll(filepath.Join(s.dir, backingDir)); err != nil {
 		m.log.Warn("remove the image a resumed VMM restored from", "id", s.id, "error", err)
 	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, pausedDir)); err != nil {
+	if err := renameDurable(tmp, filepath.Join(s.dir, pausedDir)); err != nil {
 		// The VM is gone and its image cannot be named: it is lost.
 		settled = true
 		m.loseOnPurpose(s, fmt.Sprintf("its pause image could not be kept: %v", err))
 		return fmt.Errorf("pause sandbox %s: %w", s.id, err)
 	}
+	trustImage(filepath.Join(s.dir, pausedDir))
 	done = true
 	s.lc.move(evPaused)
 	settled = true
@@ -282,7 +283,7 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	if err := m.newMachine(bootCtx, s); err != nil {
 		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
 	}
-	if err := os.Rename(image, filepath.Join(s.dir, backingDir)); err != nil {
+	if err := renameDurable(image, filepath.Join(s.dir, backingDir)); err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
 	}
 	s.netMu.Lock()
@@ -309,6 +310,9 @@ func openImage(dir string, st *vmStart) error {
 			return fmt.Errorf("machine image: %w", err)
 		}
 		st.files[f.slot] = file
+	}
+	if err := verifyImage(st.files[control.SlotRestoreState], st.files[control.SlotRestoreMemory]); err != nil {
+		return err
 	}
 	st.spec.Restore = &control.Restore{}
 	return nil

@@ -154,12 +154,13 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotIn
 	if err != nil {
 		return sandbox.SnapshotInfo{}, err
 	}
-	if err := os.WriteFile(filepath.Join(tmp, snapMetaFile), b, 0o600); err != nil {
+	if err := writeFileSync(filepath.Join(tmp, snapMetaFile), b, 0o600); err != nil {
 		return sandbox.SnapshotInfo{}, fmt.Errorf("snapshot metadata: %w", err)
 	}
-	if err := os.Rename(tmp, dir); err != nil {
+	if err := renameDurable(tmp, dir); err != nil {
 		return sandbox.SnapshotInfo{}, fmt.Errorf("snapshot directory: %w", err)
 	}
+	trustImage(dir)
 	done = true
 	m.log.Info("snapshot taken", "id", snapID, "sandbox", id, "size_bytes", meta.Info.SizeBytes, "took_ms", time.Since(start).Milliseconds())
 	return meta.Info, nil

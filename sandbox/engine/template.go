@@ -462,7 +462,7 @@ func (ts *templates) build(t *template, key string) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if err == nil {
-		err = os.Rename(tmp, ts.templateDir(key))
+		err = renameDurable(tmp, ts.templateDir(key))
 	}
 	if err != nil {
 		os.RemoveAll(tmp)
@@ -473,6 +473,7 @@ func (ts *templates) build(t *template, key string) {
 		ts.log.Warn("template build failed; sandboxes of its shape boot cold", "shape", t.shape, "error", t.err, "retry_in", ts.opt.Retry)
 		return
 	}
+	trustImage(ts.templateDir(key))
 	t.state, t.builtAt, t.size = sandbox.TemplateReady, meta.BuiltAt, meta.SizeBytes
 	ts.log.Info("template ready", "shape", t.shape, "key", key, "size_bytes", t.size, "took_ms", time.Since(start).Milliseconds())
 	ts.boundBytesLocked(t)
@@ -514,7 +515,7 @@ func (ts *templates) buildFiles(ctx context.Context, shape templateShape, key, d
 		SizeBytes: diskUsage(filepath.Join(dir, snapStateFile)) + diskUsage(filepath.Join(dir, snapMemFile))}
 	b, err := json.MarshalIndent(meta, "", "  ")
 	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, templateMetaFile), b, 0o600)
+		err = writeFileSync(filepath.Join(dir, templateMetaFile), b, 0o600)
 	}
 	if err != nil {
 		return templateMeta{}, fmt.Errorf("template metadata: %w", err)

@@ -20,8 +20,9 @@ const Magic = "CELLVMST"
 // would need something an older file lacks.
 const FormatVersion = 1
 
-// headerSize is the fixed header: magic, version, reserved, body length,
-// CRC-32C of the body, reserved.
+// headerSize is the fixed header: magic, version, flags, body length,
+// CRC-32C of the body, CRC-32C of the memory file (memdigest.go; the flags
+// say whether it is there).
 const headerSize = 8 + 4 + 4 + 8 + 4 + 4
 
 // MaxBody bounds the body a reader accepts. A real one is tens of KiB per
@@ -57,8 +58,18 @@ func VMMVersion() string {
 	return v
 }
 
-// Encode writes st as a state file to w. st must be valid.
-func Encode(w io.Writer, st *State) error {
+// Encode writes st as a state file to w, with no memory file digest. st
+// must be valid.
+func Encode(w io.Writer, st *State) error { return encodeFile(w, st, 0, 0) }
+
+// EncodeWithMemory writes st as a state file to w, with memSum, the
+// CRC-32C of its memory file (MemoryHash), in the header. st must be
+// valid.
+func EncodeWithMemory(w io.Writer, st *State, memSum uint32) error {
+	return encodeFile(w, st, flagMemSum, memSum)
+}
+
+func encodeFile(w io.Writer, st *State, flags, memSum uint32) error {
 	if err := st.Validate(); err != nil {
 		return err
 	}
@@ -72,6 +83,8 @@ func Encode(w io.Writer, st *State) error {
 	h := make([]byte, headerSize)
 	copy(h, Magic)
 	binary.LittleEndian.PutUint32(h[8:], FormatVersion)
+	binary.LittleEndian.PutUint32(h[hdrFlags:], flags)
+	binary.LittleEndian.PutUint32(h[hdrMemSum:], memSum)
 	binary.LittleEndian.PutUint64(h[16:], uint64(len(body)))
 	binary.LittleEndian.PutUint32(h[24:], crc32.Checksum(body, castagnoli))
 	if _, err := w.Write(h); err != nil {

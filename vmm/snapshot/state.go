@@ -7,7 +7,8 @@
 // unchanged pages.
 //
 // The file is a fixed header (magic, format version, body length, CRC-32C
-// of the body) and a JSON body. Only one format version is read: a file of
+// of the body, and the CRC-32C of the memory file: memdigest.go) and a
+// JSON body. Only one format version is read: a file of
 // another version is refused with an error that says so, rather than
 // restored into a machine that would misread it. The file is input like
 // any other: truncated, corrupt and garbage files are refused without a
