@@ -17,11 +17,12 @@ import (
 )
 
 func init() {
-	// The fake VMMs are this test binary, told their role by these.
+	// The fake VMMs are this test binary, told their role by these; the
+	// fake builder runs mkfs.ext4 itself (a real VMM runs nothing).
 	vmmTestEnv = func() []string {
 		var env []string
 		for _, kv := range os.Environ() {
-			if strings.HasPrefix(kv, "CELLVM_TEST_") {
+			if strings.HasPrefix(kv, "CELLVM_TEST_") || strings.HasPrefix(kv, "PATH=") {
 				env = append(env, kv)
 			}
 		}
