@@ -18,9 +18,12 @@ import (
 
 // recover takes back the sandboxes an earlier manager (a daemon that died
 // or was restarted) left in the state directory: a VMM process that still
-// runs and whose agent answers is adopted as a running sandbox; anything
-// else (a dead process, a half-made directory) is cleaned up, so nothing
-// leaks across daemon restarts.
+// runs, is the one its record names (adoptVM: pid, start time, cgroup;
+// never its argv, which it can rewrite) and whose agent answers is
+// adopted as a running sandbox; anything else (a dead process, a
+// half-made directory) is cleaned up, its cgroup killed and removed, and
+// last the cgroups of this state directory's VMs that nothing owns are
+// swept, so nothing leaks across daemon restarts.
 func (m *VMManager) recover() {
 	defer m.recoverNetwork()
 	ours := m.vmNames()
