@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,6 +37,11 @@ func (m *VMManager) recover() {
 		spec, err := control.ReadSpec(filepath.Join(dir, specFile))
 		if err == nil {
 			s.proc, err = adoptVM(dir)
+			if errors.Is(err, os.ErrNotExist) {
+				for _, pid := range killUnrecorded(dir) {
+					m.log.Warn("killed a VMM an earlier daemon started and never recorded", "id", id, "pid", pid)
+				}
+			}
 		}
 		if err == nil && spec.Vsock != nil {
 			// spec.Vsock.UDS is the VMM's own path (the jail's, if

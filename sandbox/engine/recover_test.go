@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -195,5 +196,56 @@ func TestRestartAdoptsAVMMThatRewroteItsArgv(t *testing.T) {
 	waitProcGone(t, pid, "the deleted sandbox's VMM")
 	if err := syscall.Kill(pid, 0); err == nil && !procGone(pid) {
 		t.Errorf("VMM %d still runs after the delete", pid)
+	}
+}
+
+// TestRestartKillsAnUnrecordedVMM: an unjailed VMM (no cgroup) whose
+// daemon died between starting it and recording it is found by its
+// stdout, the sandbox's console log, and killed by the next daemon; a
+// process writing elsewhere is left alone.
+func TestRestartKillsAnUnrecordedVMM(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, state := newTestManager(t, exe, nil)
+	id := "sb-00000000beef"
+	dir := filepath.Join(state, "sandboxes", id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	spec := control.Spec{VCPUs: 1, MemoryMiB: 64, Vsock: &control.Vsock{CID: 3, UDS: filepath.Join(dir, vsockFile)}}
+	if err := control.WriteSpec(filepath.Join(dir, specFile), spec); err != nil {
+		t.Fatal(err)
+	}
+	startWritingTo := func(path string) *exec.Cmd {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		cmd := exec.Command("sleep", "600")
+		cmd.Stdout = f
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go cmd.Wait()
+		t.Cleanup(func() { cmd.Process.Kill() })
+		return cmd
+	}
+	orphan := startWritingTo(filepath.Join(dir, consoleFile))
+	bystander := startWritingTo(filepath.Join(t.TempDir(), consoleFile))
+
+	m2, err := NewVMManager(m.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	waitProcGone(t, orphan.Process.Pid, "the unrecorded VMM")
+	if procGone(bystander.Process.Pid) {
+		t.Error("a process writing elsewhere was killed")
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Error("the unrecorded VMM's sandbox directory is left")
 	}
 }

@@ -192,3 +192,42 @@ func waitPidfd(pidfd *os.File) error {
 	}
 	return rc.Read(func(fd uintptr) bool { return pollIn(fd) })
 }
+
+// killUnrecorded kills the VMM a daemon started for dir but died before
+// recording (its procRecord is written just after the start), and
+// returns the pids it killed. Such a process is found by its stdout,
+// which is dir's console log (spawnVMM): a descriptor the daemon set up,
+// not a word of the process's, and one it still holds, since in that
+// window it has not yet run a guest instruction. A jailed one is in its
+// cgroup as well, which recover kills in any case; this finds an unjailed
+// one. It reads every process's descriptor 1, so recover calls it only
+// for a sandbox that has a spec and no record.
+func killUnrecorded(dir string) []int {
+	console := filepath.Join(dir, consoleFile)
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	var killed []int
+	for _, p := range procs {
+		pid, err := strconv.Atoi(filepath.Base(p))
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if target, err := os.Readlink(filepath.Join(p, "fd", "1")); err != nil || target != console {
+			continue
+		}
+		// Held by a pidfd, and checked again through it, so the kill
+		// cannot reach a process that took the pid meanwhile.
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			if errors.Is(err, unix.ENOSYS) {
+				unix.Kill(pid, unix.SIGKILL)
+				killed = append(killed, pid)
+			}
+			continue
+		}
+		if target, err := os.Readlink(filepath.Join(p, "fd", "1")); err == nil && target == console && unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil {
+			killed = append(killed, pid)
+		}
+		unix.Close(fd)
+	}
+	return killed
+}
