@@ -115,11 +115,82 @@ func enableControllers(dir string) error {
 // takes its VMM back: it can only be closed (removed).
 func CgroupAt(path string) *Cgroup { return &Cgroup{Path: path} }
 
+// Kill kills every process in the cgroup at once (cgroup.kill, Linux
+// 5.14), whatever they call themselves: the one kill a VMM that rewrote
+// its argv, forked or raced its pid file cannot slip. On a kernel without
+// cgroup.kill it sends SIGKILL to each process cgroup.procs lists, a few
+// rounds, since one may fork meanwhile. A cgroup that is gone is no error.
+func (c *Cgroup) Kill() error {
+	if c == nil || c.Path == "" {
+		return nil
+	}
+	return killCgroup(c.Path)
+}
+
+func killCgroup(path string) error {
+	err := writeExisting(filepath.Join(path, "cgroup.kill"), "1")
+	if err == nil || errors.Is(err, os.ErrNotExist) && !exists(path) {
+		return nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("kill cgroup %s: %w", path, err)
+	}
+	for range 10 {
+		pids, err := CgroupPids(path)
+		if err != nil || len(pids) == 0 {
+			return nil
+		}
+		for _, pid := range pids {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("kill cgroup %s: its processes outlived ten rounds of SIGKILL", path)
+}
+
+// writeExisting writes value to a cgroup file that must exist (no
+// O_CREATE: a missing one is ErrNotExist, not a permission error).
+func writeExisting(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(value)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// CgroupPids lists the processes in the cgroup at path (cgroup.procs: pids
+// in the reader's pid namespace), the way to tell that a pid is the
+// process a daemon put there, whatever its argv says.
+func CgroupPids(path string) ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
 // FD is the directory descriptor for syscall.SysProcAttr.CgroupFD.
 func (c *Cgroup) FD() int { return int(c.dir.Fd()) }
 
-// Close closes the descriptor and removes the cgroup, waiting briefly for
-// its last process to be reaped; it is idempotent.
+// Close closes the descriptor, kills whatever still runs in the cgroup
+// (Kill: a cgroup is removed only once its VMM is gone, and a process
+// left in it would keep it, and itself, alive unseen) and removes it,
+// waiting briefly for its last process to be reaped; it is idempotent.
 func (c *Cgroup) Close() error {
 	if c == nil {
 		return nil
@@ -130,6 +201,11 @@ func (c *Cgroup) Close() error {
 	}
 	if c.Path == "" {
 		return nil
+	}
+	if pids, _ := CgroupPids(c.Path); len(pids) > 0 {
+		if err := c.Kill(); err != nil {
+			return err
+		}
 	}
 	var err error
 	for range 50 {

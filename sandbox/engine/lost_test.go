@@ -9,8 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -119,10 +117,10 @@ func TestLostSandboxSaysWhy(t *testing.T) {
 		}
 		defer m.Delete(ctx, info.ID)
 		if how == "kill -9" {
-			b, err := os.ReadFile(filepath.Join(m.sandboxDir(info.ID), pidFile))
-			pid, _ := strconv.Atoi(string(b))
-			if err != nil || pid <= 1 {
-				t.Fatalf("the VMM's pid: %q %v", b, err)
+			rec, err := readProcRecord(m.sandboxDir(info.ID))
+			pid := rec.PID
+			if err != nil {
+				t.Fatalf("the VMM's record: %+v %v", rec, err)
 			}
 			syscall.Kill(pid, syscall.SIGKILL)
 		} else if r, err := m.RunCell(ctx, info.ID, how, time.Minute, nil); err != nil && !errors.Is(err, sandbox.ErrLost) || err == nil && r.Status != cell.StatusLost {

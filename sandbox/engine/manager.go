@@ -572,7 +572,7 @@ func (m *VMManager) markLost(s *vmSandbox) {
 func (m *VMManager) condemn(s *vmSandbox, why error) {
 	s.violation.CompareAndSwap(nil, &why)
 	if s.proc != nil {
-		syscall.Kill(s.proc.pid, syscall.SIGKILL)
+		s.proc.kill()
 		<-s.proc.done
 	}
 	m.markLost(s)

@@ -134,7 +134,7 @@ func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 	case <-p.done:
 	case <-time.After(vmmExitTimeout):
 		m.log.Warn("a paused sandbox's VMM did not exit; killing it", "id", s.id, "pid", p.pid)
-		syscall.Kill(p.pid, syscall.SIGKILL)
+		p.kill()
 		<-p.done
 	}
 	// The VMM's cgroup goes with it; a resume makes it again.

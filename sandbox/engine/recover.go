@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,11 +19,16 @@ import (
 
 // recover takes back the sandboxes an earlier manager (a daemon that died
 // or was restarted) left in the state directory: a VMM process that still
-// runs and whose agent answers is adopted as a running sandbox; anything
-// else (a dead process, a half-made directory) is cleaned up, so nothing
-// leaks across daemon restarts.
+// runs, is the one its record names (adoptVM: pid, start time, cgroup;
+// never its argv, which it can rewrite) and whose agent answers is
+// adopted as a running sandbox; anything else (a dead process, a
+// half-made directory) is cleaned up, its cgroup killed and removed, and
+// last the cgroups of this state directory's VMs that nothing owns are
+// swept, so nothing leaks across daemon restarts.
 func (m *VMManager) recover() {
 	defer m.recoverNetwork()
+	ours := m.vmNames()
+	defer m.sweepCgroups(ours)
 	m.sweepPartialSnapshots()
 	dirs, _ := filepath.Glob(filepath.Join(m.opt.StateDir, "sandboxes", "sb-*"))
 	for _, dir := range dirs {
@@ -31,6 +37,11 @@ func (m *VMManager) recover() {
 		spec, err := control.ReadSpec(filepath.Join(dir, specFile))
 		if err == nil {
 			s.proc, err = adoptVM(dir)
+			if errors.Is(err, os.ErrNotExist) {
+				for _, pid := range killUnrecorded(dir) {
+					m.log.Warn("killed a VMM an earlier daemon started and never recorded", "id", id, "pid", pid)
+				}
+			}
 		}
 		if err == nil && spec.Vsock != nil {
 			// spec.Vsock.UDS is the VMM's own path (the jail's, if
@@ -85,6 +96,66 @@ func (m *VMManager) recover() {
 		go m.watch(s)
 		m.log.Info("took back a running sandbox", "id", id, "pid", s.proc.pid)
 	}
+}
+
+// vmNames are the names of every VM this state directory holds: its
+// sandboxes', its template builds' and its image builds'. A VM's cgroup
+// is named after it (jailVM).
+func (m *VMManager) vmNames() map[string]bool {
+	names := map[string]bool{}
+	for _, pat := range []string{
+		filepath.Join(m.opt.StateDir, "sandboxes", "sb-*"),
+		filepath.Join(m.opt.StateDir, "templates", templateBuildPref+"*"),
+		filepath.Join(m.imageBuildDir(), "*"),
+	} {
+		dirs, _ := filepath.Glob(pat)
+		for _, d := range dirs {
+			names[strings.TrimPrefix(filepath.Base(d), templateBuildPref)] = true
+		}
+	}
+	return names
+}
+
+// sweepCgroups kills and removes the cgroups an earlier daemon left under
+// the jail's cgroup parent that no sandbox taken back owns: a VMM that
+// daemon started but died before recording (its record, procRecord, is
+// written after the process starts), and a cgroup made before the VMM's
+// spec was written. The parent may be shared by daemons of other state
+// directories (one host, several nodes or tests), so only the cgroups of
+// VMs this state directory holds (ours, by name) are swept.
+func (m *VMManager) sweepCgroups(ours map[string]bool) {
+	if m.opt.Jail == nil || m.opt.Jail.CgroupParent == "" {
+		return
+	}
+	keep := map[string]bool{}
+	for _, s := range m.sandboxes {
+		if s.cgroup != nil && s.proc != nil {
+			keep[s.cgroup.Path] = true
+		}
+	}
+	for _, path := range sweepCgroups(m.opt.Jail.CgroupParent, ours, keep) {
+		m.log.Warn("removed a VM's cgroup an earlier daemon left, and killed what ran in it", "cgroup", path)
+	}
+}
+
+// sweepCgroups kills and removes each cgroup under parent named in ours
+// and not in keep (paths), and returns the paths it swept.
+func sweepCgroups(parent string, ours, keep map[string]bool) []string {
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		return nil
+	}
+	var swept []string
+	for _, e := range ents {
+		path := filepath.Join(parent, e.Name())
+		if !e.IsDir() || !ours[e.Name()] || keep[path] {
+			continue
+		}
+		// Close kills what runs in it (cgroup.kill), then removes it.
+		jail.CgroupAt(path).Close()
+		swept = append(swept, path)
+	}
+	return swept
 }
 
 // recoverNetwork removes the network objects of sandboxes that are gone and

@@ -291,7 +291,7 @@ func TestCloseWithTemplateBuildInFlight(t *testing.T) {
 	waitTemplate(t, m, sandbox.DefaultVCPUs, sandbox.DefaultMemoryMiB, sandbox.TemplateBuilding, "")
 	var pids []string
 	for deadline := time.Now().Add(time.Minute); len(pids) == 0 && time.Now().Before(deadline); {
-		pids, _ = filepath.Glob(filepath.Join(state, "templates", templateBuildPref+"*", pidFile))
+		pids, _ = filepath.Glob(filepath.Join(state, "templates", templateBuildPref+"*", procFile))
 		time.Sleep(20 * time.Millisecond)
 	}
 	if len(pids) != 1 {

@@ -7,8 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,6 +16,7 @@ import (
 	"github.com/cellvm/cellvm/agentclient"
 	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/vmm/control"
+	"golang.org/x/sys/unix"
 )
 
 // vmStart is one VMM process to start: its spec (control.Spec, the one
@@ -40,9 +40,15 @@ type vmStart struct {
 // that it outlives a daemon crash (a restarted daemon takes it back), and a
 // signal to the daemon's process group does not reach it.
 type vmProc struct {
-	pid  int
-	dir  string
-	cmd  *exec.Cmd // nil when adopted from an earlier daemon
+	pid int
+	dir string
+	cmd *exec.Cmd // nil when adopted from an earlier daemon
+	// pidfd holds an adopted process (nil: started here, or a kernel
+	// without pidfds): its signals cannot reach a process that reused
+	// its pid.
+	pidfd *os.File
+	// rec is what was recorded of the process (procRecord).
+	rec  procRecord
 	done chan struct{}
 	err  error // valid after done
 	// ended says the daemon ended the process on purpose, keeping the VM
@@ -55,7 +61,6 @@ type vmProc struct {
 const (
 	specFile    = "vmm.json"
 	configFile  = "sandbox.json"
-	pidFile     = "vmm.pid"
 	consoleFile = "console.log"
 	vmmLogFile  = "vmm.log"
 	// endFile is the VMM's End report (control.End), written by the VMM
@@ -134,26 +139,31 @@ func spawnVMM(exe, dir string, st vmStart) (*vmProc, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(exe, control.Args(cfg)...)
+	cmd := vmmCommand(exe, cfg, st)
 	cmd.Stdout, cmd.Stderr = console, logf
 	cmd.ExtraFiles = extra
-	// The Go runtime's periodic look at its cgroup's CPU limit would only
-	// meet the jail's seccomp filter (EACCES).
-	cmd.Env = append(os.Environ(), "GODEBUG=updatemaxprocs=0")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: 0}
-	if st.spec.Jail != nil {
-		cmd.SysProcAttr.Cloneflags = jail.Cloneflags
-	}
-	if st.cgroup != nil {
-		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = st.cgroup.FD()
-	}
+	// The process record replaces an earlier one (a resume's); until the
+	// new one is written, none names a process that is gone.
+	os.Remove(filepath.Join(dir, procFile))
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start vmm process: %w", err)
 	}
-	p := &vmProc{pid: cmd.Process.Pid, dir: dir, cmd: cmd, done: make(chan struct{})}
-	if err := os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(p.pid)), 0o600); err != nil {
+	p := &vmProc{pid: cmd.Process.Pid, dir: dir, cmd: cmd, done: make(chan struct{}), rec: procRecord{PID: cmd.Process.Pid}}
+	if st.cgroup != nil {
+		p.rec.Cgroup = st.cgroup.Path
+	}
+	// Our child cannot be reaped (nor its pid reused) before cmd.Wait, so
+	// its stat is its own. A daemon that dies before the record is
+	// written leaves the process in its cgroup, which the next daemon's
+	// sweep kills (sweepCgroups).
+	start, err := procStartTime(p.pid)
+	if err == nil {
+		p.rec.StartTime = start
+		err = recordProc(dir, p.rec)
+	}
+	if err != nil {
 		cmd.Process.Kill()
+		st.cgroup.Kill()
 		cmd.Wait()
 		return nil, err
 	}
@@ -200,41 +210,101 @@ func awaitAgent(ctx context.Context, p *vmProc, dir string, timeout time.Duratio
 	}
 }
 
-// adoptVM finds the VMM process an earlier daemon started for dir, if it is
-// still alive and still that process.
+// vmmEnv is the whole environment of a VMM process. It inherits nothing
+// of the daemon's: the daemon's variables (tokens, proxies, paths) are
+// none of a VMM's business, and a compromised VMM reads its own. The one
+// variable it needs: the Go runtime's periodic look at its cgroup's CPU
+// limit would only meet the jail's seccomp filter (EACCES).
+var vmmEnv = []string{"GODEBUG=updatemaxprocs=0"}
+
+// vmmTestEnv, set by this package's tests only, adds the variables that
+// give the test binary its fake VMM's role.
+var vmmTestEnv func() []string
+
+// vmmCommand is the command of st's VMM process, its spec at cfg: its own
+// session (it outlives a daemon crash, and a signal to the daemon's
+// process group does not reach it), its jail's namespaces, its cgroup
+// from the first instruction, and vmmEnv.
+func vmmCommand(exe, cfg string, st vmStart) *exec.Cmd {
+	cmd := exec.Command(exe, control.Args(cfg)...)
+	cmd.Env = slices.Clone(vmmEnv)
+	if vmmTestEnv != nil {
+		cmd.Env = append(cmd.Env, vmmTestEnv()...)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: 0}
+	if st.spec.Jail != nil {
+		cmd.SysProcAttr.Cloneflags = jail.Cloneflags
+	}
+	if st.cgroup != nil {
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = st.cgroup.FD()
+	}
+	return cmd
+}
+
+// adoptVM finds the VMM process an earlier daemon started for dir, by its
+// record (procRecord: pid, start time, cgroup), if it is still alive and
+// still that process, whatever its argv says now.
 func adoptVM(dir string) (*vmProc, error) {
-	b, err := os.ReadFile(filepath.Join(dir, pidFile))
+	rec, err := readProcRecord(dir)
 	if err != nil {
 		return nil, err
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 1 {
-		return nil, fmt.Errorf("bad pid file in %s", dir)
+	pidfd, err := findRecorded(rec)
+	if err != nil {
+		return nil, err
 	}
-	if !isVMMFor(pid, filepath.Join(dir, specFile)) {
-		return nil, fmt.Errorf("vmm process %d of %s is gone", pid, dir)
-	}
-	p := &vmProc{pid: pid, dir: dir, done: make(chan struct{})}
-	go p.pollExit()
+	p := &vmProc{pid: rec.PID, dir: dir, pidfd: pidfd, rec: rec, done: make(chan struct{})}
+	go p.watchAdopted()
 	return p, nil
 }
 
-// isVMMFor reports whether pid is the VMM process of the spec at cfg, by
-// its command line (control.IsVMM).
-func isVMMFor(pid int, cfg string) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && control.IsVMM(b, cfg)
-}
-
-// pollExit watches an adopted process, which is not our child and so
-// cannot be waited for.
-func (p *vmProc) pollExit() {
-	cfg := filepath.Join(p.dir, specFile)
-	for isVMMFor(p.pid, cfg) {
-		time.Sleep(200 * time.Millisecond)
+// watchAdopted waits for an adopted process to exit: it is not our child
+// and so cannot be waited for. Its pidfd becomes readable when it exits;
+// without one, its stat is looked at five times a second.
+func (p *vmProc) watchAdopted() {
+	if p.pidfd == nil || waitPidfd(p.pidfd) != nil {
+		for p.stillRecorded() {
+			time.Sleep(200 * time.Millisecond)
+		}
 	}
 	p.err = errAdoptedExited
 	close(p.done)
+}
+
+// stillRecorded reports whether p's pid is still the recorded process.
+func (p *vmProc) stillRecorded() bool {
+	if p.pidfd != nil {
+		return !pidfdReady(p.pidfd)
+	}
+	st, err := procStartTime(p.pid)
+	return err == nil && st == p.rec.StartTime
+}
+
+// signal sends sig to the process: through its pidfd when adopted, so it
+// cannot reach a process that reused the pid.
+func (p *vmProc) signal(sig syscall.Signal) {
+	switch {
+	case p.cmd != nil:
+		p.cmd.Process.Signal(sig)
+	case p.pidfd != nil:
+		rc, err := p.pidfd.SyscallConn()
+		if err == nil {
+			rc.Control(func(fd uintptr) { unix.PidfdSendSignal(int(fd), sig, nil, 0) })
+		}
+	case p.stillRecorded():
+		syscall.Kill(p.pid, sig)
+	}
+}
+
+// kill kills the process, and with it everything in its cgroup: the one
+// kill that a VMM that forked, or a process that slipped its pid, cannot
+// outlive.
+func (p *vmProc) kill() {
+	p.signal(syscall.SIGKILL)
+	if p.rec.Cgroup != "" {
+		jail.CgroupAt(p.rec.Cgroup).Kill()
+	}
 }
 
 // alive reports whether the process still runs.
@@ -252,11 +322,11 @@ func (p *vmProc) stop(grace time.Duration) {
 	if !p.alive() {
 		return
 	}
-	syscall.Kill(p.pid, syscall.SIGTERM)
+	p.signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
 	case <-time.After(grace):
-		syscall.Kill(p.pid, syscall.SIGKILL)
+		p.kill()
 		<-p.done
 	}
 }

@@ -9,7 +9,9 @@
 //     its devices, its jail, its logs. It is JSON (vmm.json in a sandbox's
 //     directory), read and validated by the process (Load) before it does
 //     anything. The process's command line is `cellvm vmm --config FILE`
-//     (Args), by which a restarted daemon finds it again (IsVMM).
+//     (Args); a restarted daemon finds the process again by what it
+//     recorded of it (pid, start time, cgroup), never by that argv, which
+//     the process could rewrite.
 //   - Files the VMM cannot or must not open itself (a workspace disk, the
 //     TAP, a snapshot to restore, the End report) come open in named slots
 //     (slots.go): the launcher records in Spec.Files which descriptor each

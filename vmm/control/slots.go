@@ -152,9 +152,10 @@ func (s Spec) slotName(slot string) string {
 	return slot
 }
 
-// The VMM process's command line is `cellvm vmm --config FILE`. Its shape
-// is fixed: a restarted daemon finds the VMMs it started by it
-// (/proc/PID/cmdline, IsVMM).
+// The VMM process's command line is `cellvm vmm --config FILE`. A
+// restarted daemon does not find its VMMs by it (a VMM can rewrite its
+// own argv) but by what it recorded of them: pid, start time, cgroup.
+// IsVMM is for tests and tools that look at a process.
 const (
 	// Command is the cellvm subcommand that runs a VMM process.
 	Command   = "vmm"

@@ -76,6 +76,7 @@ func Run(spec control.Spec, files control.Files, o Options) (err error) {
 	}
 	if spec.TestHooks {
 		forbiddenCallOnSIGUSR2(log)
+		rewriteArgvOnSIGWINCH(log)
 	}
 	console, err := cappedConsole(o.Stdout, spec.ConsoleMaxBytes)
 	if err != nil {

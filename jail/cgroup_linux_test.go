@@ -1,0 +1,71 @@
+package jail
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestCgroupCloseKillsWhatRuns: Close of a cgroup a process still runs in
+// kills it (cgroup.kill) and removes the cgroup; a second Close, and a
+// Kill of a cgroup that is gone, are no errors.
+func TestCgroupCloseKillsWhatRuns(t *testing.T) {
+	var dir string
+	for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		if !CgroupV2(root) {
+			continue
+		}
+		d := filepath.Join(root, fmt.Sprintf("cellvm-jail-test-%d", os.Getpid()))
+		if err := os.Mkdir(d, 0o755); err == nil {
+			dir = d
+			break
+		}
+	}
+	if dir == "" {
+		t.Skip("no writable cgroup v2 hierarchy here")
+	}
+	defer os.Remove(dir)
+	fd, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(fd.Fd())}
+	err = cmd.Start()
+	fd.Close()
+	if err != nil {
+		t.Skipf("clone into a cgroup: %v", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	defer cmd.Process.Kill()
+	if pids, err := CgroupPids(dir); err != nil || !slices.Contains(pids, cmd.Process.Pid) {
+		t.Fatalf("the cgroup's processes: %v, %v; want %d among them", pids, err, cmd.Process.Pid)
+	}
+	c := CgroupAt(dir)
+	if err := c.Close(); err != nil {
+		t.Fatalf("close a cgroup a process runs in: %v", err)
+	}
+	select {
+	case err := <-waited:
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+			t.Errorf("the process ended %v, want killed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the process outlived its cgroup's Close")
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Error("the cgroup is left after Close")
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("a second Close: %v", err)
+	}
+	if err := CgroupAt(dir).Kill(); err != nil {
+		t.Errorf("kill a cgroup that is gone: %v", err)
+	}
+}
