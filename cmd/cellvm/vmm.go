@@ -10,9 +10,10 @@ import (
 )
 
 // vmmCommand is `cellvm vmm --config FILE`, the process the daemon starts
-// per VM (package vmm/process is its body, vmm/control its spec). Its argv
-// shape is fixed: the daemon finds its VMMs by it (control.IsVMM), so it
-// parses its own arguments.
+// per VM (package vmm/process is its body, vmm/control its spec). It
+// parses its own arguments so that its argv shape stays fixed; the daemon
+// finds its VMMs by what it recorded (pid, start time, cgroup), never by
+// argv, which a compromised VMM could rewrite.
 func (a *app) vmmCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:                "vmm --config FILE",
