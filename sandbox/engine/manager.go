@@ -499,7 +499,7 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 		}
 	}
 	if from != nil {
-		if err := m.newMachine(ctx, s); err != nil {
+		if err := m.newMachine(ctx, s, agentclient.RenewAll); err != nil {
 			return nil, err
 		}
 	}

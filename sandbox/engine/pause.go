@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellvm/cellvm/agentclient"
 	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/sandbox"
@@ -279,7 +280,7 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 		c.Close()
 		s.agent.DropIdle()
 	}
-	if err := m.newMachine(bootCtx, s); err != nil {
+	if err := m.newMachine(bootCtx, s, agentclient.RenewKernel); err != nil {
 		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
 	}
 	if err := os.Rename(image, filepath.Join(s.dir, backingDir)); err != nil {

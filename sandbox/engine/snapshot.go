@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellvm/cellvm/agentclient"
 	"github.com/cellvm/cellvm/guestinit/proto"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/vmm/control"
@@ -331,9 +332,12 @@ func restoreFiles(from *restoreSource, st *vmStart) error {
 // answers loses no more than this.
 const reseedTimeout = 2 * time.Minute
 
-// newMachine makes a fork's guest a machine of its own (see the top of
-// this file).
-func (m *VMManager) newMachine(ctx context.Context, s *vmSandbox) error {
+// newMachine makes a restored guest current: a fork's or a template
+// start's a machine of its own (renew agentclient.RenewAll: see the top of
+// this file), a resumed one the same machine later (RenewKernel: its
+// kernel's pool and clock renewed, the user's seeded generators carrying
+// on).
+func (m *VMManager) newMachine(ctx context.Context, s *vmSandbox, renew agentclient.Renew) error {
 	ctx, cancel := context.WithTimeout(ctx, reseedTimeout)
 	defer cancel()
 	var nc *proto.NetConfig
@@ -342,10 +346,11 @@ func (m *VMManager) newMachine(ctx context.Context, s *vmSandbox) error {
 		// is its own TAP's (and a resumed sandbox's is what it was).
 		nc = &proto.NetConfig{Addr: s.net.GuestAddr.String(), Gateway: s.net.Gateway.String(), DNS: []string{s.net.DNS.String()}}
 	}
-	r, err := s.agent.Reseed(ctx, time.Now(), nc)
+	r, err := s.agent.Reseed(ctx, time.Now(), nc, renew)
 	if err != nil {
-		return fmt.Errorf("the fork's guest would not take fresh entropy, the host's clock and its network: %w", err)
+		return fmt.Errorf("the restored guest would not take fresh entropy, the host's clock and its network: %w", err)
 	}
-	m.log.Info("fork reseeded", "id", s.id, "kernel", r.Kernel, "clock", r.Clock, "interpreter", r.Interpreter, "numpy", r.NumPy, "network", r.Network)
+	m.log.Info("restored guest reseeded", "id", s.id, "renew", renew, "kernel", r.Kernel, "clock", r.Clock,
+		"interpreter", r.Interpreter, "numpy", r.NumPy, "network", r.Network)
 	return nil
 }
