@@ -29,6 +29,8 @@ import (
 type fakeImage struct {
 	Vars    map[string]string `json:"vars"`
 	Reseeds int               `json:"reseeds"`
+	// GenReseeds counts the reseeds of the interpreter's generators.
+	GenReseeds int `json:"gen_reseeds"`
 }
 
 // fakePausableVMM is the test binary's role as a VMM that can be paused
@@ -111,8 +113,9 @@ func (zeroes) Read(p []byte) (int, error) {
 
 // varsInterp runs cells of these forms: "NAME = VALUE" sets a variable,
 // "NAME" answers its value (an error if unset), "reseeds" answers how
-// often the guest was reseeded, and "crash()" ends the VM. The sandbox's
-// env becomes variables (of a new interpreter: SetEnv).
+// often the guest was reseeded ("genreseeds": its generators), and
+// "crash()" ends the VM. The sandbox's env becomes variables (of a new
+// interpreter: SetEnv).
 type varsInterp struct {
 	mu  sync.Mutex
 	img fakeImage
@@ -129,6 +132,8 @@ func (v *varsInterp) Run(ctx context.Context, code string, timeout time.Duration
 		os.Exit(3)
 	case code == "reseeds":
 		return text(strconv.Itoa(v.img.Reseeds)), nil
+	case code == "genreseeds":
+		return text(strconv.Itoa(v.img.GenReseeds)), nil
 	case set:
 		v.img.Vars[name] = value
 		return cell.Result{Status: cell.StatusOK, StateKept: true}, nil
@@ -151,6 +156,15 @@ func (v *varsInterp) SetEnv(env map[string]string) error {
 	}
 	return nil
 }
+// Reseed is the interpreter's generators reseeded (a fork's, not a
+// resume's).
+func (v *varsInterp) Reseed() (bool, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.img.GenReseeds++
+	return false, nil
+}
+
 func (*varsInterp) Interrupt() bool { return false }
 func (*varsInterp) Restart() error  { return nil }
 func (*varsInterp) Exec(context.Context, []string, io.Reader, time.Duration) (cell.ExecResult, error) {
