@@ -704,6 +704,29 @@ func (m *VMManager) ready(id string) (*vmSandbox, error) {
 	}
 }
 
+// readyHeld is ready for a call that goes on beside cells (a command, an
+// upload, a download): the sandbox is held (lifecycle.hold) so no pause
+// or snapshot cuts the call, until release, which also marks it used.
+func (m *VMManager) readyHeld(id string) (s *vmSandbox, release func(), err error) {
+	for range 3 {
+		if s, err = m.ready(id); err != nil {
+			return nil, nil, err
+		}
+		r, from, ok := s.lc.hold()
+		if ok {
+			return s, func() {
+				s.lastUsed.Store(time.Now().UnixNano())
+				r()
+			}, nil
+		}
+		if from == phaseSnapshotting {
+			return nil, nil, fmt.Errorf("%w: a snapshot of sandbox %s is being taken; try again after it", sandbox.ErrBusy, id)
+		}
+		// Paused since ready looked: ready again waits and resumes.
+	}
+	return nil, nil, fmt.Errorf("%w: sandbox %s was paused again while the call waited for it", sandbox.ErrBusy, id)
+}
+
 // Delete implements Manager.
 func (m *VMManager) Delete(ctx context.Context, id string) error {
 	s, err := m.get(id)
@@ -912,10 +935,11 @@ func (m *VMManager) Exec(ctx context.Context, id string, req sandbox.ExecRequest
 	if err := req.Validate(); err != nil {
 		return cell.ExecResult{}, err
 	}
-	s, err := m.ready(id)
+	s, release, err := m.readyHeld(id)
 	if err != nil {
 		return cell.ExecResult{}, err
 	}
+	defer release()
 	start := time.Now()
 	callCtx, cancel := context.WithTimeout(ctx, req.Timeout+m.opt.CallGrace)
 	defer cancel()
@@ -973,10 +997,11 @@ func (m *VMManager) Upload(ctx context.Context, id, guestPath string, r io.Reade
 	if err != nil {
 		return 0, err
 	}
-	s, err := m.ready(id)
+	s, release, err := m.readyHeld(id)
 	if err != nil {
 		return 0, err
 	}
+	defer release()
 	n, err := s.agent.Upload(ctx, p, &limitReader{r: r, n: m.opt.MaxUploadBytes}, 0o644)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrTooLarge) {
@@ -993,10 +1018,11 @@ func (m *VMManager) Download(ctx context.Context, id, guestPath string, w io.Wri
 	if err != nil {
 		return 0, err
 	}
-	s, err := m.ready(id)
+	s, release, err := m.readyHeld(id)
 	if err != nil {
 		return 0, err
 	}
+	defer release()
 	n, err := s.agent.Download(ctx, p, w, m.opt.MaxDownloadBytes)
 	if err != nil {
 		return n, m.agentErr(s, err)

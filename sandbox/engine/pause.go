@@ -66,6 +66,9 @@ func (m *VMManager) Pause(ctx context.Context, id string) error {
 // pauseLocked pauses s; the caller holds s.life.
 func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 	if from, err := s.lc.move(evPauseStart); err != nil {
+		if errors.Is(err, errCallsRunning) {
+			return fmt.Errorf("%w: a command or a file transfer is running in sandbox %s; pause it after", sandbox.ErrBusy, s.id)
+		}
 		switch from {
 		case phaseCell, phaseSnapshotting:
 			return fmt.Errorf("%w: a cell is running in sandbox %s; interrupt it or wait, then pause", sandbox.ErrBusy, s.id)
@@ -335,15 +338,16 @@ func (m *VMManager) pauseIdle(now time.Time) {
 		return
 	}
 	for _, s := range m.sandboxes {
-		if s.internal || s.cfg.IdlePause <= 0 || s.lc.phase() != phaseRunning ||
+		if s.internal || s.cfg.IdlePause <= 0 || s.lc.phase() != phaseRunning || s.lc.held() ||
 			now.Sub(time.Unix(0, s.lastUsed.Load())) <= s.cfg.IdlePause {
 			continue
 		}
 		go func() {
 			s.life.Lock()
 			defer s.life.Unlock()
-			// Used since it was found idle: leave it running.
-			if time.Since(time.Unix(0, s.lastUsed.Load())) <= s.cfg.IdlePause {
+			// Used since it was found idle, or a call runs: leave it
+			// running.
+			if time.Since(time.Unix(0, s.lastUsed.Load())) <= s.cfg.IdlePause || s.lc.held() {
 				return
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), snapshotTimeout)

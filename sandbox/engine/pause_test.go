@@ -167,7 +167,16 @@ func (v *varsInterp) Reseed() (bool, error) {
 
 func (*varsInterp) Interrupt() bool { return false }
 func (*varsInterp) Restart() error  { return nil }
-func (*varsInterp) Exec(context.Context, []string, io.Reader, time.Duration) (cell.ExecResult, error) {
+func (*varsInterp) Exec(ctx context.Context, argv []string, _ io.Reader, _ time.Duration) (cell.ExecResult, error) {
+	if len(argv) == 2 && argv[0] == "sleep" { // sleep MS: a long command
+		ms, _ := strconv.Atoi(argv[1])
+		select {
+		case <-time.After(time.Duration(ms) * time.Millisecond):
+		case <-ctx.Done():
+			return cell.ExecResult{}, ctx.Err()
+		}
+		return cell.ExecResult{Stdout: "slept\n"}, nil
+	}
 	return cell.ExecResult{Stdout: "exec ran\n"}, nil
 }
 

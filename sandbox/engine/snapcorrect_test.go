@@ -2,8 +2,13 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"io"
+	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/sandbox"
 )
 
@@ -43,5 +48,93 @@ func TestResumeKeepsTheUsersGenerators(t *testing.T) {
 	defer m.Delete(ctx, fork.ID)
 	if got := cellText(t, m, fork.ID, "genreseeds"); got != "1" {
 		t.Errorf("a fork's generators were reseeded %s times, want 1", got)
+	}
+}
+
+// heldSoon waits until sandbox id holds a call (a command, a transfer).
+func heldSoon(t *testing.T, m *VMManager, id string) {
+	t.Helper()
+	s, err := m.get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !s.lc.held(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the call never held the sandbox")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestExecOutlivesAnIdlePause: a command longer than the sandbox's
+// idle_pause_s runs to its end (an idle pause would end its VMM and the
+// command with it); a pause or a snapshot asked for meanwhile is ErrBusy;
+// after the command the sandbox is idle and is paused.
+func TestExecOutlivesAnIdlePause(t *testing.T) {
+	m, _ := newPausableManager(t, nil)
+	ctx := context.Background()
+	info, err := m.Create(ctx, sandbox.Config{MemoryMiB: 64, IdlePause: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Delete(ctx, info.ID)
+	type result struct {
+		r   cell.ExecResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := m.Exec(ctx, info.ID, sandbox.ExecRequest{Argv: []string{"sleep", "3500"}, Timeout: time.Minute})
+		done <- result{r, err}
+	}()
+	heldSoon(t, m, info.ID)
+	if err := m.Pause(ctx, info.ID); !errors.Is(err, sandbox.ErrBusy) {
+		t.Errorf("pause during a command: %v, want ErrBusy", err)
+	}
+	if _, err := m.Snapshot(ctx, info.ID); !errors.Is(err, sandbox.ErrBusy) {
+		t.Errorf("snapshot during a command: %v, want ErrBusy", err)
+	}
+	res := <-done
+	if res.err != nil || res.r.Stdout != "slept\n" {
+		t.Fatalf("a command longer than idle_pause_s: %+v, %v (an idle pause cut it)", res.r, res.err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for stateOf(t, m, info.ID) != sandbox.StatePaused {
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox was not paused once the command ended and it was idle")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestTransfersHoldOffPause: an upload or a download in progress holds
+// off a pause as a command does.
+func TestTransfersHoldOffPause(t *testing.T) {
+	m, _ := newPausableManager(t, nil)
+	ctx := context.Background()
+	info, err := m.Create(ctx, sandbox.Config{MemoryMiB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Delete(ctx, info.ID)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	// The fake guest's files are the host's.
+	dest := filepath.Join(t.TempDir(), "up")
+	go func() {
+		_, err := m.Upload(ctx, info.ID, dest, pr)
+		done <- err
+	}()
+	heldSoon(t, m, info.ID)
+	pw.Write([]byte("part"))
+	if err := m.Pause(ctx, info.ID); !errors.Is(err, sandbox.ErrBusy) {
+		t.Errorf("pause during an upload: %v, want ErrBusy", err)
+	}
+	pw.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("upload: %v", err)
+	}
+	if err := m.Pause(ctx, info.ID); err != nil {
+		t.Fatalf("pause after the upload: %v", err)
 	}
 }

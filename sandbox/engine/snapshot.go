@@ -89,6 +89,9 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotIn
 		return sandbox.SnapshotInfo{}, fmt.Errorf("%w: sandbox %s mounts workspace %s, which a snapshot cannot hold (its forks would share the volume); pause it instead", sandbox.ErrNotSupported, id, s.cfg.Workspace)
 	}
 	if from, err := s.lc.move(evSnapshotStart); err != nil {
+		if errors.Is(err, errCallsRunning) {
+			return sandbox.SnapshotInfo{}, fmt.Errorf("%w: a command or a file transfer is running in sandbox %s; snapshot it after", sandbox.ErrBusy, id)
+		}
 		if from == phaseCell || from == phaseSnapshotting {
 			return sandbox.SnapshotInfo{}, fmt.Errorf("%w: a cell is running in sandbox %s; snapshot it between cells", sandbox.ErrBusy, id)
 		}
