@@ -31,7 +31,9 @@ import (
 //   - paused: the machine is on disk under paused/, proc is nil or the
 //     ended VMM, cgroup nil; no memory is held. Callers see "paused".
 //   - resuming: a VMM is restoring paused/; s.life is held. Callers see
-//     "paused" until it is back.
+//     "paused" until it is back. A resume that fails before its VMM
+//     starts goes back to paused; one that fails after (the guest may
+//     have run on from the image, which is used now) is lost.
 //   - lost: the VM ended without being asked; lost says why. Only delete.
 //   - deleting: destroy is stopping the VM and removing its files; the
 //     sandbox is not found any more. Callers see "stopping".
@@ -127,7 +129,7 @@ var moves = [numPhases]map[lifeEvent]phase{
 	phaseSnapshotting: {evSnapshotEnd: phaseRunning, evVMExited: phaseLost, evDelete: phaseDeleting},
 	phasePausing:      {evPaused: phasePaused, evPauseFailed: phaseRunning, evVMExited: phaseLost, evDelete: phaseDeleting},
 	phasePaused:       {evResumeStart: phaseResuming, evVMExited: phaseLost, evDelete: phaseDeleting},
-	phaseResuming:     {evResumed: phaseRunning, evResumeFailed: phasePaused, evDelete: phaseDeleting},
+	phaseResuming:     {evResumed: phaseRunning, evResumeFailed: phasePaused, evVMExited: phaseLost, evDelete: phaseDeleting},
 	phaseLost:         {evCellEnd: phaseLost, evSnapshotEnd: phaseLost, evDelete: phaseDeleting},
 	phaseDeleting:     {evCellEnd: phaseDeleting, evSnapshotEnd: phaseDeleting, evDeleted: phaseDeleted},
 	phaseDeleted:      {},

@@ -35,6 +35,11 @@ import (
 //	backing/         the image a resumed VMM restored from: it maps the
 //	                 memory file copy-on-write, so the file stays until the
 //	                 next pause replaces it or the sandbox is deleted
+//	paused/used      written just before a VMM starts from the image: from
+//	                 then on the guest may run on from it (and write its
+//	                 workspace), so the image is never resumed again. A
+//	                 resume that fails after it loses the sandbox, and a
+//	                 restarted daemon does not take back a used image.
 //
 // Images count against the snapshot disk cap (diskcap.go), like snapshots.
 //
@@ -46,6 +51,7 @@ import (
 const (
 	pausedDir  = "paused"
 	backingDir = "backing"
+	usedMark   = "used"
 )
 
 // vmmExitTimeout bounds the wait for a VMM to end after it wrote its image.
@@ -199,14 +205,25 @@ func (m *VMManager) autoResume(s *vmSandbox) error {
 }
 
 // resumeLocked starts a VMM that restores s's image; the caller holds
-// s.life and s is paused. A resume that fails leaves s paused, with its
-// image, and says why.
+// s.life and s is paused. A resume that fails before the VMM starts leaves
+// s paused, with its image, and says why; one that fails after it has
+// used the image (paused/used) and loses s: the guest may have run on
+// from it, and resuming it again would run the same moment twice (and,
+// with a workspace, mount an ext4 the first run already changed).
 func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) {
 	if from, err := s.lc.move(evResumeStart); err != nil {
 		return fmt.Errorf("%w: sandbox %s is %s, not paused", sandbox.ErrBusy, s.id, from.State())
 	}
+	used := false
 	defer func() {
-		if err != nil {
+		switch {
+		case err == nil:
+		case used:
+			m.loseResume(s, err)
+			if !errors.Is(err, sandbox.ErrLost) {
+				err = fmt.Errorf("%w: %v; the sandbox is lost (its pause image is used)", sandbox.ErrLost, err)
+			}
+		default:
 			s.lc.move(evResumeFailed)
 		}
 	}()
@@ -263,12 +280,23 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	if err := openImage(image, &st); err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
 	}
+	if _, err := os.Stat(filepath.Join(image, usedMark)); err == nil {
+		used = true
+		return fmt.Errorf("%w: sandbox %s's pause image was used by a resume that failed; it is not resumed twice", sandbox.ErrLost, s.id)
+	}
+	if err := markUsed(image); err != nil {
+		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
+	}
+	used = true
+	// From here a failure loses the sandbox, so the caller going away
+	// does not end the resume; BootTimeout and reseedTimeout bound it.
+	ctx = context.WithoutCancel(ctx)
 	bootCtx, cancel := context.WithTimeout(ctx, m.opt.BootTimeout)
 	defer cancel()
 	start := time.Now()
 	p, c, err := m.startVMM(ctx, s.dir, st, "resuming")
 	if err != nil {
-		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
+		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
 	}
 	defer func() {
 		if err != nil {
@@ -284,7 +312,7 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 		s.agent.DropIdle()
 	}
 	if err := m.newMachine(bootCtx, s, agentclient.RenewKernel); err != nil {
-		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
+		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
 	}
 	if err := os.Rename(image, filepath.Join(s.dir, backingDir)); err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
@@ -299,6 +327,42 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	m.log.Info("sandbox resumed from disk", "id", s.id, "took_ms", time.Since(start).Milliseconds(), "pid", p.pid)
 	m.events.Publish(sandbox.Event{Type: sandbox.EventResumed, Sandbox: s.id, Tenant: s.cfg.Tenant})
 	return nil
+}
+
+// markUsed writes image's used mark, durably: a daemon that dies after
+// the VMM started must find it.
+func markUsed(image string) error {
+	f, err := os.OpenFile(filepath.Join(image, usedMark), os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("mark the pause image used: %w", err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		var d *os.File
+		if d, err = os.Open(image); err == nil {
+			err = d.Sync()
+			d.Close()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("mark the pause image used: %w", err)
+	}
+	return nil
+}
+
+// loseResume marks s lost after a resume failed once its VMM had started
+// from the image (why), which is used now and never resumed again.
+func (m *VMManager) loseResume(s *vmSandbox, why error) {
+	info := sandbox.LostInfo{Reason: fmt.Sprintf("its resume failed after its VM had started from the pause image, "+
+		"which the guest may have run on from, so it is not resumed twice: %v", why)}
+	if _, err := s.lc.move(evVMExited); err == nil {
+		s.lost.Store(&info)
+		m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: s.id, Tenant: s.cfg.Tenant, Lost: &info, Egress: m.egressReport(s)})
+		m.log.Error("sandbox lost in a resume", "id", s.id, "reason", info.Reason)
+	}
 }
 
 // openImage opens the two files of an image (a snapshot's, a paused
@@ -401,6 +465,10 @@ func (m *VMManager) takeBackPaused(s *vmSandbox, spec control.Spec) bool {
 		if _, err := os.Stat(filepath.Join(s.dir, pausedDir, f)); err != nil {
 			return false
 		}
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, pausedDir, usedMark)); err == nil {
+		m.log.Warn("a paused sandbox's image was used by a resume that did not finish; it is not taken back", "id", s.id)
+		return false
 	}
 	os.RemoveAll(filepath.Join(s.dir, pausedDir+partialSuffix))
 	os.RemoveAll(filepath.Join(s.dir, backingDir))

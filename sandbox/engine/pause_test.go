@@ -94,7 +94,15 @@ func fakePausableVMM(args []string) int {
 	}
 	srv := agent.NewServer(agent.Config{Interp: in, Software: "fake-agent",
 		NewMachine: &agent.NewMachine{
-			Reseed:   func([]byte) error { in.mu.Lock(); in.img.Reseeds++; in.mu.Unlock(); return nil },
+			Reseed: func([]byte) error {
+				in.mu.Lock()
+				defer in.mu.Unlock()
+				if _, fail := in.img.Vars["failreseed"]; fail {
+					return errors.New("fake guest: reseed failed on request")
+				}
+				in.img.Reseeds++
+				return nil
+			},
 			SetClock: func(time.Time) error { return nil },
 		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,5 +138,65 @@ func TestTransfersHoldOffPause(t *testing.T) {
 	}
 	if err := m.Pause(ctx, info.ID); err != nil {
 		t.Fatalf("pause after the upload: %v", err)
+	}
+}
+
+// TestFailedResumeIsNeverResumedTwice: a resume that fails after its VMM
+// started from the image (here the restored guest refuses its reseed)
+// loses the sandbox: the image is used, and neither a second resume nor
+// a restarted daemon starts the guest from it again.
+func TestFailedResumeIsNeverResumedTwice(t *testing.T) {
+	m, _ := newPausableManager(t, nil)
+	ctx := context.Background()
+	info, err := m.Create(ctx, sandbox.Config{MemoryMiB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cellText(t, m, info.ID, "failreseed = 1")
+	if err := m.Pause(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	restores := func() int {
+		b, _ := os.ReadFile(filepath.Join(m.sandboxDir(info.ID), consoleFile))
+		return strings.Count(string(b), "fake guest: restored")
+	}
+	if err := m.Resume(ctx, info.ID); !errors.Is(err, sandbox.ErrLost) {
+		t.Fatalf("a resume whose guest refused its reseed: %v, want ErrLost", err)
+	}
+	if st := stateOf(t, m, info.ID); st != sandbox.StateLost {
+		t.Errorf("state after a resume that failed after its VM started: %s, want lost", st)
+	}
+	if got, _ := m.Get(ctx, info.ID); got.Lost == nil || !strings.Contains(got.Lost.Reason, "not resumed twice") {
+		t.Errorf("lost info: %+v", got.Lost)
+	}
+	if err := m.Resume(ctx, info.ID); err == nil {
+		t.Error("a second resume of a used image was accepted")
+	}
+	if _, err := m.RunCell(ctx, info.ID, "x", time.Minute, nil); !errors.Is(err, sandbox.ErrLost) {
+		t.Errorf("a cell after the failed resume: %v, want ErrLost", err)
+	}
+	if n := restores(); n != 1 {
+		t.Errorf("the guest was started from its pause image %d times, want 1", n)
+	}
+	if n := vmmCount(m, info.ID); n != 0 {
+		t.Errorf("%d VMM processes left after the failed resume", n)
+	}
+	if _, err := os.Stat(filepath.Join(m.sandboxDir(info.ID), pausedDir, usedMark)); err != nil {
+		t.Errorf("the image is not marked used: %v", err)
+	}
+
+	// A daemon that died mid-resume (the image marked used, no VMM left)
+	// does not take the sandbox back paused on restart.
+	abandon(m)
+	m2, err := NewVMManager(m.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	if _, err := m2.Get(ctx, info.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("a sandbox whose image was used was taken back: %v", err)
+	}
+	if n := restores(); n > 1 {
+		t.Errorf("the restarted daemon started the guest from the used image again (%d starts)", n)
 	}
 }
