@@ -296,6 +296,14 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	start := time.Now()
 	p, c, err := m.startVMM(ctx, s.dir, st, "resuming")
 	if err != nil {
+		if neverRan(s.dir) {
+			// The VMM says the machine never ran (its spec, jail or
+			// restore failed first): the image is as it was.
+			if rerr := os.Remove(filepath.Join(image, usedMark)); rerr == nil {
+				used = false
+				return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
+			}
+		}
 		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
 	}
 	defer func() {
@@ -351,6 +359,15 @@ func markUsed(image string) error {
 		return fmt.Errorf("mark the pause image used: %w", err)
 	}
 	return nil
+}
+
+// neverRan reports whether the VMM of the sandbox in dir, which ended,
+// said in its End report that its machine never ran (ReasonStartFailed:
+// it failed before the guest's first instruction). No report, or any
+// other, is not proof.
+func neverRan(dir string) bool {
+	end, err := control.ReadEnd(filepath.Join(dir, endFile))
+	return err == nil && end != nil && end.Reason == control.ReasonStartFailed
 }
 
 // loseResume marks s lost after a resume failed once its VMM had started

@@ -66,6 +66,11 @@ func fakePausableVMM(args []string) int {
 		}
 		state.Close()
 		mem.Close()
+		if _, fail := in.img.Vars["failrestore"]; fail {
+			// As `cellvm vmm` whose restore failed before the guest ran.
+			control.WriteEnd(files[control.SlotEnd], control.End{Reason: control.ReasonStartFailed, Error: "fake VMM: restore failed on request"})
+			return 1
+		}
 		fmt.Println("fake guest: restored")
 	} else {
 		fmt.Println("fake guest: booted")

@@ -200,3 +200,31 @@ func TestFailedResumeIsNeverResumedTwice(t *testing.T) {
 		t.Errorf("the restarted daemon started the guest from the used image again (%d starts)", n)
 	}
 }
+
+// TestResumeThatNeverRanStaysPaused: a VMM that says its machine never
+// ran (its restore failed before the guest's first instruction) did not
+// use the image: the sandbox stays paused, with an image not marked used.
+func TestResumeThatNeverRanStaysPaused(t *testing.T) {
+	m, _ := newPausableManager(t, nil)
+	ctx := context.Background()
+	info, err := m.Create(ctx, sandbox.Config{MemoryMiB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Delete(ctx, info.ID)
+	cellText(t, m, info.ID, "failrestore = 1")
+	if err := m.Pause(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := m.Resume(ctx, info.ID); err == nil || errors.Is(err, sandbox.ErrLost) || !strings.Contains(err.Error(), "stays paused") {
+			t.Fatalf("a resume whose VMM never ran: %v, want an error that keeps it paused", err)
+		}
+		if st := stateOf(t, m, info.ID); st != sandbox.StatePaused {
+			t.Fatalf("state after a resume that never ran: %s, want paused", st)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(m.sandboxDir(info.ID), pausedDir, usedMark)); err == nil {
+		t.Error("an image no guest ran from is marked used")
+	}
+}
