@@ -147,6 +147,9 @@ type vmSandbox struct {
 	netMu sync.Mutex
 	// life serialises pause, resume and destroy (pause.go).
 	life sync.Mutex
+	// pauseAbort ends a pause's wait for its VMM's save (destroy); nil
+	// when none waits. Guarded by netMu.
+	pauseAbort context.CancelFunc
 	// lc is the sandbox's phase (lifecycle.go): its state as callers see
 	// it, and what excludes what (a cell, a snapshot, a pause).
 	lc lifecycle
@@ -615,7 +618,8 @@ func streamEnded(err error) bool {
 
 // destroy stops the VM and removes everything the sandbox had.
 func (m *VMManager) destroy(s *vmSandbox) {
-	s.life.Lock() // a pause or resume in progress ends first
+	s.abortPause() // a pause waits on its save for as long as it takes
+	s.life.Lock()  // a pause or resume in progress ends first
 	defer s.life.Unlock()
 	if s.proc != nil {
 		select {

@@ -120,8 +120,28 @@ func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 	// and calls wait for the pause and then resume (ready).
 	p.ended.Store(true)
 	// A pause once asked for is carried through: the VMM ends after its
-	// save whether or not the caller still waits.
-	if err := m.takeSnapshot(context.WithoutCancel(ctx), s, tmp, control.ThenStop); err != nil {
+	// save whether or not the caller still waits, so the daemon waits for
+	// the save as long as it takes (the VMM's save has no deadline, and
+	// giving up first would throw away the image of a VM that then ends
+	// all the same). Only a delete ends the wait (abortPause); past
+	// pausePatience it is logged.
+	saveCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
+	s.setPauseAbort(abort)
+	defer s.setPauseAbort(nil)
+	slow := time.AfterFunc(pausePatience, func() {
+		m.log.Warn("a pause is taking long; waiting for the VMM's save", "id", s.id, "waited", pausePatience)
+	})
+	err = m.saveMachine(saveCtx, s, tmp, control.ThenStop)
+	slow.Stop()
+	var answered *control.Error
+	if err != nil && saveCtx.Err() == nil && !errors.As(err, &answered) && vmGone(s, lostGrace) && savedThenStopped(s.dir) {
+		// No answer came, but the VMM's End report says it wrote its
+		// machine and stopped as asked: the image is complete.
+		m.log.Warn("a pause's reply was lost, but its VMM ended after its save; keeping the image", "id", s.id, "error", err)
+		err = nil
+	}
+	if err != nil {
 		p.ended.Store(false)
 		s.lc.move(evPauseFailed)
 		settled = true
@@ -399,6 +419,36 @@ func openImage(dir string, st *vmStart) error {
 	return nil
 }
 
+// pausePatience is how long a pause waits for the VMM's save before it
+// says so in the log; it goes on waiting.
+var pausePatience = snapshotTimeout
+
+// savedThenStopped reports whether the VMM of the sandbox in dir, which
+// ended, said in its End report that it wrote its machine and stopped as
+// a pause asked (ReasonSnapshotStop): its image is complete.
+func savedThenStopped(dir string) bool {
+	end, err := control.ReadEnd(filepath.Join(dir, endFile))
+	return err == nil && end != nil && end.Reason == control.ReasonSnapshotStop
+}
+
+// setPauseAbort sets (nil: clears) what ends a pause's wait for its save.
+func (s *vmSandbox) setPauseAbort(f context.CancelFunc) {
+	s.netMu.Lock()
+	s.pauseAbort = f
+	s.netMu.Unlock()
+}
+
+// abortPause ends the wait of a pause in progress for its save (a delete
+// does, before it waits for the pause's lock).
+func (s *vmSandbox) abortPause() {
+	s.netMu.Lock()
+	f := s.pauseAbort
+	s.netMu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
 // loseOnPurpose marks s lost after its VMM was ended by a pause that could
 // not keep the image.
 func (m *VMManager) loseOnPurpose(s *vmSandbox, reason string) {
@@ -478,6 +528,7 @@ func (m *VMManager) takeBackPaused(s *vmSandbox, spec control.Spec) bool {
 	if spec.Vsock == nil {
 		return false
 	}
+	m.keepCompletePartial(s)
 	for _, f := range []string{snapStateFile, snapMemFile} {
 		if _, err := os.Stat(filepath.Join(s.dir, pausedDir, f)); err != nil {
 			return false
@@ -493,6 +544,28 @@ func (m *VMManager) takeBackPaused(s *vmSandbox, spec control.Spec) bool {
 	s.proc = nil
 	s.lc.adopt(phasePaused)
 	return true
+}
+
+// keepCompletePartial names paused/ the image in paused.partial of a
+// sandbox with no VMM left whose last VMM said it wrote its machine and
+// stopped as a pause asked (savedThenStopped): the daemon died between
+// the save and the rename, and the image is complete.
+func (m *VMManager) keepCompletePartial(s *vmSandbox) {
+	partial, paused := filepath.Join(s.dir, pausedDir+partialSuffix), filepath.Join(s.dir, pausedDir)
+	if _, err := os.Stat(paused); err == nil || !savedThenStopped(s.dir) {
+		return
+	}
+	for _, f := range []string{snapStateFile, snapMemFile} {
+		if _, err := os.Stat(filepath.Join(partial, f)); err != nil {
+			return
+		}
+	}
+	os.RemoveAll(filepath.Join(s.dir, backingDir))
+	if err := os.Rename(partial, paused); err != nil {
+		m.log.Warn("a complete pause image could not be kept", "id", s.id, "error", err)
+		return
+	}
+	m.log.Info("kept the complete pause image of a daemon that died before naming it", "id", s.id)
 }
 
 // keepBacking tidies the image directories of a sandbox taken back

@@ -90,11 +90,23 @@ func fakePausableVMM(args []string) int {
 			if _, full := in.img.Vars["nospace"]; full {
 				return fmt.Errorf("write memory file: %w", syscall.ENOSPC)
 			}
+			if ms, slow := in.img.Vars["slowsave"]; slow { // a save that takes MS
+				n, _ := strconv.Atoi(ms)
+				time.Sleep(time.Duration(n) * time.Millisecond)
+			}
 			if err := json.NewEncoder(state).Encode(in.img); err != nil {
 				return err
 			}
-			_, err := io.CopyN(mem, zeroes{}, int64(spec.MemoryMiB)<<19)
-			return err
+			if _, err := io.CopyN(mem, zeroes{}, int64(spec.MemoryMiB)<<19); err != nil {
+				return err
+			}
+			if _, drop := in.img.Vars["dropreply"]; drop && then == control.ThenStop {
+				// The machine is written and the VMM ends as asked, but
+				// its reply never reaches the daemon.
+				control.WriteEnd(files[control.SlotEnd], control.End{Reason: control.ReasonSnapshotStop})
+				os.Exit(0)
+			}
+			return nil
 		}, func() { os.Exit(0) }, slog.New(slog.DiscardHandler))
 	}
 	srv := agent.NewServer(agent.Config{Interp: in, Software: "fake-agent",

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/vmm/control"
 )
 
 // TestResumeKeepsTheUsersGenerators: a resume of a sandbox's own pause
@@ -226,5 +227,114 @@ func TestResumeThatNeverRanStaysPaused(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(m.sandboxDir(info.ID), pausedDir, usedMark)); err == nil {
 		t.Error("an image no guest ran from is marked used")
+	}
+}
+
+// TestPauseOutlivesTheDaemonsPatience: a save that takes longer than the
+// daemon's patience is waited for (the VMM stops after it all the same),
+// and the sandbox ends paused with its image, not lost; a delete during a
+// slow pause ends the wait at once.
+func TestPauseOutlivesTheDaemonsPatience(t *testing.T) {
+	defer func(p time.Duration) { pausePatience = p }(pausePatience)
+	pausePatience = 200 * time.Millisecond
+	m, state := newPausableManager(t, nil)
+	ctx := context.Background()
+	info, err := m.Create(ctx, sandbox.Config{MemoryMiB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cellText(t, m, info.ID, "x = slow")
+	cellText(t, m, info.ID, "slowsave = 1500")
+	pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond) // the caller gives up too
+	defer cancel()
+	if err := m.Pause(pctx, info.ID); err != nil {
+		t.Fatalf("a pause slower than the daemon's patience: %v", err)
+	}
+	if st := stateOf(t, m, info.ID); st != sandbox.StatePaused {
+		t.Fatalf("state after a slow pause: %s, want paused", st)
+	}
+	if got := cellText(t, m, info.ID, "x"); got != "slow" {
+		t.Errorf("x after a slow pause: %q", got)
+	}
+
+	cellText(t, m, info.ID, "slowsave = 20000")
+	done := make(chan error, 1)
+	go func() { done <- m.Pause(ctx, info.ID) }()
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	if err := m.Delete(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("a delete during a slow pause took %v", took)
+	}
+	if err := <-done; err == nil {
+		t.Error("a pause cut short by a delete reported success")
+	}
+	assertNothingLeft(t, m, state)
+}
+
+// TestPauseWhoseReplyIsLostKeepsTheImage: a VMM that wrote its machine
+// and stopped as asked, but whose reply never came, leaves a complete
+// image (its End report says so): the sandbox is paused, not lost.
+func TestPauseWhoseReplyIsLostKeepsTheImage(t *testing.T) {
+	m, _ := newPausableManager(t, nil)
+	ctx := context.Background()
+	info, err := m.Create(ctx, sandbox.Config{MemoryMiB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Delete(ctx, info.ID)
+	cellText(t, m, info.ID, "x = kept")
+	cellText(t, m, info.ID, "dropreply = 1")
+	if err := m.Pause(ctx, info.ID); err != nil {
+		t.Fatalf("a pause whose reply was lost after a complete save: %v", err)
+	}
+	if st := stateOf(t, m, info.ID); st != sandbox.StatePaused {
+		t.Fatalf("state: %s, want paused", st)
+	}
+	if got := cellText(t, m, info.ID, "x"); got != "kept" {
+		t.Errorf("x after the resume: %q", got)
+	}
+}
+
+// TestCompletePartialPauseSurvivesACrash: a daemon that died after its
+// paused sandbox's VMM wrote the image and stopped (End: snapshot_stop),
+// but before it renamed paused.partial, leaves a complete image: the next
+// daemon takes the sandbox back paused from it.
+func TestCompletePartialPauseSurvivesACrash(t *testing.T) {
+	m, _ := newPausableManager(t, nil)
+	ctx := context.Background()
+	info, err := m.Create(ctx, sandbox.Config{MemoryMiB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cellText(t, m, info.ID, "x = partial")
+	if err := m.Pause(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	dir := m.sandboxDir(info.ID)
+	// What the crash left: the image not yet renamed, and the VMM's End
+	// report of a save that completed.
+	if err := os.Rename(filepath.Join(dir, pausedDir), filepath.Join(dir, pausedDir+partialSuffix)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, endFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	control.WriteEnd(f, control.End{Reason: control.ReasonSnapshotStop})
+	f.Close()
+	abandon(m)
+	m2, err := NewVMManager(m.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	if st := stateOf(t, m2, info.ID); st != sandbox.StatePaused {
+		t.Fatalf("a sandbox whose complete pause image was not yet renamed was taken back %s, want paused", st)
+	}
+	if got := cellText(t, m2, info.ID, "x"); got != "partial" {
+		t.Errorf("x after the restart: %q", got)
 	}
 }

@@ -170,8 +170,16 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotIn
 }
 
 // takeSnapshot has the sandbox's VMM write its snapshot into dir and then
-// carry on or end (then).
+// carry on (then) within snapshotTimeout.
 func (m *VMManager) takeSnapshot(ctx context.Context, s *vmSandbox, dir string, then control.Then) error {
+	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+	defer cancel()
+	return m.saveMachine(ctx, s, dir, then)
+}
+
+// saveMachine has the sandbox's VMM write its machine into dir and then
+// carry on or end (then), for as long as ctx allows.
+func (m *VMManager) saveMachine(ctx context.Context, s *vmSandbox, dir string, then control.Then) error {
 	state, err := os.OpenFile(filepath.Join(dir, snapStateFile), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
 		return err
@@ -182,8 +190,6 @@ func (m *VMManager) takeSnapshot(ctx context.Context, s *vmSandbox, dir string, 
 		return err
 	}
 	defer mem.Close()
-	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
-	defer cancel()
 	return control.Snapshot(ctx, hostControlPath(s.dir), state, mem, then)
 }
 
