@@ -355,9 +355,22 @@ func (m *VMManager) Create(ctx context.Context, cfg sandbox.Config) (info sandbo
 	}
 	s, err := m.launch(ctx, cfg, policy, from, nil)
 	if err != nil && tpl != nil && ctx.Err() == nil && !errors.Is(err, sandbox.ErrFull) && !errors.Is(err, sandbox.ErrBusy) {
-		// A create never fails for its template: it boots.
-		m.templates.broken(tpl, err)
-		s, err = m.launch(ctx, cfg, policy, nil, nil)
+		// A create never fails for its template: it boots. A template
+		// whose files verify is kept, and tried once more first (the
+		// failure was most likely the host's load); one whose files do
+		// not is dropped until its next build.
+		if verr := m.templates.verify(tpl); verr != nil {
+			m.templates.broken(tpl, fmt.Errorf("%w; its files fail verification: %v", err, verr))
+		} else {
+			m.log.Info("a sandbox could not start from its template, whose files verify; trying once more", "template", tpl.key, "error", clip(err.Error(), 2048))
+			s, err = m.launch(ctx, cfg, policy, from, nil)
+			if err != nil && ctx.Err() == nil && !errors.Is(err, sandbox.ErrFull) && !errors.Is(err, sandbox.ErrBusy) {
+				m.templates.failedOnce(tpl, err)
+			}
+		}
+		if err != nil && ctx.Err() == nil && !errors.Is(err, sandbox.ErrFull) && !errors.Is(err, sandbox.ErrBusy) {
+			s, err = m.launch(ctx, cfg, policy, nil, nil)
+		}
 	}
 	if err != nil {
 		return sandbox.Info{}, err

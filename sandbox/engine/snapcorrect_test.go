@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -337,4 +338,35 @@ func TestCompletePartialPauseSurvivesACrash(t *testing.T) {
 	if got := cellText(t, m2, info.ID, "x"); got != "partial" {
 		t.Errorf("x after the restart: %q", got)
 	}
+}
+
+// TestTemplateKeptAcrossATransientRestoreError: a restore of a template
+// that fails once, with its files intact, is tried again and the create
+// starts from the template; one that fails twice boots, and the template
+// is kept for the next create, not thrown away (every create would boot
+// cold until its rebuild, under the very load that made it fail).
+func TestTemplateKeptAcrossATransientRestoreError(t *testing.T) {
+	m, state, _ := newTemplateManager(t, nil)
+	tpl := waitTemplate(t, m, sandbox.DefaultVCPUs, sandbox.DefaultMemoryMiB, sandbox.TemplateReady, "")
+	dir := filepath.Join(state, "templates", tpl.Key)
+	failNext := func(n int) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, failRestores), []byte(strconv.Itoa(n)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failNext(1)
+	createFrom(t, m, sandbox.Config{}, sandbox.StartedFromTemplate)
+
+	// Twice in a row: this create boots, the template stays.
+	failNext(2)
+	createFrom(t, m, sandbox.Config{}, sandbox.StartedFromBoot)
+	if _, err := os.Stat(filepath.Join(dir, failRestores)); err == nil {
+		t.Error("the create did not try the template twice")
+	}
+	waitTemplate(t, m, sandbox.DefaultVCPUs, sandbox.DefaultMemoryMiB, sandbox.TemplateReady, "")
+	if _, err := os.Stat(filepath.Join(dir, snapMemFile)); err != nil {
+		t.Fatalf("the template's files went after passing failures: %v", err)
+	}
+	createFrom(t, m, sandbox.Config{}, sandbox.StartedFromTemplate)
 }
