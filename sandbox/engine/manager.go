@@ -498,6 +498,11 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 		s.proc = p
 		s.netMu.Unlock()
 	}
+	if from != nil {
+		if err := markReseedPending(s.dir, agentclient.RenewAll); err != nil {
+			return nil, err
+		}
+	}
 	bootCtx, cancel := context.WithTimeout(ctx, m.opt.BootTimeout)
 	defer cancel()
 	start := time.Now()
@@ -518,6 +523,7 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 		if err := m.newMachine(ctx, s, agentclient.RenewAll); err != nil {
 			return nil, err
 		}
+		os.Remove(filepath.Join(s.dir, reseedPendingFile))
 	}
 	s.bootMS.Store(time.Since(start).Milliseconds())
 	if _, err := s.lc.move(evBooted); err != nil {

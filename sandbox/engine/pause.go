@@ -304,6 +304,9 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 		used = true
 		return fmt.Errorf("%w: sandbox %s's pause image was used by a resume that failed; it is not resumed twice", sandbox.ErrLost, s.id)
 	}
+	if err := markReseedPending(s.dir, agentclient.RenewKernel); err != nil {
+		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
+	}
 	if err := markUsed(image); err != nil {
 		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
 	}
@@ -342,6 +345,7 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	if err := m.newMachine(bootCtx, s, agentclient.RenewKernel); err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
 	}
+	os.Remove(filepath.Join(s.dir, reseedPendingFile))
 	if err := os.Rename(image, filepath.Join(s.dir, backingDir)); err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
 	}

@@ -22,6 +22,7 @@ import (
 // else (a dead process, a half-made directory) is cleaned up, so nothing
 // leaks across daemon restarts.
 func (m *VMManager) recover() {
+	defer m.reseedAdopted() // after the network, which a fork's reseed sets
 	defer m.recoverNetwork()
 	m.sweepPartialSnapshots()
 	dirs, _ := filepath.Glob(filepath.Join(m.opt.StateDir, "sandboxes", "sb-*"))

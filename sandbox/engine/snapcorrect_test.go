@@ -370,3 +370,68 @@ func TestTemplateKeptAcrossATransientRestoreError(t *testing.T) {
 	}
 	createFrom(t, m, sandbox.Config{}, sandbox.StartedFromTemplate)
 }
+
+// TestAdoptedForkIsReseeded: a daemon that died while a fork restored
+// (its reseed still pending) leaves it to the next, which reseeds it when
+// it takes it back (generators too); a resumed sandbox in the same spot
+// gets its kernel reseeded only; one whose reseed was done is left alone.
+func TestAdoptedForkIsReseeded(t *testing.T) {
+	m, _ := newPausableManager(t, nil)
+	ctx := context.Background()
+	parent, err := m.Create(ctx, sandbox.Config{MemoryMiB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := m.Snapshot(ctx, parent.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork, err := m.Create(ctx, sandbox.Config{Snapshot: snap.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := m.Create(ctx, sandbox.Config{Snapshot: snap.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Pause(ctx, parent.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Resume(ctx, parent.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{fork.ID, done.ID, parent.ID} {
+		if _, err := os.Stat(filepath.Join(m.sandboxDir(id), reseedPendingFile)); err == nil {
+			t.Errorf("sandbox %s: its reseed is done, yet marked pending", id)
+		}
+	}
+	// What a daemon killed between the VMM's start and the reseed leaves.
+	os.WriteFile(filepath.Join(m.sandboxDir(fork.ID), reseedPendingFile), []byte("all"), 0o600)
+	os.WriteFile(filepath.Join(m.sandboxDir(parent.ID), reseedPendingFile), []byte("kernel"), 0o600)
+	abandon(m)
+	m2, err := NewVMManager(m.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, id := range []string{parent.ID, fork.ID, done.ID} {
+			m2.Delete(ctx, id)
+		}
+		m2.Close()
+	}()
+	for _, c := range []struct{ id, reseeds, gen string }{
+		{fork.ID, "2", "2"},   // a fork's reseed at create, and the adopted one's
+		{done.ID, "1", "1"},   // its own only
+		{parent.ID, "2", "0"}, // two resumes: the kernel only
+	} {
+		if got := cellText(t, m2, c.id, "reseeds"); got != c.reseeds {
+			t.Errorf("sandbox %s taken back: kernel reseeded %s times, want %s", c.id, got, c.reseeds)
+		}
+		if got := cellText(t, m2, c.id, "genreseeds"); got != c.gen {
+			t.Errorf("sandbox %s taken back: generators reseeded %s times, want %s", c.id, got, c.gen)
+		}
+		if _, err := os.Stat(filepath.Join(m2.sandboxDir(c.id), reseedPendingFile)); err == nil {
+			t.Errorf("sandbox %s: the reseed is still marked pending", c.id)
+		}
+	}
+}

@@ -341,6 +341,61 @@ func restoreFiles(from *restoreSource, st *vmStart) error {
 // answers loses no more than this.
 const reseedTimeout = 2 * time.Minute
 
+// reseedPendingFile, in a sandbox's directory, says that its VMM restores
+// an image whose guest has not been reseeded yet, and how ("all" or
+// "kernel": agentclient.Renew): written before the VMM starts, removed
+// once the reseed is done. A daemon that died in between finds it when it
+// takes the sandbox back, and reseeds it then (reseedAdopted): an adopted
+// fork would otherwise keep its template's random state and clock.
+const reseedPendingFile = "reseed-pending"
+
+// markReseedPending records, durably, that the guest of the sandbox in
+// dir is to be reseeded with renew.
+func markReseedPending(dir string, renew agentclient.Renew) error {
+	f, err := os.OpenFile(filepath.Join(dir, reseedPendingFile), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("mark the reseed pending: %w", err)
+	}
+	_, err = f.WriteString(renew.String())
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("mark the reseed pending: %w", err)
+	}
+	return nil
+}
+
+// reseedAdopted reseeds the guests of the sandboxes taken back running
+// whose reseed an earlier daemon left pending (reseedPendingFile). One
+// that will not take it is stopped, and so lost: it would repeat its
+// parent's random numbers.
+func (m *VMManager) reseedAdopted() {
+	for _, s := range m.sandboxes {
+		if s.proc == nil || s.agent == nil || s.lc.phase() != phaseRunning {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(s.dir, reseedPendingFile))
+		if err != nil {
+			continue
+		}
+		renew := agentclient.RenewAll
+		if string(b) == agentclient.RenewKernel.String() {
+			renew = agentclient.RenewKernel
+		}
+		if err := m.newMachine(context.Background(), s, renew); err != nil {
+			m.log.Error("a sandbox taken back before its guest was reseeded would not take the reseed; stopping it", "id", s.id, "error", err)
+			s.proc.stop(3 * time.Second)
+			continue
+		}
+		os.Remove(filepath.Join(s.dir, reseedPendingFile))
+		m.log.Info("reseeded a sandbox taken back before its guest was reseeded", "id", s.id, "renew", renew)
+	}
+}
+
 // newMachine makes a restored guest current: a fork's or a template
 // start's a machine of its own (renew agentclient.RenewAll: see the top of
 // this file), a resumed one the same machine later (RenewKernel: its
