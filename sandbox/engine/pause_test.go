@@ -181,6 +181,7 @@ func (v *varsInterp) SetEnv(env map[string]string) error {
 	}
 	return nil
 }
+
 // Reseed is the interpreter's generators reseeded (a fork's, not a
 // resume's).
 func (v *varsInterp) Reseed() (bool, error) {
