@@ -18,7 +18,9 @@ import (
 // process, and a later cell resumes it by itself with its variables; a
 // paused sandbox and a snapshot survive kill -9 of the daemon: the next
 // daemon takes the sandbox back paused, resumes it with its variables and
-// the host's clock, and forks the snapshot. Nothing is left after.
+// the host's clock, and forks the snapshot. A resume keeps the user's
+// seeded generators' sequences (np.random.seed(0): the draw after the
+// resume is the unpaused sequence's second). Nothing is left after.
 func TestPauseToDisk(t *testing.T) {
 	kvmtest.Require(t)
 	dir := t.TempDir()
@@ -31,6 +33,11 @@ func TestPauseToDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustCell(t, c, info.ID, "import time\nx = 41", 5*time.Minute)
+	// The user's seeded generators: the unpaused sequence first (ref),
+	// then its first draw before the pause; a resume must carry it on.
+	mustCell(t, c, info.ID, "import numpy as np, random\n"+
+		"np.random.seed(0); ref = np.random.random(2); random.seed(0); pref = [random.random() for _ in range(2)]\n"+
+		"np.random.seed(0); a = np.random.random(); random.seed(0); pa = random.random()", 5*time.Minute)
 	before := vmmProcesses(d.state)
 	start := time.Now()
 	if err := c.Pause(ctx, info.ID); err != nil {
@@ -45,8 +52,8 @@ func TestPauseToDisk(t *testing.T) {
 		t.Errorf("VMM processes after the pause: %v (before: %v)", left, before)
 	}
 	start = time.Now()
-	if v := text(mustCell(t, c, info.ID, "x", 5*time.Minute)); v != "41" {
-		t.Errorf("x after an auto-resume: %q, want 41", v)
+	if v := text(mustCell(t, c, info.ID, "f'{x} {np.random.random() == ref[1]} {random.random() == pref[1]}'", 5*time.Minute)); v != "'41 True True'" {
+		t.Errorf("x and the seeded generators' next draws after an auto-resume: %q, want '41 True True' (a resume must not reseed the user's generators)", v)
 	}
 	t.Logf("cell on a paused sandbox (resume and cell) took %v", time.Since(start).Round(time.Millisecond))
 	if got, _ := c.Get(ctx, info.ID); got.State != sandbox.StateRunning || len(vmmProcesses(d.state)) != 1 {

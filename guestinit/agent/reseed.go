@@ -28,7 +28,12 @@ type interpReseeder interface {
 }
 
 // reseed makes a guest restored from a snapshot a machine of its own: the
-// kernel first, since the interpreter's new seeds come from it.
+// kernel first, since the interpreter's new seeds come from it. A resume
+// of the sandbox's own pause (req.KeepGenerators) renews the kernel's pool
+// and the clock only: the machine is the same one later, and a user who
+// seeded a generator (np.random.seed(0)) gets the sequence carried on, as
+// if it had never been paused. A fork or a template start is a new
+// machine, whose generators must not repeat its parent's.
 func (ss *session) reseed(req *proto.Request) bool {
 	nm := ss.s.cfg.NewMachine
 	if nm == nil {
@@ -59,13 +64,14 @@ func (ss *session) reseed(req *proto.Request) bool {
 		}
 		r.Network = true
 	}
-	if in, ok := ss.s.cfg.Interp.(interpReseeder); ok {
+	if in, ok := ss.s.cfg.Interp.(interpReseeder); ok && !req.KeepGenerators {
 		numpy, err := in.Reseed()
 		if err != nil {
 			return ss.reply(errResponse(proto.CodeInterp, err))
 		}
 		r.Interpreter, r.NumPy = true, numpy
 	}
-	ss.s.log.Info("agent: reseeded after a restore", "clock", r.Clock, "numpy", r.NumPy, "network", r.Network)
+	ss.s.log.Info("agent: reseeded after a restore", "clock", r.Clock, "interpreter", r.Interpreter, "numpy", r.NumPy,
+		"network", r.Network, "generators_kept", req.KeepGenerators)
 	return ss.reply(proto.Response{Reseeded: &r})
 }

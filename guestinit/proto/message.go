@@ -71,6 +71,9 @@ const (
 	// reseeds the CRNG, steps the clock to the host's, and has the
 	// interpreter reseed its random generators. With Net it also takes
 	// the network of its own sandbox (a fork's TAP has its own address).
+	// With KeepGenerators the interpreters' generators are left alone: a
+	// sandbox resumed from its own pause is the same machine later, and a
+	// user's seeded sequence must carry on where it stopped.
 	OpReseed Op = "reseed"
 )
 
@@ -89,6 +92,9 @@ type Request struct {
 	Entropy    []byte            `json:"entropy,omitempty"`      // reseed (base64 in JSON)
 	TimeUnixNS int64             `json:"time_unix_ns,omitempty"` // reseed: the host's clock (0: leave the guest's)
 	Net        *NetConfig        `json:"net,omitempty"`          // reseed: eth0's new configuration (nil: leave it)
+	// KeepGenerators: a reseed renews the kernel's pool and the clock
+	// only; the interpreters' generators keep their state (a resume).
+	KeepGenerators bool `json:"keep_generators,omitempty"`
 }
 
 // NetConfig is the configuration of the guest's eth0 that a reseed
@@ -159,7 +165,7 @@ func (r *Request) Validate() error {
 			return err
 		}
 	case OpReseed:
-		uses["entropy"], uses["time"], uses["net"] = true, true, true
+		uses["entropy"], uses["time"], uses["net"], uses["keep"] = true, true, true, true
 		if r.Net != nil {
 			if _, _, _, err := r.Net.Parsed(); err != nil {
 				return err
@@ -186,6 +192,7 @@ func (r *Request) Validate() error {
 		"entropy": r.Entropy != nil,
 		"time":    r.TimeUnixNS != 0,
 		"net":     r.Net != nil,
+		"keep":    r.KeepGenerators,
 	} {
 		if set && !uses[name] {
 			return fmt.Errorf("op %s does not take %s", r.Op, name)

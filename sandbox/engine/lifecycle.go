@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -30,7 +31,9 @@ import (
 //   - paused: the machine is on disk under paused/, proc is nil or the
 //     ended VMM, cgroup nil; no memory is held. Callers see "paused".
 //   - resuming: a VMM is restoring paused/; s.life is held. Callers see
-//     "paused" until it is back.
+//     "paused" until it is back. A resume that fails before its VMM
+//     starts goes back to paused; one that fails after (the guest may
+//     have run on from the image, which is used now) is lost.
 //   - lost: the VM ended without being asked; lost says why. Only delete.
 //   - deleting: destroy is stopping the VM and removing its files; the
 //     sandbox is not found any more. Callers see "stopping".
@@ -126,7 +129,7 @@ var moves = [numPhases]map[lifeEvent]phase{
 	phaseSnapshotting: {evSnapshotEnd: phaseRunning, evVMExited: phaseLost, evDelete: phaseDeleting},
 	phasePausing:      {evPaused: phasePaused, evPauseFailed: phaseRunning, evVMExited: phaseLost, evDelete: phaseDeleting},
 	phasePaused:       {evResumeStart: phaseResuming, evVMExited: phaseLost, evDelete: phaseDeleting},
-	phaseResuming:     {evResumed: phaseRunning, evResumeFailed: phasePaused, evDelete: phaseDeleting},
+	phaseResuming:     {evResumed: phaseRunning, evResumeFailed: phasePaused, evVMExited: phaseLost, evDelete: phaseDeleting},
 	phaseLost:         {evCellEnd: phaseLost, evSnapshotEnd: phaseLost, evDelete: phaseDeleting},
 	phaseDeleting:     {evCellEnd: phaseDeleting, evSnapshotEnd: phaseDeleting, evDeleted: phaseDeleted},
 	phaseDeleted:      {},
@@ -151,7 +154,16 @@ func next(from phase, ev lifeEvent) (phase, error) {
 type lifecycle struct {
 	mu sync.Mutex
 	p  phase
+	// calls counts the calls going on beside cells (commands, uploads,
+	// downloads: hold). They need the guest's connection, which a pause
+	// ends and a snapshot resets, so while any runs both are refused
+	// (errCallsRunning), as they are while a cell runs.
+	calls int
 }
+
+// errCallsRunning is move's error for a pause or a snapshot while a held
+// call (a command, an upload, a download) runs.
+var errCallsRunning = errors.New("sandbox lifecycle: a command or a file transfer is running")
 
 // move applies ev and returns the phase it left, or an error (the phase
 // unchanged) when ev is illegal there.
@@ -162,8 +174,37 @@ func (l *lifecycle) move(ev lifeEvent) (from phase, err error) {
 	if err != nil {
 		return l.p, err
 	}
+	if l.calls > 0 && (ev == evPauseStart || ev == evSnapshotStart) {
+		return l.p, errCallsRunning
+	}
 	from, l.p = l.p, to
 	return from, nil
+}
+
+// hold counts a call that goes on beside cells while the VM runs, so no
+// pause or snapshot starts until release is called; ok is false (and
+// nothing held) when the sandbox is not running now: a pause began since
+// the caller looked (it waits for it, resumes and holds again), or a
+// snapshot is being taken (from says which).
+func (l *lifecycle) hold() (release func(), from phase, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.p != phaseRunning && l.p != phaseCell {
+		return nil, l.p, false
+	}
+	l.calls++
+	return sync.OnceFunc(func() {
+		l.mu.Lock()
+		l.calls--
+		l.mu.Unlock()
+	}), l.p, true
+}
+
+// held reports whether a held call runs.
+func (l *lifecycle) held() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.calls > 0
 }
 
 // phase is the current phase.

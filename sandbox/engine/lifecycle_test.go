@@ -23,7 +23,7 @@ func TestLifecycleTable(t *testing.T) {
 		phaseSnapshotting: {x, x, x, x, phaseRunning, x, x, x, x, x, x, phaseLost, phaseDeleting, x},
 		phasePausing:      {x, x, x, x, x, x, phasePaused, phaseRunning, x, x, x, phaseLost, phaseDeleting, x},
 		phasePaused:       {x, x, x, x, x, x, x, x, phaseResuming, x, x, phaseLost, phaseDeleting, x},
-		phaseResuming:     {x, x, x, x, x, x, x, x, x, phaseRunning, phasePaused, x, phaseDeleting, x},
+		phaseResuming:     {x, x, x, x, x, x, x, x, x, phaseRunning, phasePaused, phaseLost, phaseDeleting, x},
 		phaseLost:         {x, x, phaseLost, x, phaseLost, x, x, x, x, x, x, x, phaseDeleting, x},
 		phaseDeleting:     {x, x, phaseDeleting, x, phaseDeleting, x, x, x, x, x, x, x, x, phaseDeleted},
 		phaseDeleted:      {x, x, x, x, x, x, x, x, x, x, x, x, x, x},

@@ -147,6 +147,9 @@ type vmSandbox struct {
 	netMu sync.Mutex
 	// life serialises pause, resume and destroy (pause.go).
 	life sync.Mutex
+	// pauseAbort ends a pause's wait for its VMM's save (destroy); nil
+	// when none waits. Guarded by netMu.
+	pauseAbort context.CancelFunc
 	// lc is the sandbox's phase (lifecycle.go): its state as callers see
 	// it, and what excludes what (a cell, a snapshot, a pause).
 	lc lifecycle
@@ -353,9 +356,22 @@ func (m *VMManager) Create(ctx context.Context, cfg sandbox.Config) (info sandbo
 	}
 	s, err := m.launch(ctx, cfg, policy, from, nil)
 	if err != nil && tpl != nil && ctx.Err() == nil && !errors.Is(err, sandbox.ErrFull) && !errors.Is(err, sandbox.ErrBusy) {
-		// A create never fails for its template: it boots.
-		m.templates.broken(tpl, err)
-		s, err = m.launch(ctx, cfg, policy, nil, nil)
+		// A create never fails for its template: it boots. A template
+		// whose files verify is kept, and tried once more first (the
+		// failure was most likely the host's load); one whose files do
+		// not is dropped until its next build.
+		if verr := m.templates.verify(tpl); verr != nil {
+			m.templates.broken(tpl, fmt.Errorf("%w; its files fail verification: %v", err, verr))
+		} else {
+			m.log.Info("a sandbox could not start from its template, whose files verify; trying once more", "template", tpl.key, "error", clip(err.Error(), 2048))
+			s, err = m.launch(ctx, cfg, policy, from, nil)
+			if err != nil && ctx.Err() == nil && !errors.Is(err, sandbox.ErrFull) && !errors.Is(err, sandbox.ErrBusy) {
+				m.templates.failedOnce(tpl, err)
+			}
+		}
+		if err != nil && ctx.Err() == nil && !errors.Is(err, sandbox.ErrFull) && !errors.Is(err, sandbox.ErrBusy) {
+			s, err = m.launch(ctx, cfg, policy, nil, nil)
+		}
 	}
 	if err != nil {
 		return sandbox.Info{}, err
@@ -483,6 +499,11 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 		s.proc = p
 		s.netMu.Unlock()
 	}
+	if from != nil {
+		if err := markReseedPending(s.dir, agentclient.RenewAll); err != nil {
+			return nil, err
+		}
+	}
 	bootCtx, cancel := context.WithTimeout(ctx, m.opt.BootTimeout)
 	defer cancel()
 	start := time.Now()
@@ -500,9 +521,10 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 		}
 	}
 	if from != nil {
-		if err := m.newMachine(ctx, s); err != nil {
+		if err := m.newMachine(ctx, s, agentclient.RenewAll); err != nil {
 			return nil, err
 		}
+		os.Remove(filepath.Join(s.dir, reseedPendingFile))
 	}
 	s.bootMS.Store(time.Since(start).Milliseconds())
 	if _, err := s.lc.move(evBooted); err != nil {
@@ -616,7 +638,8 @@ func streamEnded(err error) bool {
 
 // destroy stops the VM and removes everything the sandbox had.
 func (m *VMManager) destroy(s *vmSandbox) {
-	s.life.Lock() // a pause or resume in progress ends first
+	s.abortPause() // a pause waits on its save for as long as it takes
+	s.life.Lock()  // a pause or resume in progress ends first
 	defer s.life.Unlock()
 	if s.proc != nil {
 		select {
@@ -703,6 +726,29 @@ func (m *VMManager) ready(id string) (*vmSandbox, error) {
 	default:
 		return nil, fmt.Errorf("%w: sandbox %s is %s", sandbox.ErrBusy, id, s.State())
 	}
+}
+
+// readyHeld is ready for a call that goes on beside cells (a command, an
+// upload, a download): the sandbox is held (lifecycle.hold) so no pause
+// or snapshot cuts the call, until release, which also marks it used.
+func (m *VMManager) readyHeld(id string) (s *vmSandbox, release func(), err error) {
+	for range 3 {
+		if s, err = m.ready(id); err != nil {
+			return nil, nil, err
+		}
+		r, from, ok := s.lc.hold()
+		if ok {
+			return s, func() {
+				s.lastUsed.Store(time.Now().UnixNano())
+				r()
+			}, nil
+		}
+		if from == phaseSnapshotting {
+			return nil, nil, fmt.Errorf("%w: a snapshot of sandbox %s is being taken; try again after it", sandbox.ErrBusy, id)
+		}
+		// Paused since ready looked: ready again waits and resumes.
+	}
+	return nil, nil, fmt.Errorf("%w: sandbox %s was paused again while the call waited for it", sandbox.ErrBusy, id)
 }
 
 // Delete implements Manager.
@@ -913,10 +959,11 @@ func (m *VMManager) Exec(ctx context.Context, id string, req sandbox.ExecRequest
 	if err := req.Validate(); err != nil {
 		return cell.ExecResult{}, err
 	}
-	s, err := m.ready(id)
+	s, release, err := m.readyHeld(id)
 	if err != nil {
 		return cell.ExecResult{}, err
 	}
+	defer release()
 	start := time.Now()
 	callCtx, cancel := context.WithTimeout(ctx, req.Timeout+m.opt.CallGrace)
 	defer cancel()
@@ -974,10 +1021,11 @@ func (m *VMManager) Upload(ctx context.Context, id, guestPath string, r io.Reade
 	if err != nil {
 		return 0, err
 	}
-	s, err := m.ready(id)
+	s, release, err := m.readyHeld(id)
 	if err != nil {
 		return 0, err
 	}
+	defer release()
 	n, err := s.agent.Upload(ctx, p, &limitReader{r: r, n: m.opt.MaxUploadBytes}, 0o644)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrTooLarge) {
@@ -994,10 +1042,11 @@ func (m *VMManager) Download(ctx context.Context, id, guestPath string, w io.Wri
 	if err != nil {
 		return 0, err
 	}
-	s, err := m.ready(id)
+	s, release, err := m.readyHeld(id)
 	if err != nil {
 		return 0, err
 	}
+	defer release()
 	n, err := s.agent.Download(ctx, p, w, m.opt.MaxDownloadBytes)
 	if err != nil {
 		return n, m.agentErr(s, err)

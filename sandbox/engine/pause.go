@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellvm/cellvm/agentclient"
 	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/sandbox"
@@ -34,6 +35,11 @@ import (
 //	backing/         the image a resumed VMM restored from: it maps the
 //	                 memory file copy-on-write, so the file stays until the
 //	                 next pause replaces it or the sandbox is deleted
+//	paused/used      written just before a VMM starts from the image: from
+//	                 then on the guest may run on from it (and write its
+//	                 workspace), so the image is never resumed again. A
+//	                 resume that fails after it loses the sandbox, and a
+//	                 restarted daemon does not take back a used image.
 //
 // Images count against the snapshot disk cap (diskcap.go), like snapshots.
 //
@@ -45,6 +51,7 @@ import (
 const (
 	pausedDir  = "paused"
 	backingDir = "backing"
+	usedMark   = "used"
 )
 
 // vmmExitTimeout bounds the wait for a VMM to end after it wrote its image.
@@ -65,6 +72,9 @@ func (m *VMManager) Pause(ctx context.Context, id string) error {
 // pauseLocked pauses s; the caller holds s.life.
 func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 	if from, err := s.lc.move(evPauseStart); err != nil {
+		if errors.Is(err, errCallsRunning) {
+			return fmt.Errorf("%w: a command or a file transfer is running in sandbox %s; pause it after", sandbox.ErrBusy, s.id)
+		}
 		switch from {
 		case phaseCell, phaseSnapshotting:
 			return fmt.Errorf("%w: a cell is running in sandbox %s; interrupt it or wait, then pause", sandbox.ErrBusy, s.id)
@@ -110,8 +120,28 @@ func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 	// and calls wait for the pause and then resume (ready).
 	p.ended.Store(true)
 	// A pause once asked for is carried through: the VMM ends after its
-	// save whether or not the caller still waits.
-	if err := m.takeSnapshot(context.WithoutCancel(ctx), s, tmp, control.ThenStop); err != nil {
+	// save whether or not the caller still waits, so the daemon waits for
+	// the save as long as it takes (the VMM's save has no deadline, and
+	// giving up first would throw away the image of a VM that then ends
+	// all the same). Only a delete ends the wait (abortPause); past
+	// pausePatience it is logged.
+	saveCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
+	s.setPauseAbort(abort)
+	defer s.setPauseAbort(nil)
+	slow := time.AfterFunc(pausePatience, func() {
+		m.log.Warn("a pause is taking long; waiting for the VMM's save", "id", s.id, "waited", pausePatience)
+	})
+	err = m.saveMachine(saveCtx, s, tmp, control.ThenStop)
+	slow.Stop()
+	var answered *control.Error
+	if err != nil && saveCtx.Err() == nil && !errors.As(err, &answered) && vmGone(s, lostGrace) && savedThenStopped(s.dir) {
+		// No answer came, but the VMM's End report says it wrote its
+		// machine and stopped as asked: the image is complete.
+		m.log.Warn("a pause's reply was lost, but its VMM ended after its save; keeping the image", "id", s.id, "error", err)
+		err = nil
+	}
+	if err != nil {
 		p.ended.Store(false)
 		s.lc.move(evPauseFailed)
 		settled = true
@@ -196,14 +226,25 @@ func (m *VMManager) autoResume(s *vmSandbox) error {
 }
 
 // resumeLocked starts a VMM that restores s's image; the caller holds
-// s.life and s is paused. A resume that fails leaves s paused, with its
-// image, and says why.
+// s.life and s is paused. A resume that fails before the VMM starts leaves
+// s paused, with its image, and says why; one that fails after it has
+// used the image (paused/used) and loses s: the guest may have run on
+// from it, and resuming it again would run the same moment twice (and,
+// with a workspace, mount an ext4 the first run already changed).
 func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) {
 	if from, err := s.lc.move(evResumeStart); err != nil {
 		return fmt.Errorf("%w: sandbox %s is %s, not paused", sandbox.ErrBusy, s.id, from.State())
 	}
+	used := false
 	defer func() {
-		if err != nil {
+		switch {
+		case err == nil:
+		case used:
+			m.loseResume(s, err)
+			if !errors.Is(err, sandbox.ErrLost) {
+				err = fmt.Errorf("%w: %v; the sandbox is lost (its pause image is used)", sandbox.ErrLost, err)
+			}
+		default:
 			s.lc.move(evResumeFailed)
 		}
 	}()
@@ -260,12 +301,34 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	if err := openImage(image, &st); err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
 	}
+	if _, err := os.Stat(filepath.Join(image, usedMark)); err == nil {
+		used = true
+		return fmt.Errorf("%w: sandbox %s's pause image was used by a resume that failed; it is not resumed twice", sandbox.ErrLost, s.id)
+	}
+	if err := markReseedPending(s.dir, agentclient.RenewKernel); err != nil {
+		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
+	}
+	if err := markUsed(image); err != nil {
+		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
+	}
+	used = true
+	// From here a failure loses the sandbox, so the caller going away
+	// does not end the resume; BootTimeout and reseedTimeout bound it.
+	ctx = context.WithoutCancel(ctx)
 	bootCtx, cancel := context.WithTimeout(ctx, m.opt.BootTimeout)
 	defer cancel()
 	start := time.Now()
 	p, c, err := m.startVMM(ctx, s.dir, st, "resuming")
 	if err != nil {
-		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
+		if neverRan(s.dir) {
+			// The VMM says the machine never ran (its spec, jail or
+			// restore failed first): the image is as it was.
+			if rerr := os.Remove(filepath.Join(image, usedMark)); rerr == nil {
+				used = false
+				return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
+			}
+		}
+		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
 	}
 	defer func() {
 		if err != nil {
@@ -280,9 +343,10 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 		c.Close()
 		s.agent.DropIdle()
 	}
-	if err := m.newMachine(bootCtx, s); err != nil {
-		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
+	if err := m.newMachine(bootCtx, s, agentclient.RenewKernel); err != nil {
+		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
 	}
+	os.Remove(filepath.Join(s.dir, reseedPendingFile))
 	if err := renameDurable(image, filepath.Join(s.dir, backingDir)); err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
 	}
@@ -296,6 +360,51 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	m.log.Info("sandbox resumed from disk", "id", s.id, "took_ms", time.Since(start).Milliseconds(), "pid", p.pid)
 	m.events.Publish(sandbox.Event{Type: sandbox.EventResumed, Sandbox: s.id, Tenant: s.cfg.Tenant})
 	return nil
+}
+
+// markUsed writes image's used mark, durably: a daemon that dies after
+// the VMM started must find it.
+func markUsed(image string) error {
+	f, err := os.OpenFile(filepath.Join(image, usedMark), os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("mark the pause image used: %w", err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		var d *os.File
+		if d, err = os.Open(image); err == nil {
+			err = d.Sync()
+			d.Close()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("mark the pause image used: %w", err)
+	}
+	return nil
+}
+
+// neverRan reports whether the VMM of the sandbox in dir, which ended,
+// said in its End report that its machine never ran (ReasonStartFailed:
+// it failed before the guest's first instruction). No report, or any
+// other, is not proof.
+func neverRan(dir string) bool {
+	end, err := control.ReadEnd(filepath.Join(dir, endFile))
+	return err == nil && end != nil && end.Reason == control.ReasonStartFailed
+}
+
+// loseResume marks s lost after a resume failed once its VMM had started
+// from the image (why), which is used now and never resumed again.
+func (m *VMManager) loseResume(s *vmSandbox, why error) {
+	info := sandbox.LostInfo{Reason: fmt.Sprintf("its resume failed after its VM had started from the pause image, "+
+		"which the guest may have run on from, so it is not resumed twice: %v", why)}
+	if _, err := s.lc.move(evVMExited); err == nil {
+		s.lost.Store(&info)
+		m.events.Publish(sandbox.Event{Type: sandbox.EventLost, Sandbox: s.id, Tenant: s.cfg.Tenant, Lost: &info, Egress: m.egressReport(s)})
+		m.log.Error("sandbox lost in a resume", "id", s.id, "reason", info.Reason)
+	}
 }
 
 // openImage opens the two files of an image (a snapshot's, a paused
@@ -318,6 +427,36 @@ func openImage(dir string, st *vmStart) error {
 	return nil
 }
 
+// pausePatience is how long a pause waits for the VMM's save before it
+// says so in the log; it goes on waiting.
+var pausePatience = snapshotTimeout
+
+// savedThenStopped reports whether the VMM of the sandbox in dir, which
+// ended, said in its End report that it wrote its machine and stopped as
+// a pause asked (ReasonSnapshotStop): its image is complete.
+func savedThenStopped(dir string) bool {
+	end, err := control.ReadEnd(filepath.Join(dir, endFile))
+	return err == nil && end != nil && end.Reason == control.ReasonSnapshotStop
+}
+
+// setPauseAbort sets (nil: clears) what ends a pause's wait for its save.
+func (s *vmSandbox) setPauseAbort(f context.CancelFunc) {
+	s.netMu.Lock()
+	s.pauseAbort = f
+	s.netMu.Unlock()
+}
+
+// abortPause ends the wait of a pause in progress for its save (a delete
+// does, before it waits for the pause's lock).
+func (s *vmSandbox) abortPause() {
+	s.netMu.Lock()
+	f := s.pauseAbort
+	s.netMu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
 // loseOnPurpose marks s lost after its VMM was ended by a pause that could
 // not keep the image.
 func (m *VMManager) loseOnPurpose(s *vmSandbox, reason string) {
@@ -338,15 +477,16 @@ func (m *VMManager) pauseIdle(now time.Time) {
 		return
 	}
 	for _, s := range m.sandboxes {
-		if s.internal || s.cfg.IdlePause <= 0 || s.lc.phase() != phaseRunning ||
+		if s.internal || s.cfg.IdlePause <= 0 || s.lc.phase() != phaseRunning || s.lc.held() ||
 			now.Sub(time.Unix(0, s.lastUsed.Load())) <= s.cfg.IdlePause {
 			continue
 		}
 		go func() {
 			s.life.Lock()
 			defer s.life.Unlock()
-			// Used since it was found idle: leave it running.
-			if time.Since(time.Unix(0, s.lastUsed.Load())) <= s.cfg.IdlePause {
+			// Used since it was found idle, or a call runs: leave it
+			// running.
+			if time.Since(time.Unix(0, s.lastUsed.Load())) <= s.cfg.IdlePause || s.lc.held() {
 				return
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), snapshotTimeout)
@@ -396,10 +536,15 @@ func (m *VMManager) takeBackPaused(s *vmSandbox, spec control.Spec) bool {
 	if spec.Vsock == nil {
 		return false
 	}
+	m.keepCompletePartial(s)
 	for _, f := range []string{snapStateFile, snapMemFile} {
 		if _, err := os.Stat(filepath.Join(s.dir, pausedDir, f)); err != nil {
 			return false
 		}
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, pausedDir, usedMark)); err == nil {
+		m.log.Warn("a paused sandbox's image was used by a resume that did not finish; it is not taken back", "id", s.id)
+		return false
 	}
 	os.RemoveAll(filepath.Join(s.dir, pausedDir+partialSuffix))
 	os.RemoveAll(filepath.Join(s.dir, backingDir))
@@ -407,6 +552,28 @@ func (m *VMManager) takeBackPaused(s *vmSandbox, spec control.Spec) bool {
 	s.proc = nil
 	s.lc.adopt(phasePaused)
 	return true
+}
+
+// keepCompletePartial names paused/ the image in paused.partial of a
+// sandbox with no VMM left whose last VMM said it wrote its machine and
+// stopped as a pause asked (savedThenStopped): the daemon died between
+// the save and the rename, and the image is complete.
+func (m *VMManager) keepCompletePartial(s *vmSandbox) {
+	partial, paused := filepath.Join(s.dir, pausedDir+partialSuffix), filepath.Join(s.dir, pausedDir)
+	if _, err := os.Stat(paused); err == nil || !savedThenStopped(s.dir) {
+		return
+	}
+	for _, f := range []string{snapStateFile, snapMemFile} {
+		if _, err := os.Stat(filepath.Join(partial, f)); err != nil {
+			return
+		}
+	}
+	os.RemoveAll(filepath.Join(s.dir, backingDir))
+	if err := os.Rename(partial, paused); err != nil {
+		m.log.Warn("a complete pause image could not be kept", "id", s.id, "error", err)
+		return
+	}
+	m.log.Info("kept the complete pause image of a daemon that died before naming it", "id", s.id)
 }
 
 // keepBacking tidies the image directories of a sandbox taken back

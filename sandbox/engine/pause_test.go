@@ -29,6 +29,8 @@ import (
 type fakeImage struct {
 	Vars    map[string]string `json:"vars"`
 	Reseeds int               `json:"reseeds"`
+	// GenReseeds counts the reseeds of the interpreter's generators.
+	GenReseeds int `json:"gen_reseeds"`
 }
 
 // fakePausableVMM is the test binary's role as a VMM that can be paused
@@ -64,6 +66,11 @@ func fakePausableVMM(args []string) int {
 		}
 		state.Close()
 		mem.Close()
+		if _, fail := in.img.Vars["failrestore"]; fail {
+			// As `cellvm vmm` whose restore failed before the guest ran.
+			control.WriteEnd(files[control.SlotEnd], control.End{Reason: control.ReasonStartFailed, Error: "fake VMM: restore failed on request"})
+			return 1
+		}
 		fmt.Println("fake guest: restored")
 	} else {
 		fmt.Println("fake guest: booted")
@@ -83,16 +90,36 @@ func fakePausableVMM(args []string) int {
 			if _, full := in.img.Vars["nospace"]; full {
 				return fmt.Errorf("write memory file: %w", syscall.ENOSPC)
 			}
+			if ms, slow := in.img.Vars["slowsave"]; slow { // a save that takes MS
+				n, _ := strconv.Atoi(ms)
+				time.Sleep(time.Duration(n) * time.Millisecond)
+			}
 			if err := json.NewEncoder(state).Encode(in.img); err != nil {
 				return err
 			}
-			_, err := io.CopyN(mem, zeroes{}, int64(spec.MemoryMiB)<<19)
-			return err
+			if _, err := io.CopyN(mem, zeroes{}, int64(spec.MemoryMiB)<<19); err != nil {
+				return err
+			}
+			if _, drop := in.img.Vars["dropreply"]; drop && then == control.ThenStop {
+				// The machine is written and the VMM ends as asked, but
+				// its reply never reaches the daemon.
+				control.WriteEnd(files[control.SlotEnd], control.End{Reason: control.ReasonSnapshotStop})
+				os.Exit(0)
+			}
+			return nil
 		}, func() { os.Exit(0) }, slog.New(slog.DiscardHandler))
 	}
 	srv := agent.NewServer(agent.Config{Interp: in, Software: "fake-agent",
 		NewMachine: &agent.NewMachine{
-			Reseed:   func([]byte) error { in.mu.Lock(); in.img.Reseeds++; in.mu.Unlock(); return nil },
+			Reseed: func([]byte) error {
+				in.mu.Lock()
+				defer in.mu.Unlock()
+				if _, fail := in.img.Vars["failreseed"]; fail {
+					return errors.New("fake guest: reseed failed on request")
+				}
+				in.img.Reseeds++
+				return nil
+			},
 			SetClock: func(time.Time) error { return nil },
 		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -111,8 +138,9 @@ func (zeroes) Read(p []byte) (int, error) {
 
 // varsInterp runs cells of these forms: "NAME = VALUE" sets a variable,
 // "NAME" answers its value (an error if unset), "reseeds" answers how
-// often the guest was reseeded, and "crash()" ends the VM. The sandbox's
-// env becomes variables (of a new interpreter: SetEnv).
+// often the guest was reseeded ("genreseeds": its generators), and
+// "crash()" ends the VM. The sandbox's env becomes variables (of a new
+// interpreter: SetEnv).
 type varsInterp struct {
 	mu  sync.Mutex
 	img fakeImage
@@ -129,6 +157,8 @@ func (v *varsInterp) Run(ctx context.Context, code string, timeout time.Duration
 		os.Exit(3)
 	case code == "reseeds":
 		return text(strconv.Itoa(v.img.Reseeds)), nil
+	case code == "genreseeds":
+		return text(strconv.Itoa(v.img.GenReseeds)), nil
 	case set:
 		v.img.Vars[name] = value
 		return cell.Result{Status: cell.StatusOK, StateKept: true}, nil
@@ -151,9 +181,28 @@ func (v *varsInterp) SetEnv(env map[string]string) error {
 	}
 	return nil
 }
+
+// Reseed is the interpreter's generators reseeded (a fork's, not a
+// resume's).
+func (v *varsInterp) Reseed() (bool, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.img.GenReseeds++
+	return false, nil
+}
+
 func (*varsInterp) Interrupt() bool { return false }
 func (*varsInterp) Restart() error  { return nil }
-func (*varsInterp) Exec(context.Context, []string, io.Reader, time.Duration) (cell.ExecResult, error) {
+func (*varsInterp) Exec(ctx context.Context, argv []string, _ io.Reader, _ time.Duration) (cell.ExecResult, error) {
+	if len(argv) == 2 && argv[0] == "sleep" { // sleep MS: a long command
+		ms, _ := strconv.Atoi(argv[1])
+		select {
+		case <-time.After(time.Duration(ms) * time.Millisecond):
+		case <-ctx.Done():
+			return cell.ExecResult{}, ctx.Err()
+		}
+		return cell.ExecResult{Stdout: "slept\n"}, nil
+	}
 	return cell.ExecResult{Stdout: "exec ran\n"}, nil
 }
 

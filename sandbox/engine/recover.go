@@ -26,6 +26,7 @@ import (
 // last the cgroups of this state directory's VMs that nothing owns are
 // swept, so nothing leaks across daemon restarts.
 func (m *VMManager) recover() {
+	defer m.reseedAdopted() // after the network, which a fork's reseed sets
 	defer m.recoverNetwork()
 	ours := m.vmNames()
 	defer m.sweepCgroups(ours)

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellvm/cellvm/agentclient"
 	"github.com/cellvm/cellvm/guestinit/proto"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/vmm/control"
@@ -88,6 +89,9 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotIn
 		return sandbox.SnapshotInfo{}, fmt.Errorf("%w: sandbox %s mounts workspace %s, which a snapshot cannot hold (its forks would share the volume); pause it instead", sandbox.ErrNotSupported, id, s.cfg.Workspace)
 	}
 	if from, err := s.lc.move(evSnapshotStart); err != nil {
+		if errors.Is(err, errCallsRunning) {
+			return sandbox.SnapshotInfo{}, fmt.Errorf("%w: a command or a file transfer is running in sandbox %s; snapshot it after", sandbox.ErrBusy, id)
+		}
 		if from == phaseCell || from == phaseSnapshotting {
 			return sandbox.SnapshotInfo{}, fmt.Errorf("%w: a cell is running in sandbox %s; snapshot it between cells", sandbox.ErrBusy, id)
 		}
@@ -167,8 +171,16 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotIn
 }
 
 // takeSnapshot has the sandbox's VMM write its snapshot into dir and then
-// carry on or end (then).
+// carry on (then) within snapshotTimeout.
 func (m *VMManager) takeSnapshot(ctx context.Context, s *vmSandbox, dir string, then control.Then) error {
+	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+	defer cancel()
+	return m.saveMachine(ctx, s, dir, then)
+}
+
+// saveMachine has the sandbox's VMM write its machine into dir and then
+// carry on or end (then), for as long as ctx allows.
+func (m *VMManager) saveMachine(ctx context.Context, s *vmSandbox, dir string, then control.Then) error {
 	state, err := os.OpenFile(filepath.Join(dir, snapStateFile), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
 		return err
@@ -179,8 +191,6 @@ func (m *VMManager) takeSnapshot(ctx context.Context, s *vmSandbox, dir string, 
 		return err
 	}
 	defer mem.Close()
-	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
-	defer cancel()
 	return control.Snapshot(ctx, hostControlPath(s.dir), state, mem, then)
 }
 
@@ -332,9 +342,67 @@ func restoreFiles(from *restoreSource, st *vmStart) error {
 // answers loses no more than this.
 const reseedTimeout = 2 * time.Minute
 
-// newMachine makes a fork's guest a machine of its own (see the top of
-// this file).
-func (m *VMManager) newMachine(ctx context.Context, s *vmSandbox) error {
+// reseedPendingFile, in a sandbox's directory, says that its VMM restores
+// an image whose guest has not been reseeded yet, and how ("all" or
+// "kernel": agentclient.Renew): written before the VMM starts, removed
+// once the reseed is done. A daemon that died in between finds it when it
+// takes the sandbox back, and reseeds it then (reseedAdopted): an adopted
+// fork would otherwise keep its template's random state and clock.
+const reseedPendingFile = "reseed-pending"
+
+// markReseedPending records, durably, that the guest of the sandbox in
+// dir is to be reseeded with renew.
+func markReseedPending(dir string, renew agentclient.Renew) error {
+	f, err := os.OpenFile(filepath.Join(dir, reseedPendingFile), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("mark the reseed pending: %w", err)
+	}
+	_, err = f.WriteString(renew.String())
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("mark the reseed pending: %w", err)
+	}
+	return nil
+}
+
+// reseedAdopted reseeds the guests of the sandboxes taken back running
+// whose reseed an earlier daemon left pending (reseedPendingFile). One
+// that will not take it is stopped, and so lost: it would repeat its
+// parent's random numbers.
+func (m *VMManager) reseedAdopted() {
+	for _, s := range m.sandboxes {
+		if s.proc == nil || s.agent == nil || s.lc.phase() != phaseRunning {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(s.dir, reseedPendingFile))
+		if err != nil {
+			continue
+		}
+		renew := agentclient.RenewAll
+		if string(b) == agentclient.RenewKernel.String() {
+			renew = agentclient.RenewKernel
+		}
+		if err := m.newMachine(context.Background(), s, renew); err != nil {
+			m.log.Error("a sandbox taken back before its guest was reseeded would not take the reseed; stopping it", "id", s.id, "error", err)
+			s.proc.stop(3 * time.Second)
+			continue
+		}
+		os.Remove(filepath.Join(s.dir, reseedPendingFile))
+		m.log.Info("reseeded a sandbox taken back before its guest was reseeded", "id", s.id, "renew", renew)
+	}
+}
+
+// newMachine makes a restored guest current: a fork's or a template
+// start's a machine of its own (renew agentclient.RenewAll: see the top of
+// this file), a resumed one the same machine later (RenewKernel: its
+// kernel's pool and clock renewed, the user's seeded generators carrying
+// on).
+func (m *VMManager) newMachine(ctx context.Context, s *vmSandbox, renew agentclient.Renew) error {
 	ctx, cancel := context.WithTimeout(ctx, reseedTimeout)
 	defer cancel()
 	var nc *proto.NetConfig
@@ -343,10 +411,11 @@ func (m *VMManager) newMachine(ctx context.Context, s *vmSandbox) error {
 		// is its own TAP's (and a resumed sandbox's is what it was).
 		nc = &proto.NetConfig{Addr: s.net.GuestAddr.String(), Gateway: s.net.Gateway.String(), DNS: []string{s.net.DNS.String()}}
 	}
-	r, err := s.agent.Reseed(ctx, time.Now(), nc)
+	r, err := s.agent.Reseed(ctx, time.Now(), nc, renew)
 	if err != nil {
-		return fmt.Errorf("the fork's guest would not take fresh entropy, the host's clock and its network: %w", err)
+		return fmt.Errorf("the restored guest would not take fresh entropy, the host's clock and its network: %w", err)
 	}
-	m.log.Info("fork reseeded", "id", s.id, "kernel", r.Kernel, "clock", r.Clock, "interpreter", r.Interpreter, "numpy", r.NumPy, "network", r.Network)
+	m.log.Info("restored guest reseeded", "id", s.id, "renew", renew, "kernel", r.Kernel, "clock", r.Clock,
+		"interpreter", r.Interpreter, "numpy", r.NumPy, "network", r.Network)
 	return nil
 }

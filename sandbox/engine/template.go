@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -116,6 +117,37 @@ type templateMeta struct {
 	Shape     templateShape `json:"shape"`
 	BuiltAt   time.Time     `json:"built_at"`
 	SizeBytes int64         `json:"size_bytes"`
+	// Files is what verify checks the files against when a restore
+	// fails: their sizes, and the small state file's CRC-32C (the memory
+	// file is too large to hash on that path). None: an older template,
+	// which fails verification.
+	Files *templateFiles `json:"files,omitempty"`
+}
+
+// templateFiles is a template's files as they were written.
+type templateFiles struct {
+	StateBytes  int64  `json:"state_bytes"`
+	StateCRC32C uint32 `json:"state_crc32c"`
+	MemoryBytes int64  `json:"memory_bytes"`
+}
+
+// maxTemplateState bounds the state file verify reads (vCPU and device
+// state: kilobytes).
+const maxTemplateState = 64 << 20
+
+// sumTemplateFiles reads the files of the template in dir.
+func sumTemplateFiles(dir string) (templateFiles, error) {
+	var tf templateFiles
+	b, err := readBounded(filepath.Join(dir, snapStateFile), maxTemplateState)
+	if err != nil {
+		return tf, err
+	}
+	fi, err := os.Stat(filepath.Join(dir, snapMemFile))
+	if err != nil {
+		return tf, err
+	}
+	tf.StateBytes, tf.StateCRC32C, tf.MemoryBytes = int64(len(b)), crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)), fi.Size()
+	return tf, nil
 }
 
 // template is one shape's entry. Its state says what its fields mean:
@@ -317,8 +349,52 @@ func (ts *templates) use(cfg sandbox.Config, policy egress.Policy) *templateUse 
 		dir: ts.templateDir(key), name: "template " + key, startedFrom: sandbox.StartedFromTemplate}}
 }
 
+// verify checks u's template's files against what its build wrote
+// (templateMeta.Files): a restore that failed with files that verify
+// failed for a passing reason (the host's load, a slow disk), and the
+// template is kept.
+func (ts *templates) verify(u *templateUse) error {
+	dir := ts.templateDir(u.key)
+	b, err := readBounded(filepath.Join(dir, templateMetaFile), 1<<20)
+	if err != nil {
+		return err
+	}
+	var meta templateMeta
+	if err := json.Unmarshal(b, &meta); err != nil {
+		return fmt.Errorf("%s: %w", templateMetaFile, err)
+	}
+	if meta.Key != u.key || meta.Files == nil {
+		return fmt.Errorf("%s is not this template's, or from an older cellvm", templateMetaFile)
+	}
+	got, err := sumTemplateFiles(dir)
+	if err != nil {
+		return err
+	}
+	if got != *meta.Files {
+		return fmt.Errorf("its files changed since its build: %+v, built %+v", got, *meta.Files)
+	}
+	return nil
+}
+
+// failedOnce records that a create could not start from u's template
+// twice although its files verify: the create boots, and the template
+// stays for the next.
+func (ts *templates) failedOnce(u *templateUse, err error) {
+	now := time.Now()
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if now.Sub(ts.lastLog) < templateLogEvery {
+		ts.unlogged++
+		return
+	}
+	ts.log.Warn("a sandbox could not start from its template, whose files verify; it boots and the template is kept", "template", u.key,
+		"shape", u.t.shape, "error", clip(err.Error(), 2048), "earlier_failures_not_logged", ts.unlogged)
+	ts.lastLog, ts.unlogged = now, 0
+}
+
 // broken records that a create could not start from u's template (it
-// then boots): the template is failed until its next build.
+// then boots) and its files failed verification: the template is failed
+// until its next build.
 func (ts *templates) broken(u *templateUse, err error) {
 	now := time.Now()
 	ts.mu.Lock()
@@ -513,6 +589,11 @@ func (ts *templates) buildFiles(ctx context.Context, shape templateShape, key, d
 	}
 	meta := templateMeta{Key: key, Shape: shape, BuiltAt: time.Now().UTC(),
 		SizeBytes: diskUsage(filepath.Join(dir, snapStateFile)) + diskUsage(filepath.Join(dir, snapMemFile))}
+	files, err := sumTemplateFiles(dir)
+	if err != nil {
+		return templateMeta{}, fmt.Errorf("template files: %w", err)
+	}
+	meta.Files = &files
 	b, err := json.MarshalIndent(meta, "", "  ")
 	if err == nil {
 		err = writeFileSync(filepath.Join(dir, templateMetaFile), b, 0o600)

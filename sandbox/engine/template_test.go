@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,10 @@ import (
 // cannot read.
 const fakeVMState = "fake vm state 1\n"
 
+// failRestores, beside an image's files, fails as many restores as the
+// number it holds.
+const failRestores = "fail-restores"
+
 func fakeRestore(files control.Files) error {
 	state, mem := files[control.SlotRestoreState], files[control.SlotRestoreMemory]
 	if state == nil || mem == nil {
@@ -32,6 +37,20 @@ func fakeRestore(files control.Files) error {
 	}
 	defer state.Close()
 	defer mem.Close()
+	// A test makes the next N restores of an image fail with a marker
+	// beside its files that holds N (passing failures: the host's load).
+	if p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", state.Fd())); err == nil {
+		marker := filepath.Join(filepath.Dir(p), failRestores)
+		if b, err := os.ReadFile(marker); err == nil {
+			n, _ := strconv.Atoi(string(b))
+			if n--; n > 0 {
+				os.WriteFile(marker, []byte(strconv.Itoa(n)), 0o600)
+			} else {
+				os.Remove(marker)
+			}
+			return errors.New("fake VMM: a passing restore failure")
+		}
+	}
 	b, err := io.ReadAll(io.LimitReader(state, 4096))
 	if err != nil {
 		return err
