@@ -373,7 +373,9 @@ func (ts *templates) verify(u *templateUse) error {
 	if got != *meta.Files {
 		return fmt.Errorf("its files changed since its build: %+v, built %+v", got, *meta.Files)
 	}
-	return nil
+	// The state file is as built; the memory file must still match the
+	// digest the save put in its header (a flipped page keeps the size).
+	return verifyImageDir(dir)
 }
 
 // failedOnce records that a create could not start from u's template
