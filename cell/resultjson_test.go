@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -196,5 +197,39 @@ func TestResultJSONWriteError(t *testing.T) {
 	n, err := ResultJSON(&r).WriteTo(&failWriter{after: writeBuf + 10})
 	if err == nil || n > writeBuf+10 {
 		t.Errorf("WriteTo to a failing writer = %d, %v; want an error and at most %d", n, err, writeBuf+10)
+	}
+}
+
+// TestMaximalResultMarshalAllocation: MarshalJSON of a maximal result
+// (64 MiB of displays, 1 MiB each of stdout and stderr) allocates its
+// output once, where json.Marshal of the plain struct grew a buffer and
+// copied it out.
+func TestMaximalResultMarshalAllocation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves ~300 MiB")
+	}
+	png := strings.Repeat("iVBORw0KGgo", (64<<20)/11)
+	r := Result{Status: StatusOK, Stdout: strings.Repeat("o", 1<<20), Stderr: strings.Repeat("e", 1<<20),
+		Results: []Display{{Main: true, Data: map[string]string{MIMEPNG: png}}}}
+	marshal := func() int {
+		b, err := r.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(b)
+	}
+	size := marshal() // warm encoding/json's caches and pools
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	const n = 3
+	for range n {
+		marshal()
+	}
+	runtime.ReadMemStats(&after)
+	per := (after.TotalAlloc - before.TotalAlloc) / n
+	t.Logf("MarshalJSON of a maximal result: %d MiB, %d MiB allocated (%.2fx)", size>>20, per>>20, float64(per)/float64(size))
+	if per > uint64(size)*3/2 {
+		t.Errorf("MarshalJSON allocated %d MiB, more than 1.5x its %d MiB", per>>20, size>>20)
 	}
 }
