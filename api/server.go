@@ -247,8 +247,18 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 // SetWriteDeadline).
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// writeJSON sends v with status.
+// writeJSON sends v with status. Cell results go out through their own
+// encoder, straight to w (preEncoded, ndjsonout.go).
 func (s *server) writeJSON(w http.ResponseWriter, status int, v any) {
+	if j, ok := preEncoded(v); ok {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", fmt.Sprint(j.Len()+1))
+		w.WriteHeader(status)
+		if _, err := j.WriteTo(w); err == nil {
+			_, _ = w.Write([]byte{'\n'})
+		}
+		return
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		s.writeError(w, fmt.Errorf("encoding response: %w", err))

@@ -10,4 +10,9 @@
 // collects output: a cell that prints a gigabyte must not cost a gigabyte of
 // memory anywhere, and a model is better served by the start and the end of
 // long output, with the amount cut stated, than by either alone.
+//
+// ResultJSON and EventJSON encode a result in one pass, straight to a
+// connection, with encoding/json's exact bytes: a maximal result is ~66 MiB
+// of JSON, and encoding/json's copies of it would be the daemon's largest
+// transient cost per cell (resultjson.go).
 package cell

@@ -129,14 +129,11 @@ func (r *Result) MainResult() *Display {
 }
 
 // MarshalJSON writes results as [] rather than null when there are none, so
-// clients can index it without a nil check.
+// clients can index it without a nil check. It encodes in one allocation
+// of the exact size (resultjson.go); a caller that writes the result to a
+// connection should use ResultJSON and write it straight there.
 func (r Result) MarshalJSON() ([]byte, error) {
-	type plain Result
-	p := plain(r)
-	if p.Results == nil {
-		p.Results = []Display{}
-	}
-	return json.Marshal(p)
+	return ResultJSON(&r).Append(nil), nil
 }
 
 // ExecResult is the outcome of running one argv command (the exec route).
