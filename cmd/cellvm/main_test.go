@@ -11,6 +11,9 @@ import (
 // without building a second binary (which matters in the slow nested rig).
 func TestMain(m *testing.M) {
 	if os.Getenv("CELLVM_TEST_MAIN") == "1" {
+		// The daemon's VMMs are this binary too: they need the variable
+		// (and only it; the engine gives a VMM no other environment).
+		vmmExeEnv = []string{"CELLVM_TEST_MAIN=1"}
 		if os.Getenv("CELLVM_TEST_FAKE_MANAGER") == "1" {
 			os.Exit(runWith(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, fakeDeps()))
 		}

@@ -343,6 +343,11 @@ func (a *app) serve(o *serveOptions) error {
 	return err
 }
 
+// vmmExeEnv is engine.Options.ExeEnv: nil in cellvm; this package's
+// TestMain sets the variable that makes the test binary, run as the VMM,
+// act as cellvm.
+var vmmExeEnv []string
+
 // newDaemonManager is the daemon's VM manager.
 func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(), error) {
 	if err := requireKVM(); err != nil {
@@ -385,7 +390,7 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 	}
 	engine.SetResultMemory(o.resultMiB<<20, log)
 	m, err := engine.NewVMManager(engine.Options{
-		Exe: exe, Kernel: k, Initrd: i, RootFS: r, StateDir: o.stateDir, ImagesDir: o.imagesDir,
+		Exe: exe, ExeEnv: vmmExeEnv, Kernel: k, Initrd: i, RootFS: r, StateDir: o.stateDir, ImagesDir: o.imagesDir,
 		MaxSandboxes: o.maxSandboxes, MaxMemoryMiB: o.maxMemory, Log: log,
 		BootTimeout: bootTimeoutFromEnv(), Net: netHost, Jail: jailOpt, ConsoleMaxBytes: o.consoleMiB << 20,
 		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node, MaxImageBytes: maxImage,

@@ -36,6 +36,11 @@ import (
 type Options struct {
 	// Exe is the cellvm binary started as `cellvm vmm` for each VM.
 	Exe string
+	// ExeEnv is added to a VMM's otherwise empty environment (vmmEnv).
+	// Only a test binary that runs as cellvm sets it (cmd/cellvm's
+	// TestMain: CELLVM_TEST_MAIN gives it its role); the daemon passes
+	// nothing of its own environment on.
+	ExeEnv []string
 	// Kernel, Initrd and RootFS are the guest's kernel, initramfs (with
 	// cellvm-init) and read-only root image.
 	Kernel, Initrd, RootFS string

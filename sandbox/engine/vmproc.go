@@ -34,6 +34,9 @@ type vmStart struct {
 	// before its agent answers: a launch makes it the sandbox's there, so
 	// that a destroy meanwhile (the manager's Close) stops it.
 	spawned func(*vmProc)
+	// env is added to vmmEnv: Options.ExeEnv, the role variables of a
+	// test binary that runs as cellvm.
+	env []string
 }
 
 // vmProc is a running `cellvm vmm` process. It runs in its own session so
@@ -82,6 +85,7 @@ const (
 // answers is stopped before startVMM returns its error. st.files are
 // closed: the process has its own descriptors.
 func (m *VMManager) startVMM(ctx context.Context, dir string, st vmStart, what string) (*vmProc, *agentclient.Client, error) {
+	st.env = m.opt.ExeEnv
 	p, err := spawnVMM(m.opt.Exe, dir, st)
 	if err != nil {
 		return nil, nil, err
@@ -227,7 +231,7 @@ var vmmTestEnv func() []string
 // from the first instruction, and vmmEnv.
 func vmmCommand(exe, cfg string, st vmStart) *exec.Cmd {
 	cmd := exec.Command(exe, control.Args(cfg)...)
-	cmd.Env = slices.Clone(vmmEnv)
+	cmd.Env = append(slices.Clone(vmmEnv), st.env...)
 	if vmmTestEnv != nil {
 		cmd.Env = append(cmd.Env, vmmTestEnv()...)
 	}
