@@ -1106,7 +1106,9 @@ func (m *VMManager) reapLoop() {
 			// A TTL holds whatever the sandbox is doing. A running cell
 			// keeps a sandbox from being idle only until its host
 			// deadline: a call stuck past it does not.
-			busy := s.lc.phase().busy() && now.UnixNano() < s.cellDeadline.Load()
+			// A command or a file transfer in progress is use too (it is
+			// bounded by its own timeout, or by its caller's connection).
+			busy := (s.lc.phase().busy() && now.UnixNano() < s.cellDeadline.Load()) || s.lc.held()
 			if s.cfg.TTL > 0 && now.Sub(s.created) > s.cfg.TTL {
 				expired[s] = sandbox.DeletedByTTL
 			} else if s.cfg.IdleTimeout > 0 && !busy && now.Sub(time.Unix(0, s.lastUsed.Load())) > s.cfg.IdleTimeout {

@@ -111,6 +111,25 @@ func TestExecOutlivesAnIdlePause(t *testing.T) {
 	}
 }
 
+// TestExecOutlivesTheIdleTimeout: a command running longer than the
+// sandbox's idle timeout is use: the sandbox is not deleted under it.
+func TestExecOutlivesTheIdleTimeout(t *testing.T) {
+	m, _ := newPausableManager(t, nil)
+	ctx := context.Background()
+	info, err := m.Create(ctx, sandbox.Config{MemoryMiB: 64, IdleTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Delete(ctx, info.ID)
+	r, err := m.Exec(ctx, info.ID, sandbox.ExecRequest{Argv: []string{"sleep", "3500"}, Timeout: time.Minute})
+	if err != nil || r.Stdout != "slept\n" {
+		t.Fatalf("a command longer than idle_timeout_s: %+v, %v (the idle timeout deleted its sandbox)", r, err)
+	}
+	if _, err := m.Get(ctx, info.ID); err != nil {
+		t.Fatalf("the sandbox after a command longer than its idle timeout: %v", err)
+	}
+}
+
 // TestTransfersHoldOffPause: an upload or a download in progress holds
 // off a pause as a command does.
 func TestTransfersHoldOffPause(t *testing.T) {
