@@ -569,7 +569,7 @@ func (m *VMManager) keepCompletePartial(s *vmSandbox) {
 		}
 	}
 	os.RemoveAll(filepath.Join(s.dir, backingDir))
-	if err := os.Rename(partial, paused); err != nil {
+	if err := renameDurable(partial, paused); err != nil {
 		m.log.Warn("a complete pause image could not be kept", "id", s.id, "error", err)
 		return
 	}
@@ -583,6 +583,6 @@ func keepBacking(dir string) {
 	os.RemoveAll(filepath.Join(dir, pausedDir+partialSuffix))
 	if _, err := os.Stat(filepath.Join(dir, pausedDir)); err == nil {
 		os.RemoveAll(filepath.Join(dir, backingDir))
-		os.Rename(filepath.Join(dir, pausedDir), filepath.Join(dir, backingDir))
+		renameDurable(filepath.Join(dir, pausedDir), filepath.Join(dir, backingDir))
 	}
 }
