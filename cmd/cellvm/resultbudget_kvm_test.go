@@ -53,7 +53,10 @@ func TestResultBudgetUnderLoad(t *testing.T) {
 	ctx := context.Background()
 	ids := make([]string, n)
 	for i := range ids {
-		info, err := c.Create(ctx, sandbox.Config{MemoryMiB: 512})
+		// 320 MiB each: the rig's L1 (4 GiB) takes eight under the
+		// daemon's cap (3/4 of the host), and a guest builds its 63 MiB
+		// of base64 in that.
+		info, err := c.Create(ctx, sandbox.Config{MemoryMiB: 320})
 		if err != nil {
 			t.Fatalf("create %d: %v", i, err)
 		}
