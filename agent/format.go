@@ -174,19 +174,16 @@ func formatError(e *cell.Error, o FormatOptions) string {
 // later with nothing to explain it. Whenever the variables did not
 // survive, the note says "variables are gone".
 func statusNote(r cell.Result) string {
-	killed := r.KilledBy == cell.KilledByOOM || r.KilledBy == cell.KilledBySignal
-	if r.StateKept && r.Status != cell.StatusLost && !killed {
-		if r.Status == cell.StatusTimeout || r.KilledBy == cell.KilledByTimeout {
-			return "Note: the cell ran past its time limit and was interrupted. The interpreter survived: variables defined before the call are still there (and anything the cell assigned before the interrupt). Do less per call, or pass a larger timeout_s."
-		}
+	switch r.Survival() {
+	case cell.Kept:
 		return ""
-	}
-	switch {
-	case r.KilledBy == cell.KilledByTimeout || r.Status == cell.StatusTimeout:
+	case cell.KeptAfterTimeout:
+		return "Note: the cell ran past its time limit and was interrupted. The interpreter survived: variables defined before the call are still there (and anything the cell assigned before the interrupt). Do less per call, or pass a larger timeout_s."
+	case cell.GoneTimeout:
 		return "Note: the cell ran past its time limit and did not stop when interrupted, so the interpreter was killed and restarted: variables are gone, and so are imports and functions. Re-run the setup code before continuing."
-	case r.KilledBy == cell.KilledByOOM:
+	case cell.GoneOOM:
 		return "Note: the cell ran out of memory, so the interpreter was killed and restarted: variables are gone, and so are imports and functions. Use less memory (smaller data, chunks) and re-run the setup code."
-	case r.KilledBy == cell.KilledBySignal || r.Status == cell.StatusLost:
+	case cell.GoneLost:
 		return "Note: the interpreter was lost during this cell (it crashed, exited or was killed) and restarted: variables are gone, and so are imports and functions. Re-run the setup code before continuing."
 	}
 	return "Note: this cell ran in a fresh interpreter (the previous one had ended): variables are gone, and so are imports and functions from earlier cells. Re-run the setup code before continuing."

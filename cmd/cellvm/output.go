@@ -79,17 +79,16 @@ func printResult(r cell.Result, stdout, stderr io.Writer, outDir string, seen st
 // KilledBy, not from Status alone (a timeout whose interpreter had to be
 // killed is a timeout too).
 func lossNote(r cell.Result) string {
-	kept := r.StateKept && r.Status != cell.StatusLost && r.KilledBy != cell.KilledByOOM && r.KilledBy != cell.KilledBySignal
-	switch {
-	case kept && r.Status == cell.StatusTimeout:
-		return "cellvm: the cell timed out and was interrupted; variables were kept"
-	case kept:
+	switch r.Survival() {
+	case cell.Kept:
 		return ""
-	case r.KilledBy == cell.KilledByTimeout || r.Status == cell.StatusTimeout:
+	case cell.KeptAfterTimeout:
+		return "cellvm: the cell timed out and was interrupted; variables were kept"
+	case cell.GoneTimeout:
 		return "cellvm: the cell timed out and had to be killed; the interpreter restarted and variables are gone"
-	case r.KilledBy == cell.KilledByOOM:
+	case cell.GoneOOM:
 		return "cellvm: the cell ran out of memory and was killed; the interpreter restarted and variables are gone"
-	case r.Status == cell.StatusLost || r.KilledBy == cell.KilledBySignal:
+	case cell.GoneLost:
 		return "cellvm: the interpreter was lost; variables are gone"
 	}
 	return "cellvm: the cell ran in a fresh interpreter; variables from earlier cells are gone"
