@@ -268,6 +268,8 @@ func TestBadArgumentsExitTwoWithoutTheDaemon(t *testing.T) {
 		{"serve", "--public-ranges", "not-a-cidr"},
 		{"serve", "--node", "Bad_Node"},
 		{"serve", "--cell-timeout", "0s"},
+		{"serve", "--result-memory-mib", "10"},
+		{"serve", "--result-memory-mib", "-5"},
 		{"serve", "--cell-timeout", "2h", "--max-cell-timeout", "1h"},
 		{"mcp", "extra"},
 		{"doctor", "extra"},

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellvm/cellvm/agentclient"
 	"github.com/cellvm/cellvm/sandbox/engine"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -166,6 +167,9 @@ func addMCPFlagsPrefixed(fs interface {
 func (o *serveOptions) check() error {
 	if _, err := newLogger(os.Stderr, o.guest.logLevel); err != nil {
 		return err
+	}
+	if min := agentclient.MinBudget >> 20; o.resultMiB < min || o.resultMiB > 1<<20 {
+		return usagef("--result-memory-mib %d: want %d (one maximal result in flight) to %d", o.resultMiB, min, 1<<20)
 	}
 	if o.listen != "" {
 		addr, ok := strings.CutPrefix(o.listen, "tcp://")
