@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"path"
 	"sort"
 	"strings"
@@ -189,6 +190,10 @@ type Config struct {
 	// front end serving tenants sets it from the caller, whatever the
 	// request said; its workspace is the tenant's of that name.
 	Tenant string
+	// Labels are the caller's key=value metadata (labels.go; E2B's
+	// metadata): kept with the sandbox, shown by Info, and matched by
+	// ListFilter.
+	Labels map[string]string
 }
 
 // Config.Start's values.
@@ -221,6 +226,7 @@ type configJSON struct {
 	Workspace    string            `json:"workspace,omitempty"`
 	Image        string            `json:"image,omitempty"`
 	Tenant       string            `json:"tenant,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
 }
 
 // MarshalJSON writes the wire form; durations are rounded down to seconds
@@ -241,6 +247,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		Workspace:    c.Workspace,
 		Image:        c.Image,
 		Tenant:       c.Tenant,
+		Labels:       c.Labels,
 	})
 }
 
@@ -268,6 +275,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		Workspace:   w.Workspace,
 		Image:       w.Image,
 		Tenant:      w.Tenant,
+		Labels:      w.Labels,
 	}
 	return nil
 }
@@ -306,6 +314,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: memory_mib %d out of range %d..%d", ErrInvalid, c.MemoryMiB, MinMemoryMiB, MaxMemoryMiB)
 	}
 	if err := validateEnv(c.Env); err != nil {
+		return err
+	}
+	if err := ValidateLabels(c.Labels); err != nil {
 		return err
 	}
 	if err := validLifetime("ttl_s", c.TTL); err != nil {
@@ -649,6 +660,56 @@ type Manager interface {
 	// failure leaves no VM, disk or directory behind, and the image there
 	// was before unchanged.
 	CreateImage(ctx context.Context, req ImageRequest, progress func(ImageEvent)) (ImageInfo, error)
+
+	// SetTTL gives the sandbox ttl more to live, counted from now (E2B's
+	// setTimeout): it ends then whatever its Config's TTL said. ttl is 1 s
+	// to the manager's cap; Info's Config.TTL then reads as the new total.
+	SetTTL(ctx context.Context, id string, ttl time.Duration) (Info, error)
+
+	// Processes (process.go). StartProcess starts req and calls onEvent
+	// (if not nil) with ProcessStart, the output, and ProcessEnd, and
+	// returns the exit. When ctx ends or onEvent returns an error first,
+	// it returns that error and the process goes on (a background
+	// command); only SignalProcess or its Timeout ends it early. A
+	// program that cannot start is an end event with Exit.Error, not an
+	// error: errors are for requests that never became a process
+	// (ErrNotFound, ErrInvalid, ErrForbidden, ErrFull at MaxProcesses).
+	StartProcess(ctx context.Context, id string, req ProcessRequest, onEvent func(ProcessEvent) error) (ProcessExit, error)
+	// AttachProcess watches a running process: first its backlog, then
+	// its output as it comes, then its end. An unknown or ended pid is
+	// ErrNotFound.
+	AttachProcess(ctx context.Context, id string, pid int, onEvent func(ProcessEvent) error) (ProcessExit, error)
+	// ListProcesses lists the running processes StartProcess started.
+	ListProcesses(ctx context.Context, id string) ([]ProcessInfo, error)
+	// SendInput writes data to the process's stdin (or terminal); eof
+	// then closes it. A process without Stdin or PTY is ErrInvalid.
+	SendInput(ctx context.Context, id string, pid int, data []byte, eof bool) error
+	// SignalProcess sends sig (ValidSignal) to the process's group.
+	SignalProcess(ctx context.Context, id string, pid int, sig string) error
+	// ResizePTY sets the terminal's size of a process started with PTY.
+	ResizePTY(ctx context.Context, id string, pid int, size PTYSize) error
+
+	// Files (fileops.go). A missing path is ErrNotFound, one the user may
+	// not touch ErrForbidden.
+	ListDir(ctx context.Context, id string, req FileRequest) ([]FileEntry, error)
+	StatPath(ctx context.Context, id string, req FileRequest) (FileEntry, error)
+	// MakeDir makes the directory and its parents; created is false when
+	// it was there already.
+	MakeDir(ctx context.Context, id string, req FileRequest) (created bool, err error)
+	// MovePath renames from.Path to to (a full path), as the user of from.
+	MovePath(ctx context.Context, id string, from FileRequest, to string) (FileEntry, error)
+	// RemovePath removes a file, or a directory and what it holds.
+	RemovePath(ctx context.Context, id string, req FileRequest) error
+	// WatchDir calls onEvent for each change under the directory until
+	// ctx ends (a nil error) or onEvent returns an error. It returns
+	// once the watch is set only through the first call of onEvent with
+	// the zero FileEvent, so a caller knows later changes are seen.
+	WatchDir(ctx context.Context, id string, req FileRequest, onEvent func(FileEvent) error) error
+
+	// DialPort connects to a TCP port a process in the sandbox listens on
+	// (ports.go); nothing listening is ErrPortClosed. The connection is
+	// the caller's to close; it ends with the sandbox.
+	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
 // GuestPath turns a caller's file path into the cleaned absolute guest path

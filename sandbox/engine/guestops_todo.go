@@ -1,0 +1,69 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/cellvm/cellvm/sandbox"
+)
+
+// Placeholders for the Manager methods issue 26 adds; each helper replaces
+// its own with the real one (processes.go, fileops.go, ports.go, ttl.go).
+
+func (m *VMManager) SetTTL(ctx context.Context, id string, ttl time.Duration) (sandbox.Info, error) {
+	return sandbox.Info{}, fmt.Errorf("%w: SetTTL is not built yet (issue 26)", sandbox.ErrNotSupported)
+}
+
+func (m *VMManager) StartProcess(ctx context.Context, id string, req sandbox.ProcessRequest, onEvent func(sandbox.ProcessEvent) error) (sandbox.ProcessExit, error) {
+	return sandbox.ProcessExit{}, fmt.Errorf("%w: StartProcess is not built yet (issue 26)", sandbox.ErrNotSupported)
+}
+
+func (m *VMManager) AttachProcess(ctx context.Context, id string, pid int, onEvent func(sandbox.ProcessEvent) error) (sandbox.ProcessExit, error) {
+	return sandbox.ProcessExit{}, fmt.Errorf("%w: AttachProcess is not built yet (issue 26)", sandbox.ErrNotSupported)
+}
+
+func (m *VMManager) ListProcesses(ctx context.Context, id string) ([]sandbox.ProcessInfo, error) {
+	return nil, fmt.Errorf("%w: ListProcesses is not built yet (issue 26)", sandbox.ErrNotSupported)
+}
+
+func (m *VMManager) SendInput(ctx context.Context, id string, pid int, data []byte, eof bool) error {
+	return fmt.Errorf("%w: SendInput is not built yet (issue 26)", sandbox.ErrNotSupported)
+}
+
+func (m *VMManager) SignalProcess(ctx context.Context, id string, pid int, sig string) error {
+	return fmt.Errorf("%w: SignalProcess is not built yet (issue 26)", sandbox.ErrNotSupported)
+}
+
+func (m *VMManager) ResizePTY(ctx context.Context, id string, pid int, size sandbox.PTYSize) error {
+	return fmt.Errorf("%w: ResizePTY is not built yet (issue 26)", sandbox.ErrNotSupported)
+}
+
+func (m *VMManager) ListDir(ctx context.Context, id string, req sandbox.FileRequest) ([]sandbox.FileEntry, error) {
+	return nil, fmt.Errorf("%w: ListDir is not built yet (issue 26)", sandbox.ErrNotSupported)
+}
+
+func (m *VMManager) StatPath(ctx context.Context, id string, req sandbox.FileRequest) (sandbox.FileEntry, error) {
+	return sandbox.FileEntry{}, fmt.Errorf("%w: StatPath is not built yet (issue 26)", sandbox.ErrNotSupported)
+}
+
+func (m *VMManager) MakeDir(ctx context.Context, id string, req sandbox.FileRequest) (bool, error) {
+	return false, fmt.Errorf("%w: MakeDir is not built yet (issue 26)", sandbox.ErrNotSupported)
+}
+
+func (m *VMManager) MovePath(ctx context.Context, id string, from sandbox.FileRequest, to string) (sandbox.FileEntry, error) {
+	return sandbox.FileEntry{}, fmt.Errorf("%w: MovePath is not built yet (issue 26)", sandbox.ErrNotSupported)
+}
+
+func (m *VMManager) RemovePath(ctx context.Context, id string, req sandbox.FileRequest) error {
+	return fmt.Errorf("%w: RemovePath is not built yet (issue 26)", sandbox.ErrNotSupported)
+}
+
+func (m *VMManager) WatchDir(ctx context.Context, id string, req sandbox.FileRequest, onEvent func(sandbox.FileEvent) error) error {
+	return fmt.Errorf("%w: WatchDir is not built yet (issue 26)", sandbox.ErrNotSupported)
+}
+
+func (m *VMManager) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	return nil, fmt.Errorf("%w: DialPort is not built yet (issue 26)", sandbox.ErrNotSupported)
+}
