@@ -45,7 +45,10 @@ func messageCharge(n int64) int64 { return 2 * n }
 var MinBudget = messageCharge(proto.MaxAgentMessage)
 
 // BudgetWait bounds how long a large message waits for room in the budget.
-const BudgetWait = 30 * time.Second
+// Its guest's write waits as long, so it is well under the agent's
+// WriteTimeout (30 s without progress; guestinit/agent progress.go): a
+// guest must never give up on a message the host was about to take.
+const BudgetWait = 20 * time.Second
 
 // NewBudget returns a budget of limit bytes, at least MinBudget.
 func NewBudget(limit int64) *Budget {

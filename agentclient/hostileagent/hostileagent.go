@@ -36,6 +36,10 @@ const (
 	ArgvSilent = "silent"
 	// CodeFloodConsole writes FloodBytes to the console, then answers 2.
 	CodeFloodConsole = "flood console"
+	// CodeHangUp sends the first frame of a large event and closes the
+	// connection, as an agent that gave up on the host does; the guest
+	// (the fake VMM) runs on.
+	CodeHangUp = "hang up"
 	// PathLongerThanAnnounced is a download announced as 1 byte that
 	// streams FloodBytes.
 	PathLongerThanAnnounced = "/announced-one-byte"
@@ -89,6 +93,12 @@ func serve(nc net.Conn, c *proto.Conn, req *proto.Request, console io.Writer, on
 		return writeRaw(nc, proto.TypeResponse, b) == nil
 	case req.Op == proto.OpRun && req.Code == CodeSilent, req.Op == proto.OpExec && len(req.Argv) > 0 && req.Argv[0] == ArgvSilent:
 		io.Copy(io.Discard, nc) // until the host closes the connection
+		return false
+	case req.Op == proto.OpRun && req.Code == CodeHangUp:
+		var hdr [proto.HeaderSize]byte
+		binary.BigEndian.PutUint32(hdr[:4], 1+4)
+		hdr[4] = byte(proto.TypeEvent | proto.FlagMore)
+		nc.Write(append(hdr[:], `{"ev`...))
 		return false
 	case req.Op == proto.OpRun && req.Code == CodeFloodConsole:
 		line := []byte(strings.Repeat("reboot: Power down; Kernel panic - not syncing ", 85) + "\n")

@@ -41,7 +41,8 @@ type Config struct {
 	MaxConns int
 	// HelloTimeout bounds the hello exchange. Default 10s.
 	HelloTimeout time.Duration
-	// WriteTimeout bounds each write to the host. Default 30s.
+	// WriteTimeout bounds each write to the host: how long the host may
+	// read nothing of what the agent sends (progress.go). Default 30s.
 	WriteTimeout time.Duration
 	Logger       *slog.Logger
 }
@@ -157,7 +158,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 			s.log.Error("agent: panic serving a connection", "panic", p)
 		}
 	}()
-	ss := &session{s: s, nc: nc, c: proto.NewConn(nc, proto.MaxRequest)}
+	ss := &session{s: s, nc: nc, c: proto.NewConn(progressConn{nc, s.cfg.WriteTimeout}, proto.MaxRequest)}
 	if err := ss.hello(); err != nil {
 		s.log.Warn("agent: hello failed", "err", err)
 		return

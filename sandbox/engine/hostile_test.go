@@ -292,3 +292,32 @@ func TestConsoleFloodStaysUnderItsCap(t *testing.T) {
 		t.Fatalf("next cell: %+v, %v", r, err)
 	}
 }
+
+// TestAgentHangUpKeepsTheSandbox: an agent that ends a cell's stream
+// midway (it gave up writing to the host) while its VM runs gets a lost
+// result that says the sandbox is kept, not that the VM stopped; the
+// sandbox runs and answers the next cell.
+func TestAgentHangUpKeepsTheSandbox(t *testing.T) {
+	m, _, logs := newHostileManager(t, nil)
+	ctx := context.Background()
+	info, err := m.Create(ctx, sandbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.RunCell(ctx, info.ID, hostileagent.CodeHangUp, time.Minute, nil)
+	if err != nil || r.Status != cell.StatusLost || r.StateKept {
+		t.Fatalf("cell whose stream the agent ended: %+v, %v; want status lost, state_kept false", r, err)
+	}
+	if strings.Contains(r.Stderr, "VM stopped") || !strings.Contains(r.Stderr, "sandbox is kept") {
+		t.Errorf("the result's words: %q; want that the sandbox is kept, not that its VM stopped", r.Stderr)
+	}
+	if !strings.Contains(logs.String(), "ended a cell's stream") {
+		t.Errorf("the log does not say the agent ended the stream:\n%s", logs.String())
+	}
+	if r, err := m.RunCell(ctx, info.ID, hostileagent.CodeOK, time.Minute, nil); err != nil || r.Status != cell.StatusOK {
+		t.Fatalf("next cell: %+v, %v", r, err)
+	}
+	if got, _ := m.Get(ctx, info.ID); got.State != sandbox.StateRunning {
+		t.Errorf("sandbox after the hang-up: %+v, want running", got)
+	}
+}

@@ -905,9 +905,18 @@ func (m *VMManager) RunCell(ctx context.Context, id, code string, timeout time.D
 		if gone {
 			m.markLost(s)
 		}
-		if gone || errors.Is(err, io.ErrUnexpectedEOF) {
+		if gone {
 			return end(cell.Result{Status: cell.StatusLost, StateKept: false,
 				Stderr: "the sandbox's VM stopped while the cell ran; its state is gone"})
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			// The VM runs: the guest's agent ended the cell's stream
+			// (it could not send its output, or failed). The sandbox is
+			// kept; what became of the cell's variables is not known, so
+			// the result claims nothing kept.
+			m.log.Warn("the guest's agent ended a cell's stream; the sandbox is kept", "id", id, "err", err)
+			return end(cell.Result{Status: cell.StatusLost, StateKept: false,
+				Stderr: "cellvm: the guest's agent ended this cell's stream before its result; the sandbox is kept, but this cell's output and whether its variables survived are unknown\n"})
 		}
 		return cell.Result{}, m.agentErr(s, err)
 	}
