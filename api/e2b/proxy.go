@@ -38,15 +38,16 @@ func newPortProxy(h *Handler) *portProxy {
 			}
 			return s.m.DialPort(ctx, s.id, s.port)
 		},
-		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       30 * time.Second,
+		// A connection per request: each dial goes through the manager
+		// as the request's caller (the tenant check), and nothing of a
+		// killed sandbox lingers in a pool.
+		DisableKeepAlives:     true,
 		ResponseHeaderTimeout: 5 * time.Minute,
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			s := pr.In.Context().Value(dialKey{}).(scope)
 			pr.Out.URL.Scheme = "http"
-			// The pool's key: connections are kept per sandbox and port.
 			pr.Out.URL.Host = strconv.Itoa(s.port) + "-" + s.id + ".sandbox.invalid"
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Del(accessTokenHeader)

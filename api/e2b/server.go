@@ -98,7 +98,7 @@ func NewHandler(m sandbox.Manager, o Options) (*Handler, error) {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	host := strings.ToLower(strings.TrimSuffix(hostOnly(r.Host), "."))
 	sub, under := strings.CutSuffix(host, "."+h.domain)
-	if !under {
+	if !under && host != h.domain {
 		if h.next != nil {
 			h.next.ServeHTTP(w, r)
 			return
