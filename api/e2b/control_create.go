@@ -78,6 +78,10 @@ func (h *Handler) config(r *http.Request, b newSandboxJSON) (sandbox.Config, err
 		}
 	}
 	c.TTL = ttl
+	// The timeout is the lifetime, as in E2B: no idle timeout cuts it
+	// short (a sandbox waiting for its user's next call is not idle in
+	// E2B's sense).
+	c.IdleTimeout = sandbox.Never
 	c.Env = b.EnvVars
 	c.Labels = b.Metadata
 	net, err := networkOf(b)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/cellvm/cellvm/api"
+	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/sandbox/tenant"
 )
 
@@ -172,7 +173,7 @@ func TestCreateGetListKill(t *testing.T) {
 	}
 	c := info.Config
 	if c.Tenant != "alpha" || c.TTL.Seconds() != 120 || c.Labels["user:name"] != "alice b" || c.Env["FOO"] != "bar" ||
-		c.Network == nil || !isInternet(c.Network.Allow) || c.Image != "" {
+		c.Network == nil || !isInternet(c.Network.Allow) || c.Image != "" || c.IdleTimeout != sandbox.Never {
 		t.Fatalf("the sandbox's config: %+v", c)
 	}
 	// No internet asked: no network device.
