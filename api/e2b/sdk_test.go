@@ -30,7 +30,7 @@ const sdkDir = "../../test/e2b"
 // sdkSkipFake is what the fake manager cannot do for the SDK: the
 // interpreter, envd's files and commands, the ports (which need a server
 // process in the sandbox). E2B_TEST_SKIP in the environment replaces it.
-const sdkSkipFake = "runCode,files,commands,ports"
+const sdkSkipFake = "runCode,files,commands,pty,ports"
 
 // TestSDK runs E2B's own JS SDK (test/e2b/sdk.test.mjs), unchanged,
 // against the front end over TLS with the fake manager behind the tenant

@@ -10,6 +10,8 @@
 //                       front end cannot do yet)
 //   E2B_TEST_NO_INTERNET=1  create sandboxes with allowInternetAccess
 //                       false (a daemon without egress)
+//   E2B_TEST_TIMEOUT_MS a longer request and code timeout (a nested rig's
+//                       cold boots and imports are slow)
 //
 // Run: node --import ./dns-hook.mjs --test sdk.test.mjs (api/e2b's
 // TestSDK and the rig's TestE2BSDK do).
@@ -20,7 +22,10 @@ import { Sandbox, NotFoundError, AuthenticationError, CommandExitError } from '@
 const skip = new Set((process.env.E2B_TEST_SKIP ?? '').split(',').map((s) => s.trim()).filter(Boolean))
 const skipped = (part) => (skip.has(part) ? `${part}: skipped (E2B_TEST_SKIP)` : false)
 const otherKey = process.env.E2B_TEST_OTHER_KEY
-const createOpts = (o) => ({ ...o, ...(process.env.E2B_TEST_NO_INTERNET ? { allowInternetAccess: false } : {}) })
+const slowMs = Number(process.env.E2B_TEST_TIMEOUT_MS || 0)
+const slow = slowMs > 0 ? { requestTimeoutMs: slowMs } : {}
+const slowCode = slowMs > 0 ? { requestTimeoutMs: slowMs, timeoutMs: slowMs } : {}
+const createOpts = (o) => ({ ...o, ...slow, ...(process.env.E2B_TEST_NO_INTERNET ? { allowInternetAccess: false } : {}) })
 const run = `${process.pid}-${Date.now()}`
 
 let sbx
@@ -53,28 +58,56 @@ test('setTimeout, then connect reaches the same sandbox', async () => {
   await sbx.setTimeout(300_000)
   const info = await sbx.getInfo()
   assert.ok(info.endAt.getTime() > Date.now() + 200_000, `endAt ${info.endAt.toISOString()} after setTimeout(300 s)`)
-  const same = await Sandbox.connect(sbx.sandboxId)
+  const same = await Sandbox.connect(sbx.sandboxId, slow)
   assert.equal(same.sandboxId, sbx.sandboxId)
 })
 
-test('runCode: state kept, text, streaming, errors', { skip: skipped('runCode') }, async () => {
-  await sbx.runCode('x = 41')
-  const e = await sbx.runCode('x + 1')
+test('runCode: state kept, text, streaming, errors, a PNG', { skip: skipped('runCode') }, async () => {
+  await sbx.runCode('x = 41', slowCode)
+  const e = await sbx.runCode('x + 1', slowCode)
   assert.equal(e.text, '42')
   const out = []
-  await sbx.runCode('print("streamed")', { onStdout: (m) => out.push(m.line) })
+  await sbx.runCode('print("streamed")', { ...slowCode, onStdout: (m) => out.push(m.line) })
   assert.ok(out.join('').includes('streamed'), `onStdout got ${JSON.stringify(out)}`)
-  const bad = await sbx.runCode('1/0')
+  const bad = await sbx.runCode('1/0', slowCode)
   assert.equal(bad.error?.name, 'ZeroDivisionError')
-  const again = await Sandbox.connect(sbx.sandboxId)
-  assert.equal((await again.runCode('x')).text, '41')
+  const fig = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()', slowCode)
+  const png = fig.results.find((r) => r.png)?.png
+  assert.ok(png, `no PNG result in ${JSON.stringify(fig.results.map((r) => Object.keys(r)))}`)
+  assert.equal(Buffer.from(png, 'base64').subarray(1, 4).toString(), 'PNG')
+  const again = await Sandbox.connect(sbx.sandboxId, slow)
+  assert.equal((await again.runCode('x', slowCode)).text, '41')
 })
 
-test('files: write, read, list', { skip: skipped('files') }, async () => {
-  await sbx.files.write('/home/user/e2b-test.txt', 'hello cellvm')
-  assert.equal(await sbx.files.read('/home/user/e2b-test.txt'), 'hello cellvm')
-  const names = (await sbx.files.list('/home/user')).map((e) => e.name)
+test('files: write, read, list, watchDir', { skip: skipped('files') }, async () => {
+  await sbx.files.makeDir('/home/user/watched')
+  const events = []
+  const handle = await sbx.files.watchDir('/home/user/watched', (ev) => events.push(ev))
+  await sbx.files.write('/home/user/watched/e2b-test.txt', 'hello cellvm')
+  assert.equal(await sbx.files.read('/home/user/watched/e2b-test.txt'), 'hello cellvm')
+  const names = (await sbx.files.list('/home/user/watched')).map((e) => e.name)
   assert.ok(names.includes('e2b-test.txt'), `list: ${names}`)
+  for (let i = 0; i < 50 && !events.some((ev) => ev.name.includes('e2b-test.txt')); i++) {
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  await handle.stop()
+  assert.ok(events.some((ev) => ev.name.includes('e2b-test.txt')), `watchDir events: ${JSON.stringify(events)}`)
+})
+
+test('files and runCode: pandas reads what files.write wrote', { skip: skipped('files') || skipped('runCode') }, async () => {
+  await sbx.files.write('/home/user/data.csv', 'a,b\n1,2\n3,4\n')
+  const e = await sbx.runCode("import pandas as pd\nint(pd.read_csv('/home/user/data.csv')['b'].sum())", slowCode)
+  assert.equal(e.text, '6')
+})
+
+test('pty: echo through a terminal', { skip: skipped('pty') }, async () => {
+  let out = ''
+  const dec = new TextDecoder()
+  const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d) } })
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('echo pty-$((40+2))\n'))
+  for (let i = 0; i < 50 && !out.includes('pty-42'); i++) await new Promise((r) => setTimeout(r, 100))
+  await term.kill()
+  assert.ok(out.includes('pty-42'), `pty output: ${JSON.stringify(out)}`)
 })
 
 test('commands: output, exit codes, background kill', { skip: skipped('commands') }, async () => {
@@ -105,12 +138,12 @@ test('ports: getHost(8000) reaches a server in the sandbox', { skip: skipped('po
 })
 
 test('pause, then connect resumes with its variables', { skip: skipped('pause') }, async () => {
-  if (!skip.has('runCode')) await sbx.runCode('kept = "yes"')
-  await sbx.pause()
+  if (!skip.has('runCode')) await sbx.runCode('kept = "yes"', slowCode)
+  await sbx.pause(slow)
   assert.equal((await sbx.getInfo()).state, 'paused')
-  const back = await Sandbox.connect(sbx.sandboxId)
+  const back = await Sandbox.connect(sbx.sandboxId, slow)
   assert.equal((await back.getInfo()).state, 'running')
-  if (!skip.has('runCode')) assert.equal((await back.runCode('kept')).text, "'yes'")
+  if (!skip.has('runCode')) assert.equal((await back.runCode('kept', slowCode)).text, "'yes'")
 })
 
 test('auth: a wrong key is AuthenticationError', async () => {
