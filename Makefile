@@ -14,12 +14,18 @@ RIG     := test/nested/run.sh
 RIG_TIMEOUT ?= 2700
 RIG_MEM ?= 4096
 
-.PHONY: all setup deps kernel image cellvm initramfs test test-unit test-rig test-rig-full bench fuzz vet clean
+.PHONY: all setup deps kernel image cellvm initramfs e2b-sdk test test-unit test-rig test-rig-full bench fuzz vet clean
 
 all: cellvm initramfs
 
 ## setup: install Debian packages, build the guest kernel, the guest image and cellvm
-setup: deps kernel image cellvm initramfs
+setup: deps kernel image cellvm initramfs e2b-sdk
+
+## e2b-sdk: E2B's JS SDKs at the versions test/e2b/package-lock.json pins
+## (api/e2b's TestSDK and the rig's TestE2BSDK run them; skipped without)
+e2b-sdk:
+	@if command -v npm >/dev/null; then cd test/e2b && npm ci --no-audit --no-fund; \
+	else echo "npm not found: the E2B SDK tests will be skipped"; fi
 
 deps:
 	scripts/install-deps.sh

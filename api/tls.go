@@ -43,9 +43,10 @@ func LoadServerTLS(certFile, keyFile string) (*tls.Config, error) {
 // machine's name) and localhost, writes it to dir/SelfSignedCertFile (dir
 // made 0700, the certificate 0644; the key is never written), and returns
 // the listener's configuration, the certificate's path and its SHA-256
-// fingerprint (hex, of the DER) for the log.
-func SelfSignedServerTLS(dir, host string) (cfg *tls.Config, certPath, sha256Hex string, err error) {
-	certPEM, keyPEM, err := selfSigned(host)
+// fingerprint (hex, of the DER) for the log. names are more DNS names it
+// covers ("*.e2b.example.com" for the E2B front end's sandbox hosts).
+func SelfSignedServerTLS(dir, host string, names ...string) (cfg *tls.Config, certPath, sha256Hex string, err error) {
+	certPEM, keyPEM, err := selfSigned(host, names...)
 	if err != nil {
 		return nil, "", "", fmt.Errorf("make a self-signed certificate: %w", err)
 	}
@@ -68,7 +69,7 @@ func SelfSignedServerTLS(dir, host string) (cfg *tls.Config, certPath, sha256Hex
 // selfSigned makes an ECDSA P-256 certificate valid for a year for host
 // (an address or a name; this machine's name when empty or unspecified)
 // and localhost.
-func selfSigned(host string) (certPEM, keyPEM []byte, err error) {
+func selfSigned(host string, names ...string) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -85,7 +86,7 @@ func selfSigned(host string) (certPEM, keyPEM []byte, err error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IsCA:         true, BasicConstraintsValid: true,
-		DNSNames:    []string{"localhost"},
+		DNSNames:    append([]string{"localhost"}, names...),
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 	}
 	if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {

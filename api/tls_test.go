@@ -158,3 +158,24 @@ func TestSelfSignedForAllAddresses(t *testing.T) {
 		t.Errorf("the unspecified address is in the certificate: %v", cert.IPAddresses)
 	}
 }
+
+// TestSelfSignedNames: the extra names (the E2B front end's DOMAIN and
+// *.DOMAIN) are in the certificate beside localhost.
+func TestSelfSignedNames(t *testing.T) {
+	cfg, _, _, err := SelfSignedServerTLS(t.TempDir(), "127.0.0.1", "e2b.test", "*.e2b.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"localhost", "e2b.test", "api.e2b.test", "49983-sb-1.e2b.test"} {
+		if err := leaf.VerifyHostname(name); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if err := leaf.VerifyHostname("a.b.e2b.test"); err == nil {
+		t.Error("the wildcard covers two labels")
+	}
+}

@@ -76,6 +76,7 @@ type serveOptions struct {
 	maxImageUploadMiB int64
 	policy            *cellPolicyFlags // serve_policy.go
 	audit             *auditFlags      // serve_audit.go
+	e2b               *e2bFlags        // serve_e2b.go
 }
 
 // deps are what tests replace: how the daemon and the embedded manager are
@@ -146,6 +147,7 @@ func (a *app) serveCommand() *cobra.Command {
 	o.tenants = addTenantFlags(fs)
 	o.policy = addCellPolicyFlags(fs)
 	o.audit = addAuditFlags(fs)
+	o.e2b = addE2BFlags(fs)
 	cmd.RunE = func(*cobra.Command, []string) error { return a.serve(o) }
 	return cmd
 }
@@ -223,6 +225,9 @@ func (o *serveOptions) check() error {
 		return err
 	}
 	if err := o.images.check(); err != nil {
+		return err
+	}
+	if err := o.e2b.check(o.listen); err != nil {
 		return err
 	}
 	if err := o.audit.check(o.listen); err != nil {
@@ -321,7 +326,11 @@ func (a *app) serve(o *serveOptions) error {
 		if err != nil {
 			return fmt.Errorf("--listen: %w", err)
 		}
-		tcpSrv := api.NewHTTPServer(api.RequireToken(handler, tokens, log, gateOpts...))
+		tcpHandler, err := o.e2b.wrap(api.RequireToken(handler, tokens, log, gateOpts...), m, tokens, o.stateDir, log)
+		if err != nil {
+			return err
+		}
+		tcpSrv := api.NewHTTPServer(tcpHandler)
 		tcpSrv.TLSConfig = tlsCfg
 		servers = append(servers, tcpSrv)
 		go func() { errc <- tcpSrv.ServeTLS(tln, "", "") }()

@@ -45,7 +45,7 @@ func serverTLS(o *serveOptions, log *slog.Logger) (*tls.Config, string, error) {
 		return cfg, o.tlsCert, nil
 	}
 	host, _, _ := net.SplitHostPort(strings.TrimPrefix(o.listen, "tcp://"))
-	cfg, path, sum, err := api.SelfSignedServerTLS(filepath.Join(o.stateDir, "tls"), host)
+	cfg, path, sum, err := api.SelfSignedServerTLS(filepath.Join(o.stateDir, "tls"), host, o.e2b.names()...)
 	if err != nil {
 		return nil, "", err
 	}
