@@ -235,9 +235,20 @@ func connectServerStream[Req any](w http.ResponseWriter, r *http.Request, keepal
 		http.Error(w, err.Message, http.StatusUnsupportedMediaType)
 		return
 	}
+	// The request is read before the answer starts: an HTTP/1 server
+	// may not read a body once it has written.
+	req := new(Req)
+	cerr := connectCheck(r, "application/connect+json")
+	if cerr == nil {
+		cerr = connectReadEnvelope(r.Body, req)
+	}
 	w.Header().Set("Content-Type", "application/connect+json")
 	w.WriteHeader(http.StatusOK)
 	st := &connectStream{w: w, rc: http.NewResponseController(w)}
+	if cerr != nil {
+		st.end(cerr)
+		return
+	}
 	st.rc.Flush()
 	ctx, cancel, err := connectContext(r)
 	if err != nil {
@@ -245,15 +256,6 @@ func connectServerStream[Req any](w http.ResponseWriter, r *http.Request, keepal
 		return
 	}
 	defer cancel()
-	if cerr := connectCheck(r, "application/connect+json"); cerr != nil {
-		st.end(cerr)
-		return
-	}
-	req := new(Req)
-	if err := connectReadEnvelope(r.Body, req); err != nil {
-		st.end(err)
-		return
-	}
 	if keepalive != nil {
 		if every := connectKeepalive(r); every > 0 {
 			stop := make(chan struct{})

@@ -56,8 +56,13 @@ func envdFiles(s scope, w http.ResponseWriter, r *http.Request) {
 			envdHTTPError(w, http.StatusBadRequest, "path is missing")
 			return
 		}
+		full, err := sandbox.GuestPath(envdPath(p, user))
+		if err != nil {
+			envdManagerError(s, w, err)
+			return
+		}
 		lw := &envdLazyWriter{w: w}
-		if _, err := s.m.Download(r.Context(), s.id, envdPath(p, user), lw); err != nil {
+		if _, err := s.m.Download(r.Context(), s.id, full, lw); err != nil {
 			if lw.wrote {
 				s.log.Warn("e2b: a download failed midway", "sandbox", s.id, "err", err)
 				panic(http.ErrAbortHandler) // cut the response: the file is not whole
@@ -85,7 +90,11 @@ func envdUpload(s scope, w http.ResponseWriter, r *http.Request, qpath, user str
 			envdHTTPError(w, http.StatusBadRequest, "path is missing: give ?path= or name the file part by its path")
 			return false
 		}
-		full := envdPath(p, user)
+		full, err := sandbox.GuestPath(envdPath(p, user))
+		if err != nil {
+			envdManagerError(s, w, err)
+			return false
+		}
 		if _, err := s.m.Upload(r.Context(), s.id, full, body); err != nil {
 			envdManagerError(s, w, err)
 			return false
@@ -123,7 +132,10 @@ func envdUpload(s scope, w http.ResponseWriter, r *http.Request, qpath, user str
 			}
 			p := qpath
 			if p == "" {
-				p = part.FileName()
+				// The part's file name is the file's path: not
+				// part.FileName(), which keeps only its last element.
+				_, cd, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+				p = cd["filename"]
 			}
 			ok := put(p, part)
 			part.Close()
