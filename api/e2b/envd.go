@@ -30,7 +30,7 @@ func serveEnvd(s scope, w http.ResponseWriter, r *http.Request) {
 		// router found answers.
 		w.WriteHeader(http.StatusNoContent)
 	default:
-		envdHTTPError(w, http.StatusNotFound, "no such envd route: "+clipPath(p))
+		envdHTTPError(w, http.StatusNotFound, "no such envd route: "+clipCaller(p))
 	}
 }
 
@@ -50,7 +50,7 @@ func envdUser(r *http.Request) (string, error) {
 	}
 	name, _, _ := strings.Cut(string(b), ":")
 	if !sandbox.ValidGuestUser(name) {
-		return "", connectErrorf(codeInvalidArgument, "user %q: a cellvm sandbox has %q and %q", clipPath(name), sandbox.GuestUserCell, sandbox.GuestUserRoot)
+		return "", connectErrorf(codeInvalidArgument, "user %q: a cellvm sandbox has %q and %q", clipCaller(name), sandbox.GuestUserCell, sandbox.GuestUserRoot)
 	}
 	return name, nil
 }

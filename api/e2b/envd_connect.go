@@ -289,11 +289,11 @@ func connectCheck(r *http.Request, want string) *connectError {
 	}
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if ct != want {
-		return &connectError{Message: fmt.Sprintf("content type %q: this envd speaks Connect with JSON (%s)", clipPath(ct), want)}
+		return &connectError{Message: fmt.Sprintf("content type %q: this envd speaks Connect with JSON (%s)", clipCaller(ct), want)}
 	}
 	for _, h := range []string{"Content-Encoding", "Connect-Content-Encoding"} {
 		if e := r.Header.Get(h); e != "" && e != "identity" {
-			return connectErrorf(codeUnimplemented, "compression %q is not supported", clipPath(e))
+			return connectErrorf(codeUnimplemented, "compression %q is not supported", clipCaller(e))
 		}
 	}
 	return nil
@@ -321,7 +321,7 @@ func connectTimeout(r *http.Request) (time.Duration, *connectError) {
 	}
 	ms, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || ms < 0 || len(v) > 10 {
-		return 0, connectErrorf(codeInvalidArgument, "Connect-Timeout-Ms %q is not a count of milliseconds", clipPath(v))
+		return 0, connectErrorf(codeInvalidArgument, "Connect-Timeout-Ms %q is not a count of milliseconds", clipCaller(v))
 	}
 	d := time.Duration(ms) * time.Millisecond
 	if d > sandbox.MaxTTL {

@@ -152,7 +152,7 @@ func (f *envdFake) ResizePTY(ctx context.Context, id string, pid int, size sandb
 	return nil
 }
 
-var fakeTime = time.Date(2024, 5, 6, 7, 8, 9, 500, time.UTC)
+var envdFakeTime = time.Date(2024, 5, 6, 7, 8, 9, 500, time.UTC)
 
 func (f *envdFake) noteFile(req sandbox.FileRequest) error {
 	f.mu.Lock()
@@ -170,9 +170,9 @@ func (f *envdFake) StatPath(ctx context.Context, id string, req sandbox.FileRequ
 	}
 	switch req.Path {
 	case "/home/user/a.txt":
-		return sandbox.FileEntry{Name: "a.txt", Path: req.Path, Type: sandbox.FileTypeFile, Size: 5, Mode: 0o644, Owner: "user", Group: "user", ModTime: fakeTime}, nil
+		return sandbox.FileEntry{Name: "a.txt", Path: req.Path, Type: sandbox.FileTypeFile, Size: 5, Mode: 0o644, Owner: "user", Group: "user", ModTime: envdFakeTime}, nil
 	case "/home/user/new", "/home/user/dir":
-		return sandbox.FileEntry{Name: "new", Path: req.Path, Type: sandbox.FileTypeDir, Mode: 0o755, ModTime: fakeTime}, nil
+		return sandbox.FileEntry{Name: "new", Path: req.Path, Type: sandbox.FileTypeDir, Mode: 0o755, ModTime: envdFakeTime}, nil
 	}
 	return sandbox.FileEntry{}, fmt.Errorf("%w: %s", sandbox.ErrNotFound, req.Path)
 }
@@ -182,7 +182,7 @@ func (f *envdFake) ListDir(ctx context.Context, id string, req sandbox.FileReque
 		return nil, err
 	}
 	return []sandbox.FileEntry{
-		{Name: "a.txt", Path: req.Path + "/a.txt", Type: sandbox.FileTypeFile, Size: 5, Mode: 0o644, ModTime: fakeTime},
+		{Name: "a.txt", Path: req.Path + "/a.txt", Type: sandbox.FileTypeFile, Size: 5, Mode: 0o644, ModTime: envdFakeTime},
 		{Name: "l", Path: req.Path + "/l", Type: sandbox.FileTypeSymlink, SymlinkTarget: "a.txt", Mode: 0o777},
 		{Name: "fifo", Path: req.Path + "/fifo", Type: sandbox.FileTypeOther},
 	}, nil

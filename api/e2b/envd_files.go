@@ -35,7 +35,7 @@ func envdFiles(s scope, w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	user := q.Get("username")
 	if !sandbox.ValidGuestUser(user) {
-		envdHTTPError(w, http.StatusBadRequest, fmt.Sprintf("username %q: a cellvm sandbox has %q and %q", clipPath(user), sandbox.GuestUserCell, sandbox.GuestUserRoot))
+		envdHTTPError(w, http.StatusBadRequest, fmt.Sprintf("username %q: a cellvm sandbox has %q and %q", clipCaller(user), sandbox.GuestUserCell, sandbox.GuestUserRoot))
 		return
 	}
 	if user == sandbox.GuestUserRoot {
@@ -158,14 +158,14 @@ func envdUpload(s scope, w http.ResponseWriter, r *http.Request, qpath, user str
 			defer zr.Close()
 			body = zr
 		} else if enc != "" && enc != "identity" {
-			envdHTTPError(w, http.StatusBadRequest, fmt.Sprintf("Content-Encoding %q: use gzip or none", clipPath(enc)))
+			envdHTTPError(w, http.StatusBadRequest, fmt.Sprintf("Content-Encoding %q: use gzip or none", clipCaller(enc)))
 			return
 		}
 		if !put(qpath, body) {
 			return
 		}
 	default:
-		envdHTTPError(w, http.StatusBadRequest, fmt.Sprintf("content type %q: use multipart/form-data or application/octet-stream", clipPath(ct)))
+		envdHTTPError(w, http.StatusBadRequest, fmt.Sprintf("content type %q: use multipart/form-data or application/octet-stream", clipCaller(ct)))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

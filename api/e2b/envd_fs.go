@@ -166,7 +166,7 @@ func envdFilesystem(s scope, w http.ResponseWriter, r *http.Request, method stri
 			}
 			if !created {
 				// The SDK's makeDir reads this code as false.
-				return nil, connectErrorf(codeAlreadyExists, "%s exists already", clipPath(fr.Path))
+				return nil, connectErrorf(codeAlreadyExists, "%s exists already", clipCaller(fr.Path))
 			}
 			e, err := s.m.StatPath(ctx, s.id, fr)
 			if err != nil {
@@ -209,7 +209,7 @@ func envdFilesystem(s scope, w http.ResponseWriter, r *http.Request, method stri
 	case "CreateWatcher", "GetWatcherEvents", "RemoveWatcher":
 		connectWriteUnaryError(w, connectErrorf(codeUnimplemented, "filesystem.Filesystem/%s is not supported by cellvm yet: use WatchDir", method))
 	default:
-		connectWriteUnaryError(w, connectErrorf(codeUnimplemented, "filesystem.Filesystem/%s is not a method", clipPath(method)))
+		connectWriteUnaryError(w, connectErrorf(codeUnimplemented, "filesystem.Filesystem/%s is not a method", clipCaller(method)))
 	}
 }
 

@@ -217,7 +217,7 @@ func envdProcess(s scope, w http.ResponseWriter, r *http.Request, method string)
 		// SDK does not; SendInput keeps the order one caller sends in.
 		connectWriteUnaryError(w, connectErrorf(codeUnimplemented, "StreamInput is not supported by cellvm: use SendInput"))
 	default:
-		connectWriteUnaryError(w, connectErrorf(codeUnimplemented, "process.Process/%s is not a method", clipPath(method)))
+		connectWriteUnaryError(w, connectErrorf(codeUnimplemented, "process.Process/%s is not a method", clipCaller(method)))
 	}
 }
 
@@ -393,5 +393,5 @@ func procResolve(ctx context.Context, s scope, sel *procSelector) (int, error) {
 			return p.PID, nil
 		}
 	}
-	return 0, connectErrorf(codeNotFound, "no process has tag %q", clipPath(*sel.Tag))
+	return 0, connectErrorf(codeNotFound, "no process has tag %q", clipCaller(*sel.Tag))
 }

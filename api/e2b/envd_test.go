@@ -24,7 +24,7 @@ import (
 const basicUser = "Basic dXNlcjo=" // "user:", as authenticationHeader builds it
 const basicRoot = "Basic cm9vdDo=" // "root:"
 
-func unary(t *testing.T, url, method, body string, hdr map[string]string) (int, map[string]any) {
+func envdUnary(t *testing.T, url, method, body string, hdr map[string]string) (int, map[string]any) {
 	t.Helper()
 	req, _ := http.NewRequest("POST", url+"/"+method, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -47,12 +47,12 @@ func unary(t *testing.T, url, method, body string, hdr map[string]string) (int, 
 
 // stream opens a server stream; next returns each message, then the
 // end-of-stream message (with end true).
-type streamReader struct {
+type envdStreamReader struct {
 	t    *testing.T
 	body io.ReadCloser
 }
 
-func openStream(t *testing.T, ctx context.Context, url, method, body string, hdr map[string]string) *streamReader {
+func envdOpenStream(t *testing.T, ctx context.Context, url, method, body string, hdr map[string]string) *envdStreamReader {
 	t.Helper()
 	var env bytes.Buffer
 	env.WriteByte(0)
@@ -71,10 +71,10 @@ func openStream(t *testing.T, ctx context.Context, url, method, body string, hdr
 		t.Fatalf("%s: %d %s", method, res.StatusCode, res.Header.Get("Content-Type"))
 	}
 	t.Cleanup(func() { res.Body.Close() })
-	return &streamReader{t: t, body: res.Body}
+	return &envdStreamReader{t: t, body: res.Body}
 }
 
-func (s *streamReader) next() (msg map[string]any, end bool) {
+func (s *envdStreamReader) next() (msg map[string]any, end bool) {
 	s.t.Helper()
 	var hdr [5]byte
 	if _, err := io.ReadFull(s.body, hdr[:]); err != nil {
@@ -92,7 +92,7 @@ func (s *streamReader) next() (msg map[string]any, end bool) {
 
 // all reads to the end and returns the messages as JSON lines and the
 // end message.
-func (s *streamReader) all() ([]string, map[string]any) {
+func (s *envdStreamReader) all() ([]string, map[string]any) {
 	var msgs []string
 	for {
 		m, end := s.next()
@@ -107,11 +107,11 @@ func (s *streamReader) all() ([]string, map[string]any) {
 func TestEnvdStartRunsACommand(t *testing.T) {
 	f := newEnvdFake()
 	info, _ := f.Create(context.Background(), sandbox.Config{})
-	srv := inTestServer(t, f, info.ID, 49983)
+	srv := envdTestServer(t, f, info.ID, 49983)
 
 	// commands.run("echo hi", {cwd: "work", envs: {A: "1"}}) with the
 	// default timeoutMs.
-	st := openStream(t, context.Background(), srv.URL, "process.Process/Start",
+	st := envdOpenStream(t, context.Background(), srv.URL, "process.Process/Start",
 		`{"process":{"cmd":"/bin/bash","args":["-l","-c","echo hi"],"envs":{"A":"1"},"cwd":"work"},"stdin":false}`,
 		map[string]string{"Authorization": basicUser, "Keepalive-Ping-Interval": "50", "Connect-Timeout-Ms": "60000"})
 	msgs, end := st.all()
@@ -131,7 +131,7 @@ func TestEnvdStartRunsACommand(t *testing.T) {
 	}
 
 	// A failing command: its exit code and the error CommandExitError shows.
-	msgs, _ = openStream(t, context.Background(), srv.URL, "process.Process/Start",
+	msgs, _ = envdOpenStream(t, context.Background(), srv.URL, "process.Process/Start",
 		`{"process":{"cmd":"/bin/bash","args":["-l","-c","exit 2"]}}`, nil).all()
 	if msgs[len(msgs)-1] != `{"event":{"end":{"error":"exit status 2","exitCode":2,"exited":true,"status":"exit status 2"}}}` {
 		t.Errorf("exit 2: %v", msgs)
@@ -141,7 +141,7 @@ func TestEnvdStartRunsACommand(t *testing.T) {
 	}
 
 	// A program that never started is an error the SDK raises.
-	msgs, end = openStream(t, context.Background(), srv.URL, "process.Process/Start",
+	msgs, end = envdOpenStream(t, context.Background(), srv.URL, "process.Process/Start",
 		`{"process":{"cmd":"nosuch"}}`, nil).all()
 	if len(msgs) != 0 || end["error"].(map[string]any)["code"] != "invalid_argument" ||
 		!strings.Contains(end["error"].(map[string]any)["message"].(string), "no such program") {
@@ -149,7 +149,7 @@ func TestEnvdStartRunsACommand(t *testing.T) {
 	}
 
 	// A PTY: pty.create's request.
-	openStream(t, context.Background(), srv.URL, "process.Process/Start",
+	envdOpenStream(t, context.Background(), srv.URL, "process.Process/Start",
 		`{"process":{"cmd":"/bin/bash","args":["-i","-l","-c","echo hi"],"envs":{"TERM":"xterm-256color"}},"pty":{"size":{"cols":80,"rows":24}}}`,
 		map[string]string{"Authorization": basicRoot}).all()
 	if r := f.reqs[3]; r.PTY == nil || *r.PTY != (sandbox.PTYSize{Cols: 80, Rows: 24}) || r.User != "root" || r.Stdin {
@@ -160,18 +160,18 @@ func TestEnvdStartRunsACommand(t *testing.T) {
 func TestEnvdBackgroundProcess(t *testing.T) {
 	f := newEnvdFake()
 	info, _ := f.Create(context.Background(), sandbox.Config{})
-	srv := inTestServer(t, f, info.ID, 49983)
+	srv := envdTestServer(t, f, info.ID, 49983)
 
 	// commands.run("sleep", {background: true}) then disconnect().
 	ctx, cancel := context.WithCancel(context.Background())
-	st := openStream(t, ctx, srv.URL, "process.Process/Start",
+	st := envdOpenStream(t, ctx, srv.URL, "process.Process/Start",
 		`{"process":{"cmd":"/bin/bash","args":["-l","-c","sleep"]},"tag":"napper","stdin":true}`, nil)
 	if m, _ := st.next(); m["event"].(map[string]any)["start"] == nil {
 		t.Fatalf("first event %v", m)
 	}
 	cancel()
 
-	code, list := unary(t, srv.URL, "process.Process/List", `{}`, nil)
+	code, list := envdUnary(t, srv.URL, "process.Process/List", `{}`, nil)
 	ps, _ := list["processes"].([]any)
 	if code != 200 || len(ps) != 1 {
 		t.Fatalf("list: %d %v", code, list)
@@ -182,7 +182,7 @@ func TestEnvdBackgroundProcess(t *testing.T) {
 	}
 
 	// commands.connect by tag, with pings every second.
-	att := openStream(t, context.Background(), srv.URL, "process.Process/Connect",
+	att := envdOpenStream(t, context.Background(), srv.URL, "process.Process/Connect",
 		`{"process":{"tag":"napper"}}`, map[string]string{"Keepalive-Ping-Interval": "1"})
 	if m, _ := att.next(); m["event"].(map[string]any)["start"].(map[string]any)["pid"] != float64(8) {
 		t.Fatalf("connect's first event %v", m)
@@ -194,17 +194,17 @@ func TestEnvdBackgroundProcess(t *testing.T) {
 		t.Fatalf("expected a keepalive, got %v", m)
 	}
 
-	if code, out := unary(t, srv.URL, "process.Process/SendInput", `{"process":{"pid":8},"input":{"stdin":"aGkK"}}`, nil); code != 200 || len(out) != 0 {
+	if code, out := envdUnary(t, srv.URL, "process.Process/SendInput", `{"process":{"pid":8},"input":{"stdin":"aGkK"}}`, nil); code != 200 || len(out) != 0 {
 		t.Errorf("sendStdin: %d %v", code, out)
 	}
-	if code, _ := unary(t, srv.URL, "process.Process/CloseStdin", `{"process":{"pid":8}}`, nil); code != 200 {
+	if code, _ := envdUnary(t, srv.URL, "process.Process/CloseStdin", `{"process":{"pid":8}}`, nil); code != 200 {
 		t.Errorf("closeStdin: %d", code)
 	}
-	if code, _ := unary(t, srv.URL, "process.Process/Update", `{"process":{"pid":8},"pty":{"size":{"cols":100,"rows":30}}}`, nil); code != 200 {
+	if code, _ := envdUnary(t, srv.URL, "process.Process/Update", `{"process":{"pid":8},"pty":{"size":{"cols":100,"rows":30}}}`, nil); code != 200 {
 		t.Errorf("resize: %d", code)
 	}
 	// kill(): protobuf-es writes the enum by name.
-	if code, out := unary(t, srv.URL, "process.Process/SendSignal", `{"process":{"pid":8},"signal":"SIGNAL_SIGKILL"}`, nil); code != 200 {
+	if code, out := envdUnary(t, srv.URL, "process.Process/SendSignal", `{"process":{"pid":8},"signal":"SIGNAL_SIGKILL"}`, nil); code != 200 {
 		t.Fatalf("kill: %d %v", code, out)
 	}
 	var last string
@@ -228,10 +228,10 @@ func TestEnvdBackgroundProcess(t *testing.T) {
 	}
 
 	// The pid is gone now: kill() reads not_found as false.
-	if code, out := unary(t, srv.URL, "process.Process/SendSignal", `{"process":{"pid":8},"signal":9}`, nil); code != 404 || out["code"] != "not_found" {
+	if code, out := envdUnary(t, srv.URL, "process.Process/SendSignal", `{"process":{"pid":8},"signal":9}`, nil); code != 404 || out["code"] != "not_found" {
 		t.Errorf("kill again: %d %v", code, out)
 	}
-	if _, end := openStream(t, context.Background(), srv.URL, "process.Process/Connect", `{"process":{"tag":"nobody"}}`, nil).all(); end["error"].(map[string]any)["code"] != "not_found" {
+	if _, end := envdOpenStream(t, context.Background(), srv.URL, "process.Process/Connect", `{"process":{"tag":"nobody"}}`, nil).all(); end["error"].(map[string]any)["code"] != "not_found" {
 		t.Errorf("connect to no tag: %v", end)
 	}
 }
@@ -239,7 +239,7 @@ func TestEnvdBackgroundProcess(t *testing.T) {
 func TestEnvdConnectRefusesMalformedCalls(t *testing.T) {
 	f := newEnvdFake()
 	info, _ := f.Create(context.Background(), sandbox.Config{})
-	srv := inTestServer(t, f, info.ID, 49983)
+	srv := envdTestServer(t, f, info.ID, 49983)
 
 	for _, c := range []struct{ method, body, code string }{
 		{"process.Process/List", `{`, "invalid_argument"},
@@ -251,13 +251,13 @@ func TestEnvdConnectRefusesMalformedCalls(t *testing.T) {
 		{"filesystem.Filesystem/CreateWatcher", `{}`, "unimplemented"},
 		{"filesystem.Filesystem/Stat", `{"path":"/home/user/secret"}`, "permission_denied"},
 	} {
-		code, out := unary(t, srv.URL, c.method, c.body, nil)
+		code, out := envdUnary(t, srv.URL, c.method, c.body, nil)
 		if out["code"] != c.code || code < 400 {
 			t.Errorf("%s %s: %d %v, want %s", c.method, c.body, code, out, c.code)
 		}
 	}
 	// A user the sandbox does not have.
-	if _, out := unary(t, srv.URL, "filesystem.Filesystem/Stat", `{"path":"a.txt"}`, map[string]string{"Authorization": "Basic Ym9iOg=="}); out["code"] != "invalid_argument" {
+	if _, out := envdUnary(t, srv.URL, "filesystem.Filesystem/Stat", `{"path":"a.txt"}`, map[string]string{"Authorization": "Basic Ym9iOg=="}); out["code"] != "invalid_argument" {
 		t.Errorf("user bob: %v", out)
 	}
 	// The binary protocol is not spoken.
@@ -273,7 +273,7 @@ func TestEnvdConnectRefusesMalformedCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, end := (&streamReader{t: t, body: res.Body}).all()
+	_, end := (&envdStreamReader{t: t, body: res.Body}).all()
 	if end["error"].(map[string]any)["code"] != "invalid_argument" {
 		t.Errorf("no envelope: %v", end)
 	}
@@ -285,17 +285,17 @@ func TestEnvdConnectRefusesMalformedCalls(t *testing.T) {
 func TestEnvdFilesystem(t *testing.T) {
 	f := newEnvdFake()
 	info, _ := f.Create(context.Background(), sandbox.Config{})
-	srv := inTestServer(t, f, info.ID, 49983)
+	srv := envdTestServer(t, f, info.ID, 49983)
 
-	code, out := unary(t, srv.URL, "filesystem.Filesystem/Stat", `{"path":"a.txt"}`, nil)
+	code, out := envdUnary(t, srv.URL, "filesystem.Filesystem/Stat", `{"path":"a.txt"}`, nil)
 	b, _ := json.Marshal(out)
 	if code != 200 || string(b) != `{"entry":{"group":"user","mode":420,"modifiedTime":"2024-05-06T07:08:09.000000500Z","name":"a.txt","owner":"user","path":"/home/user/a.txt","permissions":"-rw-r--r--","size":"5","type":"FILE_TYPE_FILE"}}` {
 		t.Errorf("stat: %d %s", code, b)
 	}
-	if code, out := unary(t, srv.URL, "filesystem.Filesystem/Stat", `{"path":"/nope"}`, nil); code != 404 || out["code"] != "not_found" {
+	if code, out := envdUnary(t, srv.URL, "filesystem.Filesystem/Stat", `{"path":"/nope"}`, nil); code != 404 || out["code"] != "not_found" {
 		t.Errorf("exists(/nope): %d %v", code, out)
 	}
-	code, out = unary(t, srv.URL, "filesystem.Filesystem/ListDir", `{"path":"/home/user","depth":1}`, map[string]string{"Authorization": basicRoot})
+	code, out = envdUnary(t, srv.URL, "filesystem.Filesystem/ListDir", `{"path":"/home/user","depth":1}`, map[string]string{"Authorization": basicRoot})
 	es := out["entries"].([]any)
 	if code != 200 || len(es) != 3 || es[1].(map[string]any)["type"] != "FILE_TYPE_SYMLINK" || es[1].(map[string]any)["symlinkTarget"] != "a.txt" ||
 		es[2].(map[string]any)["type"] != "FILE_TYPE_UNSPECIFIED" || es[0].(map[string]any)["permissions"] != "-rw-r--r--" {
@@ -304,26 +304,26 @@ func TestEnvdFilesystem(t *testing.T) {
 	if last := f.files[len(f.files)-1]; last.User != "root" || last.Depth != 1 {
 		t.Errorf("list's request %+v", last)
 	}
-	if code, out := unary(t, srv.URL, "filesystem.Filesystem/ListDir", `{"path":"/home/user","depth":99}`, nil); code != 400 {
+	if code, out := envdUnary(t, srv.URL, "filesystem.Filesystem/ListDir", `{"path":"/home/user","depth":99}`, nil); code != 400 {
 		t.Errorf("depth 99: %d %v", code, out)
 	}
-	if code, out := unary(t, srv.URL, "filesystem.Filesystem/MakeDir", `{"path":"new"}`, nil); code != 200 || out["entry"].(map[string]any)["type"] != "FILE_TYPE_DIRECTORY" {
+	if code, out := envdUnary(t, srv.URL, "filesystem.Filesystem/MakeDir", `{"path":"new"}`, nil); code != 200 || out["entry"].(map[string]any)["type"] != "FILE_TYPE_DIRECTORY" {
 		t.Errorf("makeDir new: %d %v", code, out)
 	}
-	if code, out := unary(t, srv.URL, "filesystem.Filesystem/MakeDir", `{"path":"/home/user/dir"}`, nil); code != 409 || out["code"] != "already_exists" {
+	if code, out := envdUnary(t, srv.URL, "filesystem.Filesystem/MakeDir", `{"path":"/home/user/dir"}`, nil); code != 409 || out["code"] != "already_exists" {
 		t.Errorf("makeDir exists: %d %v", code, out)
 	}
-	if code, out := unary(t, srv.URL, "filesystem.Filesystem/Move", `{"source":"a.txt","destination":"/tmp/b.txt"}`, nil); code != 200 || out["entry"].(map[string]any)["path"] != "/tmp/b.txt" {
+	if code, out := envdUnary(t, srv.URL, "filesystem.Filesystem/Move", `{"source":"a.txt","destination":"/tmp/b.txt"}`, nil); code != 200 || out["entry"].(map[string]any)["path"] != "/tmp/b.txt" {
 		t.Errorf("rename: %d %v", code, out)
 	}
-	if code, _ := unary(t, srv.URL, "filesystem.Filesystem/Remove", `{"path":"~/a.txt"}`, nil); code != 200 || f.files[len(f.files)-1].Path != "/home/user/a.txt" {
+	if code, _ := envdUnary(t, srv.URL, "filesystem.Filesystem/Remove", `{"path":"~/a.txt"}`, nil); code != 200 || f.files[len(f.files)-1].Path != "/home/user/a.txt" {
 		t.Errorf("remove: %d %+v", code, f.files[len(f.files)-1])
 	}
 
 	// watchDir with includeEntry: the start, then the changes.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st := openStream(t, ctx, srv.URL, "filesystem.Filesystem/WatchDir", `{"path":"/home/user","recursive":true,"includeEntry":true}`,
+	st := envdOpenStream(t, ctx, srv.URL, "filesystem.Filesystem/WatchDir", `{"path":"/home/user","recursive":true,"includeEntry":true}`,
 		map[string]string{"Keepalive-Ping-Interval": "50"})
 	var got []string
 	for range 3 {
@@ -346,7 +346,7 @@ func TestEnvdFilesystem(t *testing.T) {
 func TestEnvdFilesRoundTrip(t *testing.T) {
 	f := newEnvdFake()
 	info, _ := f.Create(context.Background(), sandbox.Config{})
-	srv := inTestServer(t, f, info.ID, 49983)
+	srv := envdTestServer(t, f, info.ID, 49983)
 
 	// writeFiles([{path:"a.txt"},{path:"/tmp/b.bin"}]): one "file" part each.
 	var body bytes.Buffer

@@ -68,7 +68,7 @@ func serveInterp(s scope, w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "OK")
 	default:
-		interpError(w, http.StatusNotFound, "no such code interpreter route: "+clipPath(p))
+		interpError(w, http.StatusNotFound, "no such code interpreter route: "+clipCaller(p))
 	}
 }
 
@@ -93,16 +93,16 @@ type interpExecuteRequest struct {
 
 func interpExecute(s scope, w http.ResponseWriter, r *http.Request) {
 	var req interpExecuteRequest
-	if err := decodeBounded(r, interpMaxBody, &req); err != nil {
+	if err := interpDecode(r, interpMaxBody, &req); err != nil {
 		interpError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if req.ContextID != "" && req.ContextID != interpContextID {
-		interpError(w, http.StatusNotFound, fmt.Sprintf("context %q not found: cellvm has one context per sandbox, %q", clipPath(req.ContextID), interpContextID))
+		interpError(w, http.StatusNotFound, fmt.Sprintf("context %q not found: cellvm has one context per sandbox, %q", clipCaller(req.ContextID), interpContextID))
 		return
 	}
 	if !interpLanguages[strings.ToLower(req.Language)] {
-		interpError(w, http.StatusBadRequest, fmt.Sprintf("language %q is not supported by cellvm yet: it runs python", clipPath(req.Language)))
+		interpError(w, http.StatusBadRequest, fmt.Sprintf("language %q is not supported by cellvm yet: it runs python", clipCaller(req.Language)))
 		return
 	}
 	if len(req.EnvVars) > 0 {
@@ -247,12 +247,12 @@ func interpCreateContext(w http.ResponseWriter, r *http.Request) {
 		Language string `json:"language"`
 		Cwd      string `json:"cwd"`
 	}
-	if err := decodeBounded(r, 64<<10, &req); err != nil {
+	if err := interpDecode(r, 64<<10, &req); err != nil {
 		interpError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if !interpLanguages[strings.ToLower(req.Language)] {
-		interpError(w, http.StatusBadRequest, fmt.Sprintf("language %q is not supported by cellvm yet: it runs python", clipPath(req.Language)))
+		interpError(w, http.StatusBadRequest, fmt.Sprintf("language %q is not supported by cellvm yet: it runs python", clipCaller(req.Language)))
 		return
 	}
 	interpError(w, http.StatusNotImplemented, fmt.Sprintf("creating code contexts is not supported by cellvm yet: each sandbox has one, %q (run code without a context)", interpContextID))
@@ -262,7 +262,7 @@ func interpCreateContext(w http.ResponseWriter, r *http.Request) {
 func interpContextOp(s scope, w http.ResponseWriter, r *http.Request, rest string) {
 	id, op, _ := strings.Cut(rest, "/")
 	if id != interpContextID || (op != "" && op != "restart") {
-		interpError(w, http.StatusNotFound, fmt.Sprintf("context %q not found: cellvm has one context per sandbox, %q", clipPath(id), interpContextID))
+		interpError(w, http.StatusNotFound, fmt.Sprintf("context %q not found: cellvm has one context per sandbox, %q", clipCaller(id), interpContextID))
 		return
 	}
 	switch {
@@ -315,8 +315,8 @@ func interpJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-// decodeBounded reads one JSON value of at most max bytes from r's body.
-func decodeBounded(r *http.Request, max int64, v any) error {
+// interpDecode reads one JSON value of at most max bytes from r's body.
+func interpDecode(r *http.Request, max int64, v any) error {
 	b, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 	if err != nil {
 		return fmt.Errorf("reading the request: %v", err)
@@ -330,8 +330,8 @@ func decodeBounded(r *http.Request, max int64, v any) error {
 	return nil
 }
 
-// clipPath bounds a caller's string quoted back in a message.
-func clipPath(s string) string {
+// clipCaller bounds a caller's string quoted back in a message.
+func clipCaller(s string) string {
 	if len(s) > 200 {
 		return s[:200] + "..."
 	}

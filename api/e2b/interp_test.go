@@ -17,9 +17,9 @@ import (
 	"github.com/cellvm/cellvm/sandbox/sandboxtest"
 )
 
-// inTestServer serves one sandbox's port (49999: the interpreter, 49983:
+// envdTestServer serves one sandbox's port (49999: the interpreter, 49983:
 // envd) of m over HTTP, as the router does once the caller is known.
-func inTestServer(t *testing.T, m sandbox.Manager, id string, port int) *httptest.Server {
+func envdTestServer(t *testing.T, m sandbox.Manager, id string, port int) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s := scope{m: m, id: id, port: port, log: slog.New(slog.DiscardHandler)}
@@ -33,7 +33,7 @@ func inTestServer(t *testing.T, m sandbox.Manager, id string, port int) *httptes
 	return srv
 }
 
-func newFakeSandbox(t *testing.T) (*sandboxtest.Manager, string) {
+func interpFakeSandbox(t *testing.T) (*sandboxtest.Manager, string) {
 	t.Helper()
 	m := sandboxtest.New()
 	info, err := m.Create(context.Background(), sandbox.Config{})
@@ -70,7 +70,7 @@ func runCode(t *testing.T, url, body string) (int, []map[string]any) {
 	return 200, lines
 }
 
-func types(lines []map[string]any) string {
+func interpTypes(lines []map[string]any) string {
 	var ts []string
 	for _, l := range lines {
 		ts = append(ts, l["type"].(string))
@@ -79,8 +79,8 @@ func types(lines []map[string]any) string {
 }
 
 func TestExecuteStreamsWhatTheSDKParses(t *testing.T) {
-	m, id := newFakeSandbox(t)
-	srv := inTestServer(t, m, id, 49999)
+	m, id := interpFakeSandbox(t)
+	srv := envdTestServer(t, m, id, 49999)
 
 	// {"code":...} as runCode sends it without options (undefined keys
 	// are left out by JSON.stringify).
@@ -88,7 +88,7 @@ func TestExecuteStreamsWhatTheSDKParses(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("status %d: %v", code, lines)
 	}
-	if got, want := types(lines), "stdout,stderr,stdout,result,number_of_executions,end_of_execution"; got != want {
+	if got, want := interpTypes(lines), "stdout,stderr,stdout,result,number_of_executions,end_of_execution"; got != want {
 		t.Fatalf("types %s, want %s", got, want)
 	}
 	if lines[0]["text"] != "out 1\n" || lines[1]["text"] != "err 1\n" {
@@ -110,11 +110,11 @@ func TestExecuteStreamsWhatTheSDKParses(t *testing.T) {
 }
 
 func TestExecuteErrorAndRichResults(t *testing.T) {
-	m, id := newFakeSandbox(t)
-	srv := inTestServer(t, m, id, 49999)
+	m, id := interpFakeSandbox(t)
+	srv := envdTestServer(t, m, id, 49999)
 
 	_, lines := runCode(t, srv.URL, `{"code":"raise"}`)
-	if got := types(lines); got != "error,number_of_executions,end_of_execution" {
+	if got := interpTypes(lines); got != "error,number_of_executions,end_of_execution" {
 		t.Fatalf("raise: %s", got)
 	}
 	e := lines[0]
@@ -124,12 +124,12 @@ func TestExecuteErrorAndRichResults(t *testing.T) {
 
 	// A timeout has no error event of its own: the end carries it.
 	_, lines = runCode(t, srv.URL, `{"code":"timeout"}`)
-	if got := types(lines); got != "stdout,error,number_of_executions,end_of_execution" || lines[1]["name"] != "TimeoutError" {
+	if got := interpTypes(lines); got != "stdout,error,number_of_executions,end_of_execution" || lines[1]["name"] != "TimeoutError" {
 		t.Fatalf("timeout: %v", lines)
 	}
 
 	_, lines = runCode(t, srv.URL, `{"code":"chart"}`)
-	if got := types(lines); got != "result,result,number_of_executions,end_of_execution" {
+	if got := interpTypes(lines); got != "result,result,number_of_executions,end_of_execution" {
 		t.Fatalf("chart: %s", got)
 	}
 	fig, main := lines[0], lines[1]
@@ -146,8 +146,8 @@ func TestExecuteErrorAndRichResults(t *testing.T) {
 }
 
 func TestExecuteRefusals(t *testing.T) {
-	m, id := newFakeSandbox(t)
-	srv := inTestServer(t, m, id, 49999)
+	m, id := interpFakeSandbox(t)
+	srv := envdTestServer(t, m, id, 49999)
 	for _, c := range []struct {
 		body string
 		code int
@@ -177,8 +177,8 @@ func TestExecuteRefusals(t *testing.T) {
 }
 
 func TestExecuteClientGoneInterrupts(t *testing.T) {
-	m, id := newFakeSandbox(t)
-	srv := inTestServer(t, m, id, 49999)
+	m, id := interpFakeSandbox(t)
+	srv := envdTestServer(t, m, id, 49999)
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/execute", strings.NewReader(`{"code":"gate"}`))
 	res, err := http.DefaultClient.Do(req)
@@ -203,8 +203,8 @@ func TestExecuteClientGoneInterrupts(t *testing.T) {
 }
 
 func TestContexts(t *testing.T) {
-	m, id := newFakeSandbox(t)
-	srv := inTestServer(t, m, id, 49999)
+	m, id := interpFakeSandbox(t)
+	srv := envdTestServer(t, m, id, 49999)
 	do := func(method, path, body string) (int, string) {
 		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
 		res, err := http.DefaultClient.Do(req)
