@@ -1,9 +1,339 @@
 package e2b
 
-import "net/http"
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/sandbox"
+)
+
+// The code interpreter (port 49999) is what @e2b/code-interpreter's
+// runCode and its contexts talk to. cellvm's sandbox has one Python
+// interpreter whose variables live across cells, which is E2B's default
+// context; so /execute is Manager.RunCell, and the contexts API shows
+// that one context, restarts it with Manager.Restart and refuses to make
+// more, saying so.
+//
+// /execute answers NDJSON, one object per line, in the shape the SDK's
+// parseOutput reads: {"type":"stdout","text":...}, {"type":"result",
+// "text":...,"png":...,"is_main_result":...}, {"type":"error","name":...,
+// "value":...,"traceback":"..."} and, last, {"type":"number_of_executions",
+// "execution_count":N} and {"type":"end_of_execution"}.
+
+const (
+	// interpContextID is the one context: the sandbox's interpreter.
+	interpContextID = "default"
+	// interpCwd is where the interpreter starts, as E2B's images have it.
+	interpCwd = "/home/user"
+	// interpCellTimeout bounds a cell on the server's side. The SDK keeps
+	// its own timeout (timeoutMs) and, when it passes, closes the request,
+	// which interrupts the cell and keeps the interpreter's variables, as
+	// a cellvm cell's timeout does.
+	interpCellTimeout = 30 * time.Minute
+	// interpMaxBody bounds /execute's request: the code plus its JSON.
+	interpMaxBody = sandbox.MaxCodeBytes + 64<<10
+)
+
+// interpLanguages are the languages /execute runs ("" is Python).
+var interpLanguages = map[string]bool{"": true, "python": true, "python3": true}
 
 // serveInterp answers port 49999: the code interpreter's /execute and
-// /contexts. Placeholder until the interpreter work lands.
+// /contexts.
 func serveInterp(s scope, w http.ResponseWriter, r *http.Request) {
-	http.Error(w, "the code interpreter front is not built yet", http.StatusNotImplemented)
+	switch p := r.URL.Path; {
+	case p == "/execute":
+		if r.Method != http.MethodPost {
+			interpError(w, http.StatusMethodNotAllowed, "/execute takes POST")
+			return
+		}
+		interpExecute(s, w, r)
+	case p == "/contexts":
+		switch r.Method {
+		case http.MethodGet:
+			interpJSON(w, http.StatusOK, []interpContext{interpDefault()})
+		case http.MethodPost:
+			interpCreateContext(w, r)
+		default:
+			interpError(w, http.StatusMethodNotAllowed, "/contexts takes GET or POST")
+		}
+	case strings.HasPrefix(p, "/contexts/"):
+		interpContextOp(s, w, r, strings.TrimPrefix(p, "/contexts/"))
+	case p == "/health":
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "OK")
+	default:
+		interpError(w, http.StatusNotFound, "no such code interpreter route: "+clipCaller(p))
+	}
+}
+
+// interpContext is a context as the SDK's Context type reads it.
+type interpContext struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+}
+
+func interpDefault() interpContext {
+	return interpContext{ID: interpContextID, Language: "python", Cwd: interpCwd}
+}
+
+// interpExecuteRequest is runCode's body.
+type interpExecuteRequest struct {
+	Code      string            `json:"code"`
+	ContextID string            `json:"context_id"`
+	Language  string            `json:"language"`
+	EnvVars   map[string]string `json:"env_vars"`
+}
+
+func interpExecute(s scope, w http.ResponseWriter, r *http.Request) {
+	var req interpExecuteRequest
+	if err := interpDecode(r, interpMaxBody, &req); err != nil {
+		interpError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if req.ContextID != "" && req.ContextID != interpContextID {
+		interpError(w, http.StatusNotFound, fmt.Sprintf("context %q not found: cellvm has one context per sandbox, %q", clipCaller(req.ContextID), interpContextID))
+		return
+	}
+	if !interpLanguages[strings.ToLower(req.Language)] {
+		interpError(w, http.StatusBadRequest, fmt.Sprintf("language %q is not supported by cellvm yet: it runs python", clipCaller(req.Language)))
+		return
+	}
+	if len(req.EnvVars) > 0 {
+		interpError(w, http.StatusBadRequest, "env_vars on runCode is not supported by cellvm yet: set envs when creating the sandbox")
+		return
+	}
+	st := &interpStream{w: w, rc: http.NewResponseController(w)}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	// The status is written with the first event, so an error before the
+	// cell started can still be an HTTP error the SDK raises as such.
+	res, err := s.m.RunCell(r.Context(), s.id, req.Code, interpCellTimeout, st.event)
+	if err != nil {
+		if !st.started {
+			status, msg := interpStatus(err)
+			interpError(w, status, msg)
+			return
+		}
+		s.log.Warn("e2b: cell ended with an error after its start", "sandbox", s.id, "err", err)
+		return
+	}
+	st.finish(&res)
+}
+
+// interpStream turns a cell's events into the SDK's NDJSON lines.
+type interpStream struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	started bool
+	errSent bool
+	ended   bool
+	failed  bool // the client is gone: stop writing
+}
+
+func (st *interpStream) event(ev cell.Event) {
+	switch ev.Type {
+	case cell.EventStdout, cell.EventStderr:
+		if ev.Text != "" {
+			st.line(map[string]any{"type": string(ev.Type), "text": ev.Text, "timestamp": time.Now().UnixMicro()})
+		}
+	case cell.EventResult:
+		if ev.Result != nil {
+			st.line(interpResult(ev.Result))
+		}
+	case cell.EventError:
+		if ev.Error != nil {
+			st.line(interpErrorLine(ev.Error))
+			st.errSent = true
+		}
+	case cell.EventEnd:
+		if ev.End != nil {
+			st.finish(ev.End)
+		}
+	}
+}
+
+// finish writes what the end adds to the stream: a note of output cut
+// from the middle, the error if no error event carried it (a timeout, a
+// lost interpreter), and the execution count. It writes once.
+func (st *interpStream) finish(res *cell.Result) {
+	if st.ended {
+		return
+	}
+	st.ended = true
+	if n := res.Truncated.StdoutBytes; n > 0 {
+		st.line(map[string]any{"type": "stdout", "text": fmt.Sprintf("\n[cellvm: %d bytes of stdout cut]\n", n), "timestamp": time.Now().UnixMicro()})
+	}
+	if n := res.Truncated.StderrBytes; n > 0 {
+		st.line(map[string]any{"type": "stderr", "text": fmt.Sprintf("\n[cellvm: %d bytes of stderr cut]\n", n), "timestamp": time.Now().UnixMicro()})
+	}
+	if res.Error != nil && !st.errSent {
+		st.line(interpErrorLine(res.Error))
+		st.errSent = true
+	}
+	st.line(map[string]any{"type": "number_of_executions", "execution_count": res.ExecutionCount})
+	st.line(map[string]any{"type": "end_of_execution"})
+}
+
+func (st *interpStream) line(v any) {
+	if st.failed {
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	if !st.started {
+		st.started = true
+		st.w.WriteHeader(http.StatusOK)
+	}
+	if _, err := st.w.Write(append(b, '\n')); err != nil {
+		st.failed = true
+		return
+	}
+	_ = st.rc.Flush()
+}
+
+// interpMIME maps a Jupyter MIME type to the key the SDK's Result reads.
+// Types not here keep their MIME name: the SDK puts them in extra.
+var interpMIME = map[string]string{
+	cell.MIMEText:            "text",
+	cell.MIMEHTML:            "html",
+	cell.MIMEMD:              "markdown",
+	cell.MIMESVG:             "svg",
+	cell.MIMEPNG:             "png",
+	cell.MIMEJPEG:            "jpeg",
+	"application/pdf":        "pdf",
+	cell.MIMELaTeX:           "latex",
+	cell.MIMEJSON:            "json",
+	"application/javascript": "javascript",
+}
+
+// interpResult is one display as a "result" line. Images are base64
+// already (cell.Display's convention, which is E2B's too); JSON is sent
+// as the value it holds, as Jupyter's bundle has it.
+func interpResult(d *cell.Display) map[string]any {
+	out := map[string]any{"type": "result", "is_main_result": d.Main}
+	for mime, v := range d.Data {
+		key, ok := interpMIME[mime]
+		if !ok {
+			key = mime
+		}
+		if key == "json" && json.Valid([]byte(v)) {
+			out[key] = json.RawMessage(v)
+			continue
+		}
+		out[key] = v
+	}
+	return out
+}
+
+// interpErrorLine is an error as the SDK's ExecutionError reads it: the
+// traceback one string, as Jupyter's server joins it.
+func interpErrorLine(e *cell.Error) map[string]any {
+	return map[string]any{"type": "error", "name": e.Name, "value": e.Value, "traceback": strings.Join(e.Traceback, "\n")}
+}
+
+// interpCreateContext makes a context: cellvm has only the default one,
+// so a request for Python in its directory gets that one and anything
+// else is refused with what cellvm does offer.
+func interpCreateContext(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Language string `json:"language"`
+		Cwd      string `json:"cwd"`
+	}
+	if err := interpDecode(r, 64<<10, &req); err != nil {
+		interpError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !interpLanguages[strings.ToLower(req.Language)] {
+		interpError(w, http.StatusBadRequest, fmt.Sprintf("language %q is not supported by cellvm yet: it runs python", clipCaller(req.Language)))
+		return
+	}
+	interpError(w, http.StatusNotImplemented, fmt.Sprintf("creating code contexts is not supported by cellvm yet: each sandbox has one, %q (run code without a context)", interpContextID))
+}
+
+// interpContextOp answers DELETE /contexts/ID and POST /contexts/ID/restart.
+func interpContextOp(s scope, w http.ResponseWriter, r *http.Request, rest string) {
+	id, op, _ := strings.Cut(rest, "/")
+	if id != interpContextID || (op != "" && op != "restart") {
+		interpError(w, http.StatusNotFound, fmt.Sprintf("context %q not found: cellvm has one context per sandbox, %q", clipCaller(id), interpContextID))
+		return
+	}
+	switch {
+	case op == "restart" && r.Method == http.MethodPost:
+		if err := s.m.Restart(r.Context(), s.id); err != nil {
+			status, msg := interpStatus(err)
+			interpError(w, status, msg)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	case op == "" && r.Method == http.MethodDelete:
+		interpError(w, http.StatusNotImplemented, fmt.Sprintf("removing the context %q is not supported by cellvm: it is the sandbox's interpreter (restart it instead)", interpContextID))
+	default:
+		interpError(w, http.StatusMethodNotAllowed, "use DELETE /contexts/ID or POST /contexts/ID/restart")
+	}
+}
+
+// interpStatus maps a Manager error to a status the SDK's extractError
+// reads (404 is NotFoundError; 502 would read as the sandbox's timeout,
+// so a lost sandbox is 503).
+func interpStatus(err error) (int, string) {
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		return http.StatusNotFound, "sandbox not found"
+	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, sandbox.ErrTooLarge):
+		return http.StatusBadRequest, err.Error()
+	case errors.Is(err, sandbox.ErrBusy):
+		return http.StatusConflict, err.Error()
+	case errors.Is(err, sandbox.ErrForbidden):
+		return http.StatusForbidden, err.Error()
+	case errors.Is(err, sandbox.ErrLost):
+		return http.StatusServiceUnavailable, err.Error()
+	case errors.Is(err, sandbox.ErrNotSupported):
+		return http.StatusNotImplemented, err.Error()
+	}
+	return http.StatusInternalServerError, "internal error"
+}
+
+// interpError writes a plain-text error: the SDK reads the body as text.
+func interpError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Del("Content-Length")
+	w.WriteHeader(status)
+	io.WriteString(w, msg)
+}
+
+func interpJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// interpDecode reads one JSON value of at most max bytes from r's body.
+func interpDecode(r *http.Request, max int64, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	if err != nil {
+		return fmt.Errorf("reading the request: %v", err)
+	}
+	if int64(len(b)) > max {
+		return fmt.Errorf("request body is larger than %d bytes", max)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("request body is not the JSON expected: %v", err)
+	}
+	return nil
+}
+
+// clipCaller bounds a caller's string quoted back in a message.
+func clipCaller(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
 }
