@@ -35,11 +35,12 @@ class Sandbox(SandboxCalls):
     """
 
     @classmethod
-    def create(cls, *, vcpus: Optional[int] = None, memory_mib: Optional[int] = None, network: Any = None,
+    def create(cls, template: Optional[str] = None, *, vcpus: Optional[int] = None, memory_mib: Optional[int] = None,
+               network: Any = None,
                env: Optional[Dict[str, str]] = None, ttl_s: Optional[int] = None, idle_timeout_s: Optional[int] = None,
                start: Optional[str] = None, snapshot: Optional[str] = None, workspace: Optional[str] = None,
                image: Optional[str] = None, timeout: Optional[float] = None,
-               template: Optional[str] = None, metadata: Optional[Dict[str, str]] = None,
+               metadata: Optional[Dict[str, str]] = None,
                envs: Optional[Dict[str, str]] = None, request_timeout: float = DEFAULT_CREATE_TIMEOUT_S,
                connection: Optional[Connection] = None, socket_path: Optional[str] = None) -> "Sandbox":
         """Creates a sandbox and returns once it runs. ``network`` is None

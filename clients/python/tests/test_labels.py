@@ -19,7 +19,7 @@ class E2BNamesTest(unittest.TestCase):
             self.assertEqual(info.metadata, {"run": "e2b-names"})
             self.assertEqual(info.config.get("image", ""), "")  # "base" is the daemon's own image
             self.assertIn("GREETING", info.raw.get("env_names") or [])
-        with Sandbox.create(socket_path=SOCKET, template="team") as sbx:
+        with Sandbox.create("team", socket_path=SOCKET) as sbx:  # E2B's positional template
             self.assertEqual(sbx.info().config.get("image"), "team")
 
     def test_list_filters_by_metadata_and_state(self):
