@@ -2,6 +2,9 @@
 # then `make test`.
 
 GO      ?= go
+# VERSION is what cellvm --version and GET /v1/version say: the nearest
+# tag (git describe), else empty, and then the module's build info's.
+VERSION ?= $(shell git describe --tags --dirty 2>/dev/null)
 # No cgo anywhere: the VMM's jail drops privileges on every thread with Go's
 # own all-threads system calls (cgo forbids them), and the binaries are
 # static. (A -race run needs cgo; the jail's own test then skips, saying so.)
@@ -38,7 +41,7 @@ image:
 
 cellvm:
 	@mkdir -p $(BIN)
-	$(GO) build -buildvcs=auto -ldflags "-X main.buildCommit=$$(git rev-parse HEAD 2>/dev/null)" -o $(BIN)/cellvm ./cmd/cellvm
+	$(GO) build -buildvcs=auto -ldflags "-X main.buildCommit=$$(git rev-parse HEAD 2>/dev/null) -X main.buildRelease=$(VERSION)" -o $(BIN)/cellvm ./cmd/cellvm
 
 ## initramfs: the static guest init as /init of build/initramfs.cpio
 initramfs:

@@ -4,16 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"time"
 
 	"github.com/cellvm/cellvm/sandbox"
 )
 
 // Placeholders for the Manager methods issue 26 adds.
-
-func (c *Client) SetTTL(ctx context.Context, id string, ttl time.Duration) (sandbox.Info, error) {
-	return sandbox.Info{}, fmt.Errorf("%w: SetTTL is not built yet (issue 26)", sandbox.ErrNotSupported)
-}
 
 func (c *Client) StartProcess(ctx context.Context, id string, req sandbox.ProcessRequest, onEvent func(sandbox.ProcessEvent) error) (sandbox.ProcessExit, error) {
 	return sandbox.ProcessExit{}, fmt.Errorf("%w: StartProcess is not built yet (issue 26)", sandbox.ErrNotSupported)

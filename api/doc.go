@@ -26,7 +26,7 @@
 //
 //	GET    /v1/openapi.json
 //	POST   /v1/sandboxes                      create
-//	GET    /v1/sandboxes                      list
+//	GET    /v1/sandboxes                      list (?label=k=v&state=S&limit=N&next=T)
 //	GET    /v1/sandboxes/{id}                 info
 //	DELETE /v1/sandboxes/{id}                 destroy
 //	POST   /v1/sandboxes/{id}/cells           run Python (NDJSON when asked)
@@ -39,9 +39,11 @@
 //	POST   /v1/sandboxes/{id}/pause
 //	POST   /v1/sandboxes/{id}/resume
 //	POST   /v1/sandboxes/{id}/snapshot
+//	POST   /v1/sandboxes/{id}/ttl             live ttl_s more from now
 //	GET    /v1/sandboxes/{id}/logs        console, agent or vmm log (NDJSON with follow=1)
 //	GET    /v1/events                     lifecycle events (NDJSON)
 //	GET    /v1/capacity                   the host's caps and their use
+//	GET    /v1/version                    the daemon's version, commit and Go
 //	GET    /metrics                       Prometheus text format
 //	GET    /v1/snapshots                  snapshots (POST /v1/sandboxes {"snapshot"} forks one)
 //	GET    /v1/snapshots/{id}

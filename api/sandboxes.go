@@ -10,6 +10,9 @@ import (
 // ListResponse is the body of GET /v1/sandboxes.
 type ListResponse struct {
 	Sandboxes []sandbox.Info `json:"sandboxes"`
+	// Next is the token of the next page (?next=), when a limit cut
+	// this one short.
+	Next string `json:"next,omitempty"`
 }
 
 // create: POST /v1/sandboxes with a sandbox.Config (an empty body means
@@ -48,19 +51,23 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusCreated, info.Redacted())
 }
 
+// list: GET /v1/sandboxes, with the filters and pages of listquery.go.
 func (s *server) list(w http.ResponseWriter, r *http.Request) {
+	q, err := parseListQuery(r.URL.Query())
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
 	infos, err := s.m.List(r.Context())
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
-	if infos == nil {
-		infos = []sandbox.Info{}
-	}
+	infos, next := q.page(infos)
 	for i := range infos {
 		infos[i] = infos[i].Redacted()
 	}
-	s.writeJSON(w, http.StatusOK, ListResponse{Sandboxes: infos})
+	s.writeJSON(w, http.StatusOK, ListResponse{Sandboxes: infos, Next: next})
 }
 
 func (s *server) get(w http.ResponseWriter, r *http.Request) {

@@ -76,6 +76,7 @@ type server struct {
 	mcp                http.Handler      // nil: MCP is not served
 	knownTenant        func(string) bool // nil: any valid tenant name
 	audit              *auditSink        // nil: no audit records (audit.go)
+	version            *VersionInfo      // nil: the build info's (version.go)
 
 	registry    *prometheus.Registry
 	reqMetrics  *requestMetrics

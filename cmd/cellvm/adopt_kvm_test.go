@@ -29,12 +29,19 @@ func TestRestartFindsAVMMThatRewroteItsArgv(t *testing.T) {
 	d := startDaemon(t, dir)
 	c := api.NewClient(d.socket)
 	ctx := context.Background()
-	info, err := c.Create(ctx, sandbox.Config{MemoryMiB: 384})
+	info, err := c.Create(ctx, sandbox.Config{MemoryMiB: 384, Labels: map[string]string{"suite": "adopt"}})
 	if err != nil {
 		d.stop(t)
 		t.Fatal(err)
 	}
 	mustCell(t, c, info.ID, "survivor = 7", time.Minute)
+	// Its labels and a TTL set after its creation are kept across the
+	// restart too (issue 26).
+	set, err := c.SetTTL(ctx, info.ID, 2*time.Hour)
+	if err != nil {
+		d.stop(t)
+		t.Fatal(err)
+	}
 	pid := vmmOf(t, d.state, info.ID)
 	spec, err := control.ReadSpec(filepath.Join(d.state, "sandboxes", info.ID, "vmm.json"))
 	if err != nil {
@@ -65,6 +72,13 @@ func TestRestartFindsAVMMThatRewroteItsArgv(t *testing.T) {
 	}
 	if v := text(mustCell(t, c2, info.ID, "survivor", time.Minute)); v != "7" {
 		t.Errorf("the taken-back sandbox's state: %q", v)
+	}
+	if got.Config.Labels["suite"] != "adopt" || got.Config.TTL != set.Config.TTL {
+		t.Errorf("taken back with labels %v and TTL %v; want suite=adopt and %v", got.Config.Labels, got.Config.TTL, set.Config.TTL)
+	}
+	lr, err := c2.ListPage(ctx, api.ListQuery{Filter: sandbox.ListFilter{Labels: map[string]string{"suite": "adopt"}, States: []sandbox.State{sandbox.StateRunning}}})
+	if err != nil || len(lr.Sandboxes) != 1 || lr.Sandboxes[0].ID != info.ID {
+		t.Errorf("ls -l suite=adopt --state running after the restart: %+v %v", lr, err)
 	}
 	if err := c2.Delete(ctx, info.ID); err != nil {
 		t.Fatal(err)

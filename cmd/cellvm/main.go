@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -60,6 +61,10 @@ func (a *app) rootCommand() *cobra.Command {
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	// cellvm --version: the same line as cellvm version.
+	info, _ := debug.ReadBuildInfo()
+	root.Version = versionOf(info).String()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(
 		a.runCommand(),
 		a.serveCommand(),

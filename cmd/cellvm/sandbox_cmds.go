@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,23 +50,8 @@ func (a *app) sandboxCommand() *cobra.Command {
 		a.sandboxCreateCommand(),
 		a.sandboxSnapshotCommand(),
 		a.sandboxForkCommand(),
-		a.daemonCommand(&cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "list the daemon's sandboxes", Args: noArgs},
-			func(ctx context.Context, c *api.Client, _ []string) error {
-				list, err := c.List(ctx)
-				if err != nil {
-					return err
-				}
-				if a.jsonOut {
-					return printJSON(a.stdout, list)
-				}
-				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tSTATE\tVCPUS\tMEMORY\tUPTIME\tCELLS")
-				for _, s := range list {
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%d MiB\t%s\t%d\n", s.ID, s.State, s.Config.VCPUs, s.Config.MemoryMiB,
-						(time.Duration(s.UptimeS) * time.Second).String(), s.Cells)
-				}
-				return tw.Flush()
-			}),
+		a.sandboxLsCommand(),
+		a.sandboxTTLCommand(),
 		a.daemonCommand(&cobra.Command{Use: "inspect SANDBOX", Short: "print a sandbox's state, config and usage as JSON (and why it was lost)", Args: exactArgs(1, "one SANDBOX")},
 			func(ctx context.Context, c *api.Client, args []string) error {
 				info, err := c.Get(ctx, args[0])
@@ -145,8 +129,12 @@ func (a *app) sandboxCreateCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&cold, "cold", false, "boot the sandbox's VM even when the daemon has a template ready for its shape")
 	cmd.Flags().StringVar(&image, "image", "", "the root image to boot (cellvm image ls lists them; default: the daemon's own)")
 	cmd.Flags().StringVar(&workspace, "workspace", "", "mount this persistent volume at /workspace (made on first use, kept after the sandbox; cellvm workspace ls lists them)")
+	lf := addLabelFlags(cmd.Flags(), "label the sandbox KEY=VALUE (repeatable; sandbox ls -l KEY=VALUE finds it)")
 	return a.daemonCommandChecked(cmd, func([]string) error {
 		if err := life.check(); err != nil {
+			return err
+		}
+		if _, err := lf.labels(); err != nil {
 			return err
 		}
 		if workspace != "" && !sandbox.ValidWorkspaceName(workspace) {
@@ -164,6 +152,7 @@ func (a *app) sandboxCreateCommand() *cobra.Command {
 			cfg.Start = sandbox.StartCold
 		}
 		cfg.Workspace, cfg.Image = workspace, image
+		cfg.Labels, _ = lf.labels()
 		info, err := c.Create(ctx, cfg)
 		if err != nil {
 			return err

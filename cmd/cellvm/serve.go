@@ -301,7 +301,7 @@ func (a *app) serve(o *serveOptions) error {
 		return err
 	}
 	apiOpts := []api.Option{api.WithMetrics(reg), api.WithTimeouts(o.cellTimeout, o.maxCellTimeout),
-		api.WithTenants(func(t string) bool { return known[t] }), api.WithMaxImageUploadBytes(o.maxImageUploadMiB << 20)}
+		api.WithTenants(func(t string) bool { return known[t] }), api.WithMaxImageUploadBytes(o.maxImageUploadMiB << 20), api.WithVersion(apiVersion())}
 	if o.mcp {
 		mh, closeMCP := newMCPHandler(m, o, tenantFile, log)
 		defer closeMCP()

@@ -113,12 +113,16 @@ func (a *app) sandboxForkCommand() *cobra.Command {
 	fs.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for the sandbox's commands (repeatable; default: the snapshot's)")
 	fs.StringSliceVar(&allow, "allow", nil, "egress allowlist entry (repeatable or comma-separated; default: no network)")
 	life := addLifetimeFlags(fs)
+	lf := addLabelFlags(fs, "label the fork KEY=VALUE (repeatable; a fork has none of its parent's labels unless given)")
 	build := func(snapID string) (sandbox.Config, error) {
 		cfg := sandbox.Config{Snapshot: snapID, VCPUs: vcpus, MemoryMiB: memory}
+		var err error
+		if cfg.Labels, err = lf.labels(); err != nil {
+			return cfg, err
+		}
 		if len(allow) > 0 {
 			cfg.Network = &sandbox.NetworkPolicy{Allow: allow}
 		}
-		var err error
 		if cfg.Env, err = parseEnv(env); err != nil {
 			return cfg, err
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime/debug"
 
+	"github.com/cellvm/cellvm/api"
 	"github.com/spf13/cobra"
 )
 
@@ -30,6 +31,11 @@ func (a *app) versionCommand() *cobra.Command {
 // file, or GOFLAGS=-buildvcs=false).
 var buildCommit string
 
+// buildRelease is the version the Makefile passes with -ldflags -X (its
+// VERSION: the nearest git tag); empty, the build info's module version
+// is the version.
+var buildRelease string
+
 // buildVersion is what a binary knows about where it came from.
 type buildVersion struct {
 	Module   string `json:"module"`
@@ -47,6 +53,9 @@ func versionOf(info *debug.BuildInfo) buildVersion {
 	if buildCommit != "" {
 		v.Commit = buildCommit
 	}
+	if buildRelease != "" {
+		v.Version = buildRelease
+	}
 	if info == nil {
 		return v
 	}
@@ -56,6 +65,9 @@ func versionOf(info *debug.BuildInfo) buildVersion {
 	}
 	if info.Main.Version != "" {
 		v.Version = info.Main.Version
+	}
+	if buildRelease != "" {
+		v.Version = buildRelease
 	}
 	for _, s := range info.Settings {
 		switch s.Key {
@@ -92,4 +104,11 @@ func moduleVersion() string {
 		return v.Version + "+" + v.Commit[:12]
 	}
 	return v.Version
+}
+
+// apiVersion is what the daemon's GET /v1/version answers.
+func apiVersion() api.VersionInfo {
+	info, _ := debug.ReadBuildInfo()
+	v := versionOf(info)
+	return api.VersionInfo{Version: v.Version, Commit: v.Commit, Go: v.Go}
 }

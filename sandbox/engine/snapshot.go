@@ -275,6 +275,9 @@ func (m *VMManager) DeleteSnapshot(ctx context.Context, id string) error {
 // sandbox. A fork's machine is the snapshot's: a different vCPU count or
 // memory size is refused, and so is root for a snapshot whose cells ran
 // unprivileged (a fork of a root sandbox is root).
+// A fork's labels are its own create's, never its parent's: a label says
+// who asked for a sandbox and why (E2B's metadata), and a fork's asker is
+// not its parent's; a caller that wants them copies them into the create.
 func (m *VMManager) forkConfig(cfg sandbox.Config) (sandbox.Config, *snapshotMeta, error) {
 	meta, err := m.loadSnapshot(cfg.Snapshot)
 	if err != nil {

@@ -11,8 +11,11 @@ export class Result {
   readonly markdown?: string;
   readonly latex?: string;
   readonly svg?: string;
-  readonly png?: Uint8Array;
-  readonly jpeg?: Uint8Array;
+  /** Base64 text, as E2B's SDK gives it. */
+  readonly png?: string;
+  readonly jpeg?: string;
+  readonly pngBytes?: Uint8Array;
+  readonly jpegBytes?: Uint8Array;
   readonly json?: unknown;
   formats(): string[];
 }
@@ -35,7 +38,8 @@ export class Execution {
   readonly raw: Record<string, unknown>;
   readonly status: 'ok' | 'error' | 'timeout' | 'lost';
   readonly executionCount: number;
-  readonly logs: { stdout: string; stderr: string };
+  /** Lines, each with its newline, as E2B's SDK gives them. */
+  readonly logs: { stdout: string[]; stderr: string[] };
   readonly results: Result[];
   readonly error: ExecutionError | null;
   /** Whether the interpreter's variables survived (an interrupted timeout keeps them). */
@@ -70,6 +74,8 @@ export interface SandboxInfo {
   network: Record<string, unknown>;
   /** How its VM started (null when the daemon does not know, as for a sandbox taken over from an earlier daemon). */
   startedFrom: 'template' | 'boot' | 'snapshot' | null;
+  /** Its labels (E2B's metadata), as given at its creation. */
+  metadata: Record<string, string>;
   raw: Record<string, unknown>;
 }
 

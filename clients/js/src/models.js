@@ -21,9 +21,12 @@ export class Result {
   get markdown() { return this.data['text/markdown']; }
   get latex() { return this.data['text/latex']; }
   get svg() { return this.data['image/svg+xml']; }
+  /** The PNG as base64 text, as E2B's SDK gives it (pngBytes decodes it). */
+  get png() { return this.data['image/png']; }
+  get jpeg() { return this.data['image/jpeg']; }
   /** The PNG's bytes. */
-  get png() { return b64(this.data['image/png']); }
-  get jpeg() { return b64(this.data['image/jpeg']); }
+  get pngBytes() { return b64(this.data['image/png']); }
+  get jpegBytes() { return b64(this.data['image/jpeg']); }
   /** application/json, parsed (undefined when absent or not JSON). */
   get json() {
     const v = this.data['application/json'];
@@ -46,13 +49,19 @@ export function executionError(raw) {
 
 const truncated = (t) => ({ stdoutBytes: Number(t?.stdout_bytes ?? 0), stderrBytes: Number(t?.stderr_bytes ?? 0) });
 
+/** text cut after each newline (the pieces keep theirs). */
+export function lines(text) {
+  return text.match(/[^\n]*\n|[^\n]+$/g) ?? [];
+}
+
 /** The outcome of one cell. */
 export class Execution {
   constructor(raw) {
     this.raw = raw;
     this.status = String(raw.status ?? '');
     this.executionCount = Number(raw.execution_count ?? 0);
-    this.logs = { stdout: String(raw.stdout ?? ''), stderr: String(raw.stderr ?? '') };
+    // Lists of lines, each with its newline, as E2B's SDK gives them: join('') is the text.
+    this.logs = { stdout: lines(String(raw.stdout ?? '')), stderr: lines(String(raw.stderr ?? '')) };
     this.results = (raw.results ?? []).filter((r) => r && typeof r === 'object').map((r) => new Result(r));
     this.error = executionError(raw.error);
     this.stateKept = Boolean(raw.state_kept);
@@ -77,7 +86,8 @@ export function sandboxInfo(raw) {
     sandboxId: String(raw.id ?? ''), state: String(raw.state ?? ''), config: raw.config ?? {}, createdAt: raw.created_at,
     uptimeS: Number(raw.uptime_s ?? 0), cells: Number(raw.cells ?? 0), cellRunning: Boolean(raw.cell_running),
     usage: raw.usage ?? {}, network: raw.network ?? {},
-    startedFrom: typeof raw.started_from === 'string' && raw.started_from ? raw.started_from : null, raw,
+    startedFrom: typeof raw.started_from === 'string' && raw.started_from ? raw.started_from : null,
+    metadata: raw.config?.labels && typeof raw.config.labels === 'object' ? { ...raw.config.labels } : {}, raw,
   };
 }
 

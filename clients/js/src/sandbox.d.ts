@@ -39,9 +39,31 @@ export interface CreateOptions extends ConnectOptions {
    * when there is no such image). A fork has its snapshot's. 1 to 64 of a-z, 0-9, '-', '_', '.'.
    */
   image?: string;
-  /** How long the boot may take. */
+  /**
+   * E2B's meaning: the sandbox's lifetime from its creation (sent as ttl_s, whole seconds rounded up; give one of
+   * timeoutMs and ttlS). Until this release it was the boot wait, now requestTimeoutMs.
+   */
   timeoutMs?: number;
+  /** How long the boot may take (default 180 s). */
+  requestTimeoutMs?: number;
+  /** E2B's template: its 'base' and 'code-interpreter-v1' are the daemon's own image, any other name an image. */
+  template?: string;
+  /** Labels (E2B's metadata): Sandbox.list({ metadata }) finds the sandbox by them. */
+  metadata?: Record<string, string>;
+  /** E2B's name for env. */
+  envs?: Record<string, string>;
 }
+
+export interface ListOptions extends ConnectOptions {
+  /** Every label given must match. */
+  metadata?: Record<string, string>;
+  /** Any of these states. */
+  state?: SandboxState | SandboxState[];
+  /** E2B's form of the same filters. */
+  query?: { metadata?: Record<string, string>; state?: SandboxState | SandboxState[] };
+}
+
+export type SandboxState = 'starting' | 'running' | 'paused' | 'lost' | 'stopping';
 
 export interface RunCodeOptions {
   /** The cell's time limit (default 60 s). */
@@ -56,8 +78,12 @@ export interface RunCodeOptions {
 
 export class Sandbox {
   static create(opts?: CreateOptions): Promise<Sandbox>;
+  /** E2B's form: the template first. */
+  static create(template: string, opts?: CreateOptions): Promise<Sandbox>;
   static connect(id: string, opts?: ConnectOptions): Promise<Sandbox>;
-  static list(opts?: ConnectOptions): Promise<SandboxInfo[]>;
+  static list(opts?: ListOptions): Promise<SandboxInfo[]>;
+  /** The daemon's version (GET /v1/version). */
+  static serverVersion(opts?: ConnectOptions): Promise<{ version: string; commit: string; go: string }>;
   /** Every snapshot of the daemon, oldest first. */
   static listSnapshots(opts?: ConnectOptions): Promise<SnapshotInfo[]>;
   /** Describes one snapshot (NotFound if there is none). */
@@ -92,6 +118,8 @@ export class Sandbox {
   /** Saves the sandbox's machine while it keeps running; Sandbox.create({ snapshot }) forks it. */
   snapshot(opts?: { timeoutMs?: number }): Promise<SnapshotInfo>;
   info(): Promise<SandboxInfo>;
+  /** E2B's setTimeout: timeoutMs more to live, counted from now. */
+  setTimeout(timeoutMs: number): Promise<SandboxInfo>;
   kill(opts?: { timeoutMs?: number }): Promise<boolean>;
   [Symbol.asyncDispose](): Promise<void>;
 }

@@ -170,6 +170,62 @@ function uploadSource(data) {
   throw new TypeError('files.write takes a string, a Uint8Array, an ArrayBuffer or a readable stream');
 }
 
+/** E2B's template names that mean the daemon's own image. */
+const DEFAULT_TEMPLATES = ['base', 'code-interpreter-v1', 'code-interpreter', 'default'];
+/** The states a list may filter by. */
+const STATES = ['starting', 'running', 'paused', 'lost', 'stopping'];
+const LABEL_KEY = /^[A-Za-z0-9._\/:-]{1,128}$/;
+
+/** A sandbox's labels (E2B's metadata), checked as the daemon checks them. */
+function labelsField(v, what) {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'object' || Array.isArray(v) || !Object.values(v).every((x) => typeof x === 'string')) {
+    throw new TypeError(`${what} is an object of string values`);
+  }
+  const keys = Object.keys(v);
+  if (keys.length > 64) throw new TypeError(`${what} has ${keys.length} entries, at most 64`);
+  for (const k of keys) {
+    if (!LABEL_KEY.test(k)) throw new TypeError(`${what} key ${JSON.stringify(k.slice(0, 64))}: 1 to 128 of letters, digits and . _ - / :`);
+    // eslint-disable-next-line no-control-regex
+    if (Buffer.byteLength(v[k]) > 1024 || /[\u0000-\u001f\u007f]/.test(v[k])) {
+      throw new TypeError(`${what} ${JSON.stringify(k.slice(0, 64))}'s value: at most 1024 bytes of text without control characters`);
+    }
+  }
+  return { ...v };
+}
+
+function oneOf(a, b, names) {
+  if (a !== undefined && a !== null && b !== undefined && b !== null) throw new TypeError(`give one of ${names}, not both`);
+  return a ?? b;
+}
+
+/**
+ * The create's fields that E2B names: timeoutMs is the sandbox's lifetime (ttl_s, rounded up to whole seconds),
+ * template the image (E2B's 'base' and 'code-interpreter-v1' are the daemon's own), metadata the labels, envs the env.
+ */
+function createFields(opts) {
+  const cfg = {};
+  if (opts.timeoutMs !== undefined && opts.timeoutMs !== null) {
+    if (!Number.isFinite(opts.timeoutMs) || !(opts.timeoutMs > 0)) throw new TypeError('timeoutMs is the sandbox\'s lifetime, a positive number of milliseconds');
+    if (opts.ttlS !== undefined) throw new TypeError('give one of ttlS and timeoutMs (the lifetime), not both');
+    cfg.ttl_s = Math.max(1, Math.ceil(opts.timeoutMs / 1000));
+  }
+  const labels = labelsField(oneOf(opts.metadata, opts.labels, 'metadata and labels'), 'metadata');
+  if (labels && Object.keys(labels).length) cfg.labels = labels;
+  if (opts.envs !== undefined && opts.envs !== null) {
+    if (opts.env !== undefined && opts.env !== null) throw new TypeError('give one of env and envs, not both');
+    opts.env = opts.envs;
+  }
+  if (opts.template !== undefined && opts.template !== null) {
+    if (typeof opts.template !== 'string') throw new TypeError('template is a string');
+    if (!DEFAULT_TEMPLATES.includes(opts.template)) {
+      if (opts.image !== undefined && opts.image !== null) throw new TypeError('give one of image and template, not both');
+      opts.image = opts.template;
+    }
+  }
+  return cfg;
+}
+
 export class Sandbox {
   /** @private */
   constructor(connection, info) {
@@ -244,9 +300,12 @@ export class Sandbox {
    * Creates a sandbox and resolves once it runs.
    * @param {import('./index.js').CreateOptions} [opts]
    */
-  static async create(opts = {}) {
+  static async create(template, opts) {
+    // E2B's form: create(template?, opts?).
+    if (typeof template === 'string') opts = { ...(opts ?? {}), template };
+    else opts = { ...(template ?? {}) };
     const c = conn(opts);
-    const cfg = {};
+    const cfg = createFields(opts);
     for (const [k, wire] of [['vcpus', 'vcpus'], ['memoryMiB', 'memory_mib'], ['ttlS', 'ttl_s'], ['idleTimeoutS', 'idle_timeout_s']]) {
       if (opts[k] !== undefined) {
         if (!Number.isInteger(opts[k])) throw new TypeError(`${k} must be an integer`);
@@ -262,8 +321,46 @@ export class Sandbox {
     if (opts.snapshot !== undefined && opts.snapshot !== null) cfg.snapshot = snapshotId(opts.snapshot);
     if (opts.workspace !== undefined && opts.workspace !== null) cfg.workspace = workspaceName(opts.workspace);
     if (opts.image !== undefined && opts.image !== null) cfg.image = imageName(opts.image);
-    const raw = await jsonCall(c, 'POST', '/v1/sandboxes', cfg, { want: [201], timeoutMs: (opts.timeoutMs ?? DEFAULT_CREATE_TIMEOUT_MS) + c.timeoutMs });
+    const raw = await jsonCall(c, 'POST', '/v1/sandboxes', cfg, { want: [201], timeoutMs: (opts.requestTimeoutMs ?? DEFAULT_CREATE_TIMEOUT_MS) + c.timeoutMs });
     return new this(c, sandboxInfo(raw));
+  }
+
+  /**
+   * The daemon's sandboxes (a tenant's own), oldest first, filtered: every label of metadata must match, and the
+   * state must be one of state (a string or an array). E2B's { query: { metadata, state } } is taken too.
+   */
+  static async list(opts = {}) {
+    const c = conn(opts);
+    const q = opts.query ?? opts;
+    const params = new URLSearchParams();
+    const labels = labelsField(q.metadata, 'metadata');
+    for (const k of Object.keys(labels ?? {}).sort()) params.append('label', `${k}=${labels[k]}`);
+    if (q.state !== undefined && q.state !== null) {
+      const states = typeof q.state === 'string' ? [q.state] : q.state;
+      if (!Array.isArray(states) || !states.every((x) => STATES.includes(x))) {
+        throw new TypeError(`state is one of ${STATES.join(', ')}, or an array of them`);
+      }
+      for (const st of states) params.append('state', st);
+    }
+    const qs = params.toString();
+    const v = await jsonCall(c, 'GET', '/v1/sandboxes' + (qs ? '?' + qs : ''));
+    return (v?.sandboxes ?? []).map(sandboxInfo);
+  }
+
+  /** The daemon's { version, commit, go } (GET /v1/version). */
+  static async serverVersion(opts = {}) {
+    const c = conn(opts);
+    return jsonCall(c, 'GET', '/v1/version');
+  }
+
+  /**
+   * E2B's setTimeout: the sandbox lives timeoutMs more from now, whatever its TTL said (whole seconds, rounded up;
+   * at most the daemon's cap). Resolves to its info, whose config.ttl_s is then its whole lifetime.
+   */
+  async setTimeout(timeoutMs) {
+    if (!Number.isFinite(timeoutMs) || !(timeoutMs > 0)) throw new TypeError('timeoutMs is a positive number of milliseconds');
+    const raw = await jsonCall(this._conn, 'POST', sandboxPath(this.sandboxId, 'ttl'), { ttl_s: Math.max(1, Math.ceil(timeoutMs / 1000)) });
+    return sandboxInfo(raw);
   }
 
   /** Takes up an existing sandbox by id (NotFound if there is none). */
@@ -272,12 +369,6 @@ export class Sandbox {
     return new this(c, sandboxInfo(await jsonCall(c, 'GET', sandboxPath(id))));
   }
 
-  /** Every sandbox of the daemon. */
-  static async list(opts = {}) {
-    const c = conn(opts);
-    const v = await jsonCall(c, 'GET', '/v1/sandboxes');
-    return (v?.sandboxes ?? []).map(sandboxInfo);
-  }
 
   /** Every snapshot of the daemon, oldest first. */
   static async listSnapshots(opts = {}) {

@@ -32,7 +32,7 @@ test('streaming order and the execution', needsDaemon, () => withSandbox({}, asy
   assert.deepEqual(seen, [['stdout', 'out 1\n'], ['stderr', 'err 1\n'], ['stdout', 'out 2\n'], ['result', '3', true]]);
   assert.equal(ex.status, 'ok');
   assert.equal(ex.text, '3');
-  assert.deepEqual(ex.logs, { stdout: 'out 1\nout 2\n', stderr: 'err 1\n' });
+  assert.deepEqual(ex.logs, { stdout: ['out 1\n', 'out 2\n'], stderr: ['err 1\n'] }); // E2B's lists
   assert.equal(ex.executionCount, 1);
   assert.equal(ex.stateKept, true);
   assert.equal(ex.killedBy, null);
@@ -79,8 +79,8 @@ test('an error is a result; a timeout keeps state', needsDaemon, () => withSandb
   assert.equal(t.status, 'timeout');
   assert.equal(t.stateKept, true);
   assert.equal(t.killedBy, 'timeout');
-  assert.equal((await sbx.runCode('timeout_ms', { timeoutMs: 2500 })).logs.stdout, '2500\n');
-  assert.equal((await sbx.runCode('timeout_ms')).logs.stdout, '60000\n');
+  assert.deepEqual((await sbx.runCode('timeout_ms', { timeoutMs: 2500 })).logs.stdout, ['2500\n']);
+  assert.deepEqual((await sbx.runCode('timeout_ms')).logs.stdout, ['60000\n']);
   await assert.rejects(sbx.runCode('x', { timeoutMs: -1 }), RangeError);
 }));
 
@@ -88,14 +88,15 @@ test('rich results, a large event and env', needsDaemon, () => withSandbox({ env
   const ex = await sbx.runCode('chart');
   const [fig, main] = ex.results;
   assert.equal(fig.main, false);
-  assert.deepEqual([...fig.png.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
-  assert.ok(fig.png instanceof Uint8Array);
+  assert.deepEqual([...fig.pngBytes.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+  assert.ok(fig.pngBytes instanceof Uint8Array);
+  assert.equal(Buffer.from(fig.png, 'base64').compare(Buffer.from(fig.pngBytes)), 0); // E2B's base64 text
   assert.equal(main.html, '<b>done</b>');
   assert.deepEqual(main.json, { a: [1, 2] });
   assert.equal(main.markdown, '**done**');
   assert.equal(ex.text, "'done'");
-  assert.equal((await sbx.runCode('big')).logs.stdout.length, 1 << 20);
-  assert.equal((await sbx.runCode('env')).logs.stdout, '{"GREETING":"hello","TOKEN":"s3cret"}\n');
+  assert.equal((await sbx.runCode('big')).logs.stdout.join('').length, 1 << 20);
+  assert.deepEqual((await sbx.runCode('env')).logs.stdout, ['{"GREETING":"hello","TOKEN":"s3cret"}\n']);
 }));
 
 test('a connection broken mid-stream', needsDaemon, () => withSandbox({}, async (sbx) => {

@@ -13,6 +13,7 @@ import math
 import os
 import re
 import stat
+import urllib.parse
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _exchange as ex
@@ -146,10 +147,58 @@ def _start(start: Any) -> Optional[str]:
     return start
 
 
+#: E2B's template names that mean the daemon's own image.
+DEFAULT_TEMPLATES = ("base", "code-interpreter-v1", "code-interpreter", "default")
+
+#: Bounds on labels (the daemon's: sandbox/labels.go).
+MAX_LABELS, MAX_LABEL_KEY_BYTES, MAX_LABEL_VALUE_BYTES = 64, 128, 1024
+_LABEL_KEY = re.compile(r"[A-Za-z0-9._/:-]+")
+
+
+def labels_arg(labels: Any, what: str = "metadata") -> Optional[Dict[str, str]]:
+    """A sandbox's labels (E2B's metadata), checked as the daemon checks
+    them so a bad one fails before anything is sent."""
+    if labels is None:
+        return None
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise TypeError(f"{what} is a dict of str to str")
+    if len(labels) > MAX_LABELS:
+        raise ValueError(f"{what} has {len(labels)} entries, at most {MAX_LABELS}")
+    for k, v in labels.items():
+        if not _LABEL_KEY.fullmatch(k) or len(k.encode()) > MAX_LABEL_KEY_BYTES:
+            raise ValueError(f"{what} key {k[:64]!r}: 1 to {MAX_LABEL_KEY_BYTES} bytes of letters, digits and . _ - / :")
+        if len(v.encode()) > MAX_LABEL_VALUE_BYTES or any(ord(c) < 0x20 or ord(c) == 0x7F for c in v):
+            raise ValueError(f"{what} {k[:64]!r}'s value: at most {MAX_LABEL_VALUE_BYTES} bytes of text without control characters")
+    return dict(labels)
+
+
+def _one_of(a: Any, b: Any, names: str) -> Any:
+    if a is not None and b is not None:
+        raise ValueError(f"give one of {names}, not both")
+    return a if a is not None else b
+
+
 def create_plan(conn: Connection, *, vcpus: Optional[int], memory_mib: Optional[int], network: Any,
-                env: Any, ttl_s: Optional[int], idle_timeout_s: Optional[int], timeout: float,
+                env: Any, ttl_s: Optional[int], idle_timeout_s: Optional[int], boot_timeout: float,
                 start: Optional[str] = None, snapshot: Optional[str] = None,
-                workspace: Optional[str] = None, image: Optional[str] = None) -> Plan:
+                workspace: Optional[str] = None, image: Optional[str] = None,
+                template: Optional[str] = None, metadata: Optional[Dict[str, str]] = None,
+                labels: Optional[Dict[str, str]] = None, envs: Optional[Dict[str, str]] = None,
+                timeout: Optional[int] = None) -> Plan:
+    """POST /v1/sandboxes. E2B's names take E2B's meanings: ``timeout`` is
+    the lifetime in seconds (``ttl_s``), ``template`` the image (its
+    "base" and "code-interpreter-v1" are the daemon's own), ``metadata``
+    the labels, ``envs`` the env; ``boot_timeout`` bounds the call."""
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0
+                                or math.isinf(timeout)):
+        raise ValueError(f"timeout is the sandbox's lifetime, a positive number of seconds, not {timeout!r}")
+    ttl_s = _one_of(ttl_s, None if timeout is None else max(1, math.ceil(timeout)), "ttl_s and timeout (the lifetime)")
+    env = _one_of(env, envs, "env and envs")
+    labels = labels_arg(_one_of(labels, metadata, "labels and metadata"))
+    if template is not None:
+        if not isinstance(template, str):
+            raise TypeError(f"template is a str, not {type(template).__name__}")
+        image = _one_of(image, None if template in DEFAULT_TEMPLATES else template, "image and template")
     cfg: Dict[str, Any] = {}
     for name, v in (("vcpus", vcpus), ("memory_mib", memory_mib), ("ttl_s", ttl_s), ("idle_timeout_s", idle_timeout_s)):
         if v is not None:
@@ -171,16 +220,40 @@ def create_plan(conn: Connection, *, vcpus: Optional[int], memory_mib: Optional[
         cfg["workspace"] = workspace_name(workspace)
     if image is not None:
         cfg["image"] = image_name(image)
-    return Plan(ex.json_call("POST", ex.sandboxes_path(), cfg, want=(201,)), timeout + conn.timeout, SandboxInfo.from_raw)
+    if labels:
+        cfg["labels"] = labels
+    return Plan(ex.json_call("POST", ex.sandboxes_path(), cfg, want=(201,)), boot_timeout + conn.timeout, SandboxInfo.from_raw)
 
 
 def info_plan(conn: Connection, sandbox_id: str) -> Plan:
     return Plan(ex.json_call("GET", ex.sandbox_path(sandbox_id)), conn.timeout, SandboxInfo.from_raw)
 
 
-def list_plan(conn: Connection) -> Plan:
-    return Plan(ex.json_call("GET", ex.sandboxes_path()), conn.timeout,
+#: The states a list may filter by.
+STATES = ("starting", "running", "paused", "lost", "stopping")
+
+
+def list_plan(conn: Connection, *, metadata: Optional[Dict[str, str]] = None, state: Any = None,
+              labels: Optional[Dict[str, str]] = None) -> Plan:
+    """GET /v1/sandboxes, filtered: every label in ``metadata`` (or
+    ``labels``) must match, and the state must be one of ``state`` (a str
+    or a list of them)."""
+    query: List[Any] = [("label", f"{k}={v}") for k, v in sorted((labels_arg(_one_of(labels, metadata, "labels and metadata")) or {}).items())]
+    if state is not None:
+        states = [state] if isinstance(state, str) else state
+        if not isinstance(states, (list, tuple)) or not all(isinstance(x, str) and x in STATES for x in states):
+            raise ValueError(f"state is one of {', '.join(STATES)}, or a list of them, not {state!r}")
+        query += [("state", x) for x in states]
+    path = ex.sandboxes_path()
+    if query:
+        path += "?" + urllib.parse.urlencode(query)
+    return Plan(ex.json_call("GET", path), conn.timeout,
                 lambda v: [SandboxInfo.from_raw(s) for s in (v or {}).get("sandboxes") or []])
+
+
+def version_plan(conn: Connection) -> Plan:
+    """GET /v1/version: the daemon's {"version", "commit", "go"}."""
+    return Plan(ex.json_call("GET", "/v1/version"), conn.timeout, lambda v: dict(v or {}))
 
 
 def list_snapshots_plan(conn: Connection) -> Plan:
@@ -454,6 +527,16 @@ class SandboxCalls:
         runs; Full when the daemon's snapshot disk cap is reached."""
         return self._do(Plan(ex.json_call("POST", ex.sandbox_path(self.sandbox_id, "snapshot"), want=(201,)),
                              timeout + self._conn.timeout, SnapshotInfo.from_raw))
+
+    def set_timeout(self, timeout: float):
+        """E2B's setTimeout: the sandbox lives ``timeout`` more seconds from
+        now, whatever its TTL said (at most the daemon's cap); returns its
+        :class:`SandboxInfo`, whose ``ttl_s`` is then its whole lifetime."""
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 or math.isinf(timeout):
+            raise ValueError(f"timeout is a positive number of seconds, not {timeout!r}")
+        body = {"ttl_s": max(1, math.ceil(timeout))}
+        return self._do(Plan(ex.json_call("POST", ex.sandbox_path(self.sandbox_id, "ttl"), body), self._conn.timeout,
+                             SandboxInfo.from_raw))
 
     def info(self):
         """The sandbox's state, config and usage (:class:`SandboxInfo`)."""

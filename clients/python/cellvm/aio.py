@@ -7,7 +7,7 @@ from typing import Any, Awaitable, Dict, List, Optional
 from ._sandbox import (
     DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, create_image_plan, delete_image_plan, delete_snapshot_plan,
     delete_workspace_plan, get_snapshot_plan, info_plan, list_images_plan, list_plan, list_snapshots_plan,
-    list_workspaces_plan,
+    list_workspaces_plan, version_plan,
 )
 from ._transport import Connection
 from .models import ImageInfo, SandboxInfo, SnapshotInfo, WorkspaceInfo
@@ -25,18 +25,22 @@ class AsyncSandbox(SandboxCalls):
     """
 
     @classmethod
-    def create(cls, *, vcpus: Optional[int] = None, memory_mib: Optional[int] = None, network: Any = None,
+    def create(cls, template: Optional[str] = None, *, vcpus: Optional[int] = None, memory_mib: Optional[int] = None,
+               network: Any = None,
                env: Optional[Dict[str, str]] = None, ttl_s: Optional[int] = None, idle_timeout_s: Optional[int] = None,
                start: Optional[str] = None, snapshot: Optional[str] = None, workspace: Optional[str] = None,
-               image: Optional[str] = None, timeout: float = DEFAULT_CREATE_TIMEOUT_S,
+               image: Optional[str] = None, timeout: Optional[float] = None,
+               metadata: Optional[Dict[str, str]] = None,
+               envs: Optional[Dict[str, str]] = None, request_timeout: float = DEFAULT_CREATE_TIMEOUT_S,
                connection: Optional[Connection] = None, socket_path: Optional[str] = None) -> "_Creating":
         """Creates a sandbox; await the result (or use it in ``async with``).
         The arguments are :meth:`cellvm.Sandbox.create`'s: ``ttl_s`` and
         ``idle_timeout_s`` None take the daemon's defaults, 0 asks for none."""
         conn = connection or Connection(socket_path)
         plan = create_plan(conn, vcpus=vcpus, memory_mib=memory_mib, network=network, env=env,
-                           ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, timeout=timeout, start=start, snapshot=snapshot,
-                           workspace=workspace, image=image)
+                           ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, boot_timeout=request_timeout, start=start,
+                           snapshot=snapshot, workspace=workspace, image=image, template=template, metadata=metadata,
+                           envs=envs, timeout=timeout)
         return _Creating(cls, conn, plan)
 
     @classmethod
@@ -47,10 +51,18 @@ class AsyncSandbox(SandboxCalls):
         return cls(conn, await info_plan(conn, sandbox_id).arun(conn))
 
     @classmethod
-    async def list(cls, *, connection: Optional[Connection] = None, socket_path: Optional[str] = None) -> List[SandboxInfo]:
-        """Every sandbox of the daemon."""
+    async def list(cls, *, metadata: Optional[Dict[str, str]] = None, state: Any = None,
+                   connection: Optional[Connection] = None, socket_path: Optional[str] = None) -> List[SandboxInfo]:
+        """The daemon's sandboxes, filtered as :meth:`cellvm.Sandbox.list`'s."""
         conn = connection or Connection(socket_path)
-        return await list_plan(conn).arun(conn)
+        return await list_plan(conn, metadata=metadata, state=state).arun(conn)
+
+    @classmethod
+    async def server_version(cls, *, connection: Optional[Connection] = None,
+                             socket_path: Optional[str] = None) -> Dict[str, str]:
+        """The daemon's {"version", "commit", "go"} (GET /v1/version)."""
+        conn = connection or Connection(socket_path)
+        return await version_plan(conn).arun(conn)
 
     @classmethod
     async def list_snapshots(cls, *, connection: Optional[Connection] = None,

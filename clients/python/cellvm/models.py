@@ -42,7 +42,8 @@ class Result:
     ``main`` is true, else a display or a figure).
 
     ``data`` is the MIME bundle as sent (binary types as base64 text);
-    ``png`` and ``jpeg`` are the decoded bytes.
+    ``png`` and ``jpeg`` are that base64 text, as in E2B's SDK, and
+    ``png_bytes`` and ``jpeg_bytes`` the decoded bytes.
     """
 
     def __init__(self, raw: Dict[str, Any]):
@@ -77,11 +78,22 @@ class Result:
         return self.data.get(MIME_SVG)
 
     @property
-    def png(self) -> Optional[bytes]:
+    def png(self) -> Optional[str]:
+        """The PNG as base64 text, as E2B's SDK gives it (:attr:`png_bytes`
+        decodes it)."""
+        return self.data.get(MIME_PNG)
+
+    @property
+    def jpeg(self) -> Optional[str]:
+        """The JPEG as base64 text (:attr:`jpeg_bytes` decodes it)."""
+        return self.data.get(MIME_JPEG)
+
+    @property
+    def png_bytes(self) -> Optional[bytes]:
         return _b64(self.data.get(MIME_PNG))
 
     @property
-    def jpeg(self) -> Optional[bytes]:
+    def jpeg_bytes(self) -> Optional[bytes]:
         return _b64(self.data.get(MIME_JPEG))
 
     @property
@@ -105,11 +117,17 @@ class Result:
 
 @dataclass
 class Logs:
-    """A cell's standard output and error (clipped from the middle by the
-    daemon when long: see ``Execution.truncated``)."""
+    """A cell's standard output and error as lists of lines (each with its
+    newline), as E2B's SDK gives them: ``"".join(logs.stdout)`` is the
+    text, clipped from the middle by the daemon when long (see
+    ``Execution.truncated``)."""
 
-    stdout: str = ""
-    stderr: str = ""
+    stdout: List[str] = field(default_factory=list)
+    stderr: List[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, stdout: str, stderr: str) -> "Logs":
+        return cls(stdout=stdout.splitlines(keepends=True), stderr=stderr.splitlines(keepends=True))
 
 
 @dataclass
@@ -158,7 +176,7 @@ class Execution:
         self.raw = raw
         self.status: str = str(raw.get("status", ""))
         self.execution_count: int = int(raw.get("execution_count") or 0)
-        self.logs = Logs(stdout=str(raw.get("stdout") or ""), stderr=str(raw.get("stderr") or ""))
+        self.logs = Logs.of(str(raw.get("stdout") or ""), str(raw.get("stderr") or ""))
         self.results: List[Result] = [Result(r) for r in (raw.get("results") or []) if isinstance(r, dict)]
         self.error: Optional[ExecutionError] = ExecutionError.from_raw(raw.get("error"))
         self.state_kept: bool = bool(raw.get("state_kept"))
@@ -234,6 +252,16 @@ class SandboxInfo:
                    cell_running=bool(raw.get("cell_running")), usage=dict(raw.get("usage") or {}),
                    network=dict(raw.get("network") or {}),
                    started_from=started if isinstance(started, str) and started else None, raw=raw)
+
+    @property
+    def metadata(self) -> Dict[str, str]:
+        """Its labels (E2B's metadata), as given at its creation."""
+        labels = self.config.get("labels")
+        return dict(labels) if isinstance(labels, dict) else {}
+
+    @property
+    def labels(self) -> Dict[str, str]:
+        return self.metadata
 
 
 @dataclass

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional
 from ._sandbox import (
     DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, create_image_plan, delete_image_plan, delete_snapshot_plan,
     delete_workspace_plan, get_snapshot_plan, info_plan, list_images_plan, list_plan, list_snapshots_plan,
-    list_workspaces_plan,
+    list_workspaces_plan, version_plan,
 )
 from ._transport import Connection
 from .models import ImageInfo, SandboxInfo, SnapshotInfo, WorkspaceInfo
@@ -35,10 +35,13 @@ class Sandbox(SandboxCalls):
     """
 
     @classmethod
-    def create(cls, *, vcpus: Optional[int] = None, memory_mib: Optional[int] = None, network: Any = None,
+    def create(cls, template: Optional[str] = None, *, vcpus: Optional[int] = None, memory_mib: Optional[int] = None,
+               network: Any = None,
                env: Optional[Dict[str, str]] = None, ttl_s: Optional[int] = None, idle_timeout_s: Optional[int] = None,
                start: Optional[str] = None, snapshot: Optional[str] = None, workspace: Optional[str] = None,
-               image: Optional[str] = None, timeout: float = DEFAULT_CREATE_TIMEOUT_S,
+               image: Optional[str] = None, timeout: Optional[float] = None,
+               metadata: Optional[Dict[str, str]] = None,
+               envs: Optional[Dict[str, str]] = None, request_timeout: float = DEFAULT_CREATE_TIMEOUT_S,
                connection: Optional[Connection] = None, socket_path: Optional[str] = None) -> "Sandbox":
         """Creates a sandbox and returns once it runs. ``network`` is None
         (no network device at all) or an allowlist; ``env`` reaches the
@@ -57,11 +60,18 @@ class Sandbox(SandboxCalls):
         ``idle_timeout_s`` after that many without a call; None (not sent)
         takes the daemon's defaults (``serve --default-ttl``, 1 h, and
         ``--default-idle-timeout``, 15 min), 0 asks for none (Invalid,
-        naming the cap, above a daemon's ``--max-ttl`` or 0 under one)."""
+        naming the cap, above a daemon's ``--max-ttl`` or 0 under one).
+
+        E2B's names take E2B's meanings: ``timeout`` is the sandbox's
+        lifetime in seconds (``ttl_s``; give one of them), ``template`` the
+        image ("base" and "code-interpreter-v1" are the daemon's own),
+        ``metadata`` its labels (``Sandbox.list(metadata=...)`` finds it),
+        ``envs`` its env. ``request_timeout`` bounds the boot (seconds)."""
         conn = connection or Connection(socket_path)
         plan = create_plan(conn, vcpus=vcpus, memory_mib=memory_mib, network=network, env=env,
-                           ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, timeout=timeout, start=start, snapshot=snapshot,
-                           workspace=workspace, image=image)
+                           ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, boot_timeout=request_timeout, start=start,
+                           snapshot=snapshot, workspace=workspace, image=image, template=template, metadata=metadata,
+                           envs=envs, timeout=timeout)
         return cls(conn, plan.run(conn))
 
     @classmethod
@@ -72,10 +82,20 @@ class Sandbox(SandboxCalls):
         return cls(conn, info_plan(conn, sandbox_id).run(conn))
 
     @classmethod
-    def list(cls, *, connection: Optional[Connection] = None, socket_path: Optional[str] = None) -> List[SandboxInfo]:
-        """Every sandbox of the daemon."""
+    def list(cls, *, metadata: Optional[Dict[str, str]] = None, state: Any = None,
+             connection: Optional[Connection] = None, socket_path: Optional[str] = None) -> List[SandboxInfo]:
+        """The daemon's sandboxes (a tenant's own), oldest first: those with
+        every label of ``metadata`` and, when given, in ``state`` ("running",
+        "paused", ... or a list of them)."""
         conn = connection or Connection(socket_path)
-        return list_plan(conn).run(conn)
+        return list_plan(conn, metadata=metadata, state=state).run(conn)
+
+    @classmethod
+    def server_version(cls, *, connection: Optional[Connection] = None,
+                       socket_path: Optional[str] = None) -> Dict[str, str]:
+        """The daemon's {"version", "commit", "go"} (GET /v1/version)."""
+        conn = connection or Connection(socket_path)
+        return version_plan(conn).run(conn)
 
     @classmethod
     def list_snapshots(cls, *, connection: Optional[Connection] = None,

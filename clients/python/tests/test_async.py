@@ -58,7 +58,7 @@ class AsyncSandboxTest(unittest.TestCase):
                             await sbx.run_code("x = 1")
                         await sbx.interrupt()
                 return await sbx.run_code("gate", on_stdout=on_stdout, timeout=30)
-        self.assertEqual(run(main()).logs.stdout, "waiting\nreleased\n")
+        self.assertEqual(run(main()).logs.stdout, ["waiting\n", "released\n"])
 
     def test_concurrent_sandboxes(self):
         async def one(i):

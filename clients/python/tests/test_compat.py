@@ -42,7 +42,7 @@ class BoxLiteTest(unittest.TestCase):
             async with SimpleBox(image="team", memory_mib=256, cpus=1, env=[("A", "1")], socket_path=SOCKET) as box:
                 return await box._box().run_code("env"), (await box._box().info()).config
         ex, config = asyncio.run(main())
-        self.assertEqual(ex.logs.stdout, '{"A":"1"}\n')
+        self.assertEqual(ex.logs.stdout, ['{"A":"1"}\n'])
         self.assertEqual((config.get("image"), config.get("memory_mib"), config.get("vcpus")), ("team", 256, 1))
 
     def test_image_references(self):

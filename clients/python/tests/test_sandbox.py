@@ -1,3 +1,4 @@
+import base64
 import json
 import os
 import unittest
@@ -22,8 +23,8 @@ class SandboxTest(unittest.TestCase):
         self.assertEqual(seen, [("stdout", "out 1\n"), ("stderr", "err 1\n"), ("stdout", "out 2\n"), ("result", "3", True)])
         self.assertEqual(ex.status, "ok")
         self.assertEqual(ex.text, "3")
-        self.assertEqual(ex.logs.stdout, "out 1\nout 2\n")
-        self.assertEqual(ex.logs.stderr, "err 1\n")
+        self.assertEqual(ex.logs.stdout, ["out 1\n", "out 2\n"])  # E2B's lists
+        self.assertEqual(ex.logs.stderr, ["err 1\n"])
         self.assertEqual(ex.execution_count, 1)
         self.assertTrue(ex.state_kept)
         self.assertIsNone(ex.killed_by)
@@ -77,8 +78,8 @@ class SandboxTest(unittest.TestCase):
         self.assertEqual(ex.error.name, "TimeoutError")
 
     def test_timeout_is_sent_in_ms(self):
-        self.assertEqual(self.sbx.run_code("timeout_ms", timeout=2.5).logs.stdout, "2500\n")
-        self.assertEqual(self.sbx.run_code("timeout_ms").logs.stdout, "60000\n")
+        self.assertEqual(self.sbx.run_code("timeout_ms", timeout=2.5).logs.stdout, ["2500\n"])
+        self.assertEqual(self.sbx.run_code("timeout_ms").logs.stdout, ["60000\n"])
         with self.assertRaises(ValueError):
             self.sbx.run_code("x = 1", timeout=-1)
 
@@ -86,7 +87,8 @@ class SandboxTest(unittest.TestCase):
         ex = self.sbx.run_code("chart")
         fig, main = ex.results
         self.assertFalse(fig.main)
-        self.assertTrue(fig.png.startswith(b"\x89PNG\r\n\x1a\n"))
+        self.assertTrue(fig.png_bytes.startswith(b"\x89PNG\r\n\x1a\n"))
+        self.assertEqual(base64.b64decode(fig.png), fig.png_bytes)  # E2B's base64 text
         self.assertEqual(fig.text, "<Figure size 640x480 with 1 Axes>")
         self.assertTrue(main.is_main_result)
         self.assertEqual(main.html, "<b>done</b>")
@@ -98,10 +100,10 @@ class SandboxTest(unittest.TestCase):
 
     def test_large_event(self):
         ex = self.sbx.run_code("big")
-        self.assertEqual(len(ex.logs.stdout), 1 << 20)
+        self.assertEqual(len("".join(ex.logs.stdout)), 1 << 20)
 
     def test_env_reaches_the_sandbox(self):
-        self.assertEqual(self.sbx.run_code("env").logs.stdout, '{"GREETING":"hello","TOKEN":"s3cret"}\n')
+        self.assertEqual(self.sbx.run_code("env").logs.stdout, ['{"GREETING":"hello","TOKEN":"s3cret"}\n'])
 
     def test_broken_connection_mid_stream(self):
         seen = []

@@ -51,7 +51,7 @@ class SnapshotTest(unittest.TestCase):
         self.assertEqual(fork.files.read("kept.txt"), b"from the parent")
         # The fork has the snapshot's machine, and its parent's env.
         self.assertEqual((fork.created.config["vcpus"], fork.created.config["memory_mib"]), (1, 1024))
-        self.assertEqual(fork.run_code("env").logs.stdout, '{"GREETING":"hello"}\n')
+        self.assertEqual(fork.run_code("env").logs.stdout, ['{"GREETING":"hello"}\n'])
         # A change in the fork stays in the fork.
         fork.run_code("x = 7")
         self.assertEqual(fork.run_code("x").text, "7")

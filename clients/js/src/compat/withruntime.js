@@ -71,8 +71,8 @@ export class Interpreter {
       return { data, refs, main: r.main };
     });
     return {
-      stdout: ex.logs.stdout,
-      stderr: ex.logs.stderr,
+      stdout: ex.logs.stdout.join(''),
+      stderr: ex.logs.stderr.join(''),
       results,
       error: ex.error ? { name: ex.error.name, value: ex.error.value, traceback: ex.error.traceback } : null,
       status: runtimeStatus(ex),
@@ -116,7 +116,7 @@ export class Sandbox {
 
   /** Creates a sandbox; close() (or await using) deletes it. */
   static async create({ memoryMiB, vcpus, network, env, timeoutMs = 180_000, socketPath } = {}) {
-    return new Sandbox(await Native.create({ memoryMiB, vcpus, network: networkOf(network), env, timeoutMs, socketPath }));
+    return new Sandbox(await Native.create({ memoryMiB, vcpus, network: networkOf(network), env, requestTimeoutMs: timeoutMs, socketPath }));
   }
 
   static async connect(id, { socketPath } = {}) {

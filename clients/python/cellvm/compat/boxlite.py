@@ -114,7 +114,7 @@ def _env(env: Union[None, Dict[str, str], Sequence[Tuple[str, str]]]) -> Optiona
 def cell_output(ex: Execution) -> str:
     """stdout, stderr, the error as Python prints it, then, when the
     interpreter's variables did not survive the cell, a line saying so."""
-    out = ex.logs.stdout + ex.logs.stderr
+    out = "".join(ex.logs.stdout) + "".join(ex.logs.stderr)
     if ex.error is not None:
         tb = ex.error.traceback
         if tb and not tb.endswith("\n"):
@@ -142,7 +142,7 @@ class SimpleBox:
             raise ValueError(f"working_dir: {working_dir!r}: want an absolute path in the box")
         self._working_dir = working_dir
         self._in_working_dir = False
-        self._opts = dict(vcpus=cpus, memory_mib=memory_mib, env=_env(env), timeout=timeout, socket_path=socket_path,
+        self._opts = dict(vcpus=cpus, memory_mib=memory_mib, env=_env(env), request_timeout=timeout, socket_path=socket_path,
                           workspace=_workspace(volumes), network=network)
         self._image = image
         self._image_fallback = False

@@ -117,8 +117,8 @@ class Interpreter:
         if ex.error is not None:
             err = {"name": ex.error.name, "value": ex.error.value, "traceback": join_traceback(ex.error.traceback_lines)}
         return {
-            "stdout": ex.logs.stdout,
-            "stderr": ex.logs.stderr,
+            "stdout": "".join(ex.logs.stdout),
+            "stderr": "".join(ex.logs.stderr),
             "results": results,
             "error": err,
             "status": runtime_status(ex),
@@ -155,7 +155,7 @@ class Sandbox:
                **kwargs: Any) -> "Sandbox":
         """Creates a sandbox (deleted at the end of ``with``)."""
         return cls(_native.Sandbox.create(memory_mib=memory_mib, vcpus=vcpus, network=_network(network), env=env,
-                                          timeout=timeout_ms / 1000, socket_path=socket_path))
+                                          request_timeout=timeout_ms / 1000, socket_path=socket_path))
 
     @classmethod
     def connect(cls, sandbox_id: str, *, socket_path: Optional[str] = None) -> "Sandbox":
