@@ -31,7 +31,8 @@ import (
 // Benchmarks beyond boot live in their own files: disk.go (virtio-blk
 // sequential read, cellvm vs QEMU), vsock.go (host-to-guest stream, cellvm
 // vs QEMU's vhost-vsock), sandbox.go (create to first cell result,
-// cells per second), snapshots.go (templates, forks, pause and resume,
+// cells per second), e2b.go (create to first result through the E2B
+// front end, against cellvm's own API), snapshots.go (templates, forks, pause and resume,
 // and forks' memory, against a cold boot) and images.go (pull, import and
 // first create of an image users bring, against the default image). -only
 // picks some of them.
@@ -79,7 +80,7 @@ func main() {
 }
 
 // benchParts names the benches -only can pick, in the order they run.
-var benchParts = []string{"boot", "disk", "vsock", "sandbox", "snapshots", "images"}
+var benchParts = []string{"boot", "disk", "vsock", "sandbox", "e2b", "snapshots", "images"}
 
 // selectParts turns -only's list into the set of benches to run; an empty
 // list is all of them.
@@ -129,6 +130,11 @@ func run(cellvm, build, qemu string, n int, parts map[string]bool) error {
 	if parts["sandbox"] {
 		if err := benchSandbox(cellvm, build); err != nil {
 			fmt.Println("bench: sandbox:", err)
+		}
+	}
+	if parts["e2b"] {
+		if err := benchE2B(cellvm, build); err != nil {
+			fmt.Println("bench: e2b:", err)
 		}
 	}
 	if parts["snapshots"] {
