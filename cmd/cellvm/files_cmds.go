@@ -60,7 +60,7 @@ func (a *app) lsCommand() *cobra.Command {
 				name += " -> " + e.SymlinkTarget
 			}
 			if *long {
-				fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%s\t%s\n", typeChar(e.Type), fs.FileMode(e.Mode).Perm(), e.Owner, e.Group, e.Size, e.ModTime.Format("2006-01-02 15:04"), name)
+				fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%s\t%s\n", typeChar(e.Type), fs.FileMode(e.Mode).Perm().String()[1:], e.Owner, e.Group, e.Size, e.ModTime.Format("2006-01-02 15:04"), name)
 			} else {
 				fmt.Fprintln(tw, name)
 			}
