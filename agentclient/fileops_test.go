@@ -91,6 +91,15 @@ func TestFileOpsOnATempDir(t *testing.T) {
 	if _, err := c.FileOp(ctx, proto.FileOp{Kind: proto.FileList, Path: "/proc/self"}); fileErrCode(err) != proto.CodeBadPath {
 		t.Fatalf("list of /proc: %v", err)
 	}
+	// A symlink out to a kernel tree: no mkdir through it, even of a
+	// path whose parents are missing.
+	os.Symlink("/proc", filepath.Join(base, "kernel"))
+	if _, err := c.FileOp(ctx, proto.FileOp{Kind: proto.FileMkdir, Path: filepath.Join(base, "kernel", "x", "y")}); fileErrCode(err) != proto.CodeBadPath {
+		t.Fatalf("mkdir through a symlink to /proc: %v", err)
+	}
+	if _, err := c.FileOp(ctx, proto.FileOp{Kind: proto.FileList, Path: moved}); fileErrCode(err) != proto.CodeBadPath {
+		t.Fatalf("list of a file: %v", err)
+	}
 	// The connection survived the refusals.
 	if _, err := c.FileOp(ctx, proto.FileOp{Kind: proto.FileStat, Path: base}); err != nil {
 		t.Fatal(err)

@@ -56,6 +56,10 @@ func fileCode(err error) string {
 		return proto.CodeForbidden
 	case errors.Is(err, errExists):
 		return proto.CodeExists
+	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTEMPTY),
+		errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.EXDEV),
+		errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.ENAMETOOLONG):
+		return proto.CodeBadPath // what the caller asked cannot be done to that path
 	}
 	return codeFor(err)
 }
@@ -113,11 +117,7 @@ func (p FilePolicy) doFileOp(op *proto.FileOp) (proto.FileReply, error) {
 		}
 		return proto.FileReply{Entries: out}, nil
 	case proto.FileMkdir:
-		real, err := p.checked(op.Path, true)
-		if errors.Is(err, fs.ErrNotExist) {
-			// A missing parent: made below, checked again after.
-			real, err = op.Path, nil
-		}
+		real, err := p.resolveMissing(op.Path)
 		if err != nil {
 			return proto.FileReply{}, err
 		}
@@ -169,6 +169,40 @@ func (p FilePolicy) doFileOp(op *proto.FileOp) (proto.FileReply, error) {
 		return proto.FileReply{}, os.RemoveAll(real)
 	}
 	return proto.FileReply{}, fmt.Errorf("%w: file op %s", errBadPath, op.Kind)
+}
+
+// resolveMissing resolves the symlinks of name's deepest existing
+// ancestor, checks the result against the denied trees and the file
+// systems files may be written to, and returns it joined with the
+// missing rest: what mkdir then makes.
+func (p FilePolicy) resolveMissing(name string) (string, error) {
+	if err := proto.CheckPath(name); err != nil {
+		return "", fmt.Errorf("%w: %v", errBadPath, err)
+	}
+	if p.denied(name) {
+		return "", fmt.Errorf("%w: %s is not a regular file system path", errBadPath, name)
+	}
+	cur, rest := name, ""
+	for {
+		real, err := filepath.EvalSymlinks(cur)
+		if err == nil {
+			full := path.Join(real, rest)
+			if p.denied(real) || p.denied(full) {
+				return "", fmt.Errorf("%w: %s leads to %s", errBadPath, name, full)
+			}
+			if rest != "" {
+				if err := p.writable(real); err != nil {
+					return "", err
+				}
+			}
+			return full, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) || cur == "/" {
+			return "", err
+		}
+		rest = path.Join(path.Base(cur), rest)
+		cur = path.Dir(cur)
+	}
 }
 
 // writable checks that dir is on a file system files may be written to.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
@@ -215,23 +214,4 @@ func (m *VMManager) WatchDir(ctx context.Context, id string, req sandbox.FileReq
 		return m.fileErr(s, err)
 	}
 	return cbErr
-}
-
-// DialPort implements Manager: the agent connects to the port inside the
-// guest and carries the bytes over vsock. The sandbox is held only while
-// connecting; the connection ends with the VM.
-func (m *VMManager) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
-	if port < sandbox.MinPort || port > sandbox.MaxPort {
-		return nil, fmt.Errorf("%w: port %d out of %d..%d", sandbox.ErrInvalid, port, sandbox.MinPort, sandbox.MaxPort)
-	}
-	s, release, err := m.readyHeld(id)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	c, err := s.agent.DialPort(ctx, port)
-	if err != nil {
-		return nil, m.fileErr(s, err)
-	}
-	return c, nil
 }

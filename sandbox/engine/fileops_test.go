@@ -112,8 +112,11 @@ func TestFileOpsThroughTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() {
-		nc, err := ln.Accept()
-		if err == nil {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
 			nc.Write([]byte("hello from the guest"))
 			nc.Close()
 		}
@@ -127,6 +130,22 @@ func TestFileOpsThroughTheAgent(t *testing.T) {
 	if string(b) != "hello from the guest" || err != nil {
 		t.Fatalf("port read %q %v", b, err)
 	}
+	// At most maxPortConns open at once; a closed one gives its place back.
+	var open []net.Conn
+	for range maxPortConns {
+		c, err := m.DialPort(ctx, id, ln.Addr().(*net.TCPAddr).Port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, c)
+	}
+	if _, err := m.DialPort(ctx, id, ln.Addr().(*net.TCPAddr).Port); !errors.Is(err, sandbox.ErrFull) {
+		t.Errorf("port connection past the bound: %v", err)
+	}
+	for _, c := range open {
+		c.Close()
+		c.Close() // idempotent
+	}
 	ln.Close()
 	if _, err := m.DialPort(ctx, id, ln.Addr().(*net.TCPAddr).Port); !errors.Is(err, sandbox.ErrPortClosed) {
 		t.Errorf("closed port: %v", err)
@@ -138,7 +157,10 @@ func TestFileOpsThroughTheAgent(t *testing.T) {
 	watches.Lock()
 	left := len(watches.n)
 	watches.Unlock()
+	portConns.Lock()
+	left += len(portConns.n)
+	portConns.Unlock()
 	if left != 0 {
-		t.Errorf("%d sandboxes still count watches", left)
+		t.Errorf("%d sandboxes still count watches or port connections", left)
 	}
 }
