@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/cellvm/cellvm/sandbox"
 )
@@ -43,7 +45,8 @@ func takePortConn(s *vmSandbox) (release func(), ok bool) {
 }
 
 // DialPort implements Manager. The sandbox is held (no pause, no
-// snapshot) only while connecting; the connection ends with the VM.
+// snapshot) only while connecting; the connection ends with the VM (a
+// pause ends it too).
 func (m *VMManager) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
 	if port < sandbox.MinPort || port > sandbox.MaxPort {
 		return nil, fmt.Errorf("%w: port %d out of %d..%d", sandbox.ErrInvalid, port, sandbox.MinPort, sandbox.MaxPort)
@@ -62,13 +65,33 @@ func (m *VMManager) DialPort(ctx context.Context, id string, port int) (net.Conn
 		done()
 		return nil, m.fileErr(s, err)
 	}
-	return &countedConn{Conn: c, done: done}, nil
+	return &countedConn{Conn: c, done: done, used: &s.lastUsed}, nil
 }
 
-// countedConn gives its place back when closed.
+// countedConn gives its place back when closed, and marks its sandbox
+// used as bytes pass: traffic on a forwarded port keeps the sandbox from
+// its idle timeout, as a cell does, without holding off a pause or a
+// snapshot the way a held call would.
 type countedConn struct {
 	net.Conn
 	done func()
+	used *atomic.Int64
+}
+
+func (c *countedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.used.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (c *countedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if n > 0 {
+		c.used.Store(time.Now().UnixNano())
+	}
+	return n, err
 }
 
 func (c *countedConn) Close() error {
