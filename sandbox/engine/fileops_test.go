@@ -125,8 +125,13 @@ func TestFileOpsThroughTheAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	vs, _ := m.get(id)
+	vs.lastUsed.Store(1)
 	b, err := io.ReadAll(conn)
 	conn.Close()
+	if vs.lastUsed.Load() == 1 {
+		t.Error("bytes from the port did not mark the sandbox used")
+	}
 	if string(b) != "hello from the guest" || err != nil {
 		t.Fatalf("port read %q %v", b, err)
 	}
