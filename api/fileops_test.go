@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/sandbox/sandboxtest"
+	"github.com/cellvm/cellvm/sandbox/tenant"
 )
 
 // TestFileRoutes: list, stat, mkdir, move and remove through the client,
@@ -158,4 +160,43 @@ func TestPortRoute(t *testing.T) {
 	wantAPIError(t, "no upgrade", status, body, http.StatusBadRequest, CodeInvalid)
 	status, _, body = e.do(t, "GET", "/v1/sandboxes/"+id+"/ports/0", nil, "Connection", "Upgrade", "Upgrade", "tcp")
 	wantAPIError(t, "port 0", status, body, http.StatusBadRequest, CodeInvalid)
+}
+
+// TestFileRoutesKeepTenantsApart: another tenant's sandbox is 404 on
+// every file and port route, exactly as a missing one.
+func TestFileRoutesKeepTenantsApart(t *testing.T) {
+	e := newTestEnvWith(t, func(m *sandboxtest.Manager) sandbox.Manager { return tenant.New(m, tenant.Options{}) }, nil)
+	ctx := context.Background()
+	alpha, beta := e.client.ForTenant("alpha"), e.client.ForTenant("beta")
+	info, err := alpha.Create(ctx, sandbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.ID
+	if _, err := alpha.MakeDir(ctx, id, sandbox.FileRequest{Path: "/workspace/mine"}); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := e.fake.ListenPort(id, 9000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	req := sandbox.FileRequest{Path: "/workspace/mine"}
+	for what, err := range map[string]error{
+		"ls":   func() error { _, err := beta.ListDir(ctx, id, req); return err }(),
+		"stat": func() error { _, err := beta.StatPath(ctx, id, req); return err }(),
+		"mkdir": func() error {
+			_, err := beta.MakeDir(ctx, id, sandbox.FileRequest{Path: "/workspace/theirs"})
+			return err
+		}(),
+		"mv":    func() error { _, err := beta.MovePath(ctx, id, req, "/workspace/x"); return err }(),
+		"rm":    beta.RemovePath(ctx, id, req),
+		"watch": beta.WatchDir(ctx, id, sandbox.FileRequest{Path: "/workspace"}, func(sandbox.FileEvent) error { return nil }),
+		"port":  func() error { _, err := beta.DialPort(ctx, id, 9000); return err }(),
+	} {
+		wantClientError(t, "beta's "+what+" of alpha's sandbox", err, http.StatusNotFound, CodeNotFound)
+	}
+	if _, err := alpha.StatPath(ctx, id, req); err != nil {
+		t.Errorf("alpha's directory after beta's tries: %v", err)
+	}
 }
