@@ -107,6 +107,17 @@ func TestWatchRoute(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no event")
 	}
+	if _, err := e.client.Upload(context.Background(), id, "/workspace/d/e/f.txt", strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		if ev != (sandbox.FileEvent{Name: "d/e/f.txt", Op: sandbox.FileCreate}) {
+			t.Errorf("upload's event %+v", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event for the upload")
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("a cancelled watch: %v", err)

@@ -16,8 +16,8 @@ import (
 // (what MakeDir adds), or one of alwaysDirs. The cell user may not touch
 // /root (ErrForbidden), as in a real guest; root needs Config.Root.
 // WatchDir sees the changes the fake's own file calls make (MakeDir,
-// MovePath, RemovePath; not Upload). DialPort reaches what a test serves
-// with ListenPort.
+// MovePath, RemovePath, Upload). DialPort reaches what a test serves with
+// ListenPort.
 
 // alwaysDirs exist in every fake sandbox.
 var alwaysDirs = []string{"/", "/home", "/home/user", "/root", "/tmp", "/workspace"}
