@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -266,5 +267,27 @@ func TestDialPortSplices(t *testing.T) {
 	}
 	if _, err := c.DialPort(ctxT(t), 0); err == nil {
 		t.Fatal("port 0 dialled")
+	}
+}
+
+// TestListIsBounded: a tree of more than MaxListEntries is too_large,
+// not a message the host must refuse; the client goes on working.
+func TestListIsBounded(t *testing.T) {
+	c := serve(t, agent.Config{Interp: newFake()})
+	dir := t.TempDir()
+	for i := range proto.MaxListEntries + 1 {
+		f, err := os.Create(filepath.Join(dir, "f"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if _, err := c.FileOp(ctxT(t), proto.FileOp{Kind: proto.FileList, Path: dir}); fileErrCode(err) != proto.CodeTooLarge {
+		t.Fatalf("list of %d files: %v", proto.MaxListEntries+1, err)
+	}
+	os.Remove(filepath.Join(dir, "f0"))
+	r, err := c.FileOp(ctxT(t), proto.FileOp{Kind: proto.FileList, Path: dir})
+	if err != nil || len(r.Entries) != proto.MaxListEntries {
+		t.Fatalf("list of exactly the bound: %d entries, %v", len(r.Entries), err)
 	}
 }
