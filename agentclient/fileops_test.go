@@ -291,3 +291,50 @@ func TestListIsBounded(t *testing.T) {
 		t.Fatalf("list of exactly the bound: %d entries, %v", len(r.Entries), err)
 	}
 }
+
+// TestWatchCoalescesAFlood: a file written thousands of times costs the
+// host a few batches, each naming the write once.
+func TestWatchCoalescesAFlood(t *testing.T) {
+	c := serve(t, agent.Config{Interp: newFake()})
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	ready := make(chan struct{})
+	var mu sync.Mutex
+	batches, writes := 0, 0
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Watch(ctx, proto.FileOp{Kind: proto.FileWatch, Path: dir}, func() { close(ready) }, func(b []proto.FileEvent) error {
+			mu.Lock()
+			defer mu.Unlock()
+			batches++
+			for _, e := range b {
+				if e.Name == "f" && e.Op == "write" {
+					writes++
+				}
+			}
+			return nil
+		})
+	}()
+	<-ready
+	f, err := os.Create(filepath.Join(dir, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5000
+	start := time.Now()
+	for range n {
+		f.Write([]byte("x"))
+	}
+	f.Close()
+	elapsed := time.Since(start)
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	// One batch per 50 ms window at most (plus the edges).
+	if max := int(elapsed/(50*time.Millisecond)) + 3; batches > max || writes > batches || writes == 0 {
+		t.Errorf("%d writes in %v came as %d batches naming the write %d times, want at most %d batches, one write each", n, elapsed, batches, writes, max)
+	}
+}
