@@ -54,6 +54,7 @@ var codeTable = []struct {
 	{CodeFull, http.StatusServiceUnavailable, sandbox.ErrFull},
 	{CodeQuota, http.StatusTooManyRequests, sandbox.ErrQuota},
 	{CodeUpstream, http.StatusBadGateway, sandbox.ErrUpstream},
+	{CodePortClosed, http.StatusBadGateway, sandbox.ErrPortClosed},
 	{CodeBuildFailed, http.StatusUnprocessableEntity, sandbox.ErrBuildFailed},
 	{CodeUnauthorized, http.StatusUnauthorized, ErrUnauthorized},
 	{CodeRateLimited, http.StatusTooManyRequests, ErrUnauthorized},

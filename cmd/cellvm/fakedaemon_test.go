@@ -41,6 +41,7 @@ const (
 	cellLose     = "lose"    // the sandbox's VM is lost (its info then says why)
 	cellStream   = "stream"  // prints "tick 1", waits for $CELLVM_TEST_RELEASE to exist, prints "tick 2"
 	cellLog      = "log:"    // log:TEXT appends TEXT to the sandbox's console log
+	cellListen   = "listen:" // listen:PORT serves HTTP on the sandbox's PORT (files_cmds_test.go)
 )
 
 func newScriptedFake() *sandboxtest.Manager {
@@ -65,6 +66,8 @@ func newScriptedFake() *sandboxtest.Manager {
 				Console: []string{"last console line"}}
 			m.Lose(c.Sandbox, why)
 			return cell.Result{Status: cell.StatusLost, Stderr: "the sandbox's VM stopped while the cell ran; its state is gone"}, nil
+		case strings.HasPrefix(c.Code, cellListen):
+			return listenCell(m, c)
 		case strings.HasPrefix(c.Code, cellLog):
 			m.AppendLog(c.Sandbox, sandbox.LogConsole, strings.TrimPrefix(c.Code, cellLog))
 			return cell.Result{Status: cell.StatusOK, StateKept: true}, nil

@@ -75,6 +75,8 @@ func (a *app) rootCommand() *cobra.Command {
 		a.cellCommand(),
 		a.execCommand(),
 		a.cpCommand(),
+		a.lsCommand(),
+		a.portForwardCommand(),
 		a.networkCommand(),
 		a.logsCommand(),
 		a.statsCommand(),

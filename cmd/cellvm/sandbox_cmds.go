@@ -280,10 +280,11 @@ func parseExecArgs(cmd *cobra.Command, args []string) (string, []string, error) 
 // cpCommand is `cellvm cp SRC DST` where one side is SANDBOX:/path.
 func (a *app) cpCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "cp LOCAL SANDBOX:/path | SANDBOX:/path LOCAL",
-		Short: "copy a file into or out of a daemon's sandbox",
+		Use:   "cp [-r] LOCAL SANDBOX:/path | SANDBOX:/path LOCAL",
+		Short: "copy a file (-r: a directory) into or out of a daemon's sandbox",
 		Args:  exactArgs(2, "SRC and DST"),
 	}
+	recursive := cmd.Flags().BoolP("recursive", "r", false, "copy directories and what they hold (files_cmds.go)")
 	return a.daemonCommandChecked(cmd, func(args []string) error {
 		_, _, srcRemote := splitRemote(args[0])
 		_, _, dstRemote := splitRemote(args[1])
@@ -295,6 +296,11 @@ func (a *app) cpCommand() *cobra.Command {
 		src, dst := args[0], args[1]
 		sbSrc, pSrc, _ := splitRemote(src)
 		sbDst, pDst, dstRemote := splitRemote(dst)
+		if *recursive {
+			if done, err := a.copyTree(ctx, c, src, dst); done {
+				return err
+			}
+		}
 		if dstRemote {
 			f, err := os.Open(src)
 			if err != nil {

@@ -243,6 +243,8 @@ func (ss *session) handle(req *proto.Request) bool {
 		return ss.setEnv(req)
 	case proto.OpReseed:
 		return ss.reseed(req)
+	case proto.OpFile:
+		return ss.fileOp(req)
 	}
 	return ss.reply(errResponse(proto.CodeBadRequest, fmt.Errorf("unknown op %q", req.Op)))
 }

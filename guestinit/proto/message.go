@@ -95,6 +95,8 @@ type Request struct {
 	// KeepGenerators: a reseed renews the kernel's pool and the clock
 	// only; the interpreters' generators keep their state (a resume).
 	KeepGenerators bool `json:"keep_generators,omitempty"`
+	// File is the op of OpFile (fileops.go).
+	File *FileOp `json:"file_op,omitempty"`
 }
 
 // NetConfig is the configuration of the guest's eth0 that a reseed
@@ -177,6 +179,14 @@ func (r *Request) Validate() error {
 		if r.TimeUnixNS < 0 {
 			return fmt.Errorf("time_unix_ns %d is negative", r.TimeUnixNS)
 		}
+	case OpFile:
+		uses["file"] = true
+		if r.File == nil {
+			return errors.New("op file without file_op")
+		}
+		if err := r.File.Validate(); err != nil {
+			return err
+		}
 	case OpInterrupt, OpRestart, OpHealth, OpShutdown:
 	default:
 		return fmt.Errorf("unknown op %q", truncate(string(r.Op), 32))
@@ -193,6 +203,7 @@ func (r *Request) Validate() error {
 		"time":    r.TimeUnixNS != 0,
 		"net":     r.Net != nil,
 		"keep":    r.KeepGenerators,
+		"file":    r.File != nil,
 	} {
 		if set && !uses[name] {
 			return fmt.Errorf("op %s does not take %s", r.Op, name)
@@ -339,6 +350,7 @@ type Response struct {
 	File        *FileInfo        `json:"file,omitempty"`
 	Written     *int64           `json:"written,omitempty"`
 	Reseeded    *Reseeded        `json:"reseeded,omitempty"`
+	Files       *FileReply       `json:"files,omitempty"` // file (fileops.go)
 }
 
 // Reseeded says what a reseed did.
@@ -353,7 +365,7 @@ type Reseeded struct {
 // Validate implements Validator.
 func (r *Response) Validate() error {
 	set := 0
-	for _, b := range []bool{r.Error != nil, r.Result != nil, r.Exec != nil, r.Interrupted != nil, r.Health != nil, r.File != nil, r.Written != nil, r.Reseeded != nil} {
+	for _, b := range []bool{r.Error != nil, r.Result != nil, r.Exec != nil, r.Interrupted != nil, r.Health != nil, r.File != nil, r.Written != nil, r.Reseeded != nil, r.Files != nil} {
 		if b {
 			set++
 		}
@@ -385,6 +397,8 @@ func (r *Response) Validate() error {
 		if *r.Written < 0 {
 			return errors.New("negative written count")
 		}
+	case r.Files != nil:
+		return r.Files.Validate()
 	}
 	return nil
 }

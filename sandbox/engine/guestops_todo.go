@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"net"
 
 	"github.com/cellvm/cellvm/sandbox"
 )
@@ -33,32 +32,4 @@ func (m *VMManager) SignalProcess(ctx context.Context, id string, pid int, sig s
 
 func (m *VMManager) ResizePTY(ctx context.Context, id string, pid int, size sandbox.PTYSize) error {
 	return fmt.Errorf("%w: ResizePTY is not built yet (issue 26)", sandbox.ErrNotSupported)
-}
-
-func (m *VMManager) ListDir(ctx context.Context, id string, req sandbox.FileRequest) ([]sandbox.FileEntry, error) {
-	return nil, fmt.Errorf("%w: ListDir is not built yet (issue 26)", sandbox.ErrNotSupported)
-}
-
-func (m *VMManager) StatPath(ctx context.Context, id string, req sandbox.FileRequest) (sandbox.FileEntry, error) {
-	return sandbox.FileEntry{}, fmt.Errorf("%w: StatPath is not built yet (issue 26)", sandbox.ErrNotSupported)
-}
-
-func (m *VMManager) MakeDir(ctx context.Context, id string, req sandbox.FileRequest) (bool, error) {
-	return false, fmt.Errorf("%w: MakeDir is not built yet (issue 26)", sandbox.ErrNotSupported)
-}
-
-func (m *VMManager) MovePath(ctx context.Context, id string, from sandbox.FileRequest, to string) (sandbox.FileEntry, error) {
-	return sandbox.FileEntry{}, fmt.Errorf("%w: MovePath is not built yet (issue 26)", sandbox.ErrNotSupported)
-}
-
-func (m *VMManager) RemovePath(ctx context.Context, id string, req sandbox.FileRequest) error {
-	return fmt.Errorf("%w: RemovePath is not built yet (issue 26)", sandbox.ErrNotSupported)
-}
-
-func (m *VMManager) WatchDir(ctx context.Context, id string, req sandbox.FileRequest, onEvent func(sandbox.FileEvent) error) error {
-	return fmt.Errorf("%w: WatchDir is not built yet (issue 26)", sandbox.ErrNotSupported)
-}
-
-func (m *VMManager) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
-	return nil, fmt.Errorf("%w: DialPort is not built yet (issue 26)", sandbox.ErrNotSupported)
 }

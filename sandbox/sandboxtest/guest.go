@@ -64,7 +64,12 @@ func (m *Manager) Upload(ctx context.Context, id, guestPath string, r io.Reader)
 		return 0, fmt.Errorf("%w: %s is over %d bytes", sandbox.ErrTooLarge, guestPath, MaxUploadBytes)
 	}
 	return int64(len(data)), m.withBox(id, func(b *box) error {
+		op := sandbox.FileWrite
+		if _, ok := b.filesAt(guestPath)[guestPath]; !ok {
+			op = sandbox.FileCreate
+		}
 		b.filesAt(guestPath)[guestPath] = data
+		m.notify(b, guestPath, op) // a watch sees it (fileops.go)
 		return nil
 	})
 }
