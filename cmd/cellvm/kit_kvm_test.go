@@ -156,7 +156,7 @@ func TestPipThroughTheAllowlist(t *testing.T) {
 		t.Errorf("%%pip install %s through the allowlist: %+v\nindex log:\n%s", probeDist, r, indexLog.String())
 	}
 	r = mustCell(t, c, info.ID, "import "+probeModule+"\nprint("+probeModule+".__file__)\n"+probeModule+".VALUE", 5*time.Minute)
-	if r.Status != cell.StatusOK || text(r) != fmt.Sprintf("'%s'", probeValue) || !strings.HasPrefix(r.Stdout, "/home/cell/.local/") {
+	if r.Status != cell.StatusOK || text(r) != fmt.Sprintf("'%s'", probeValue) || !strings.HasPrefix(r.Stdout, "/home/user/.local/") {
 		t.Errorf("import %s in the next cell: %+v; want %q from the cell user's site", probeModule, r, probeValue)
 	}
 	if !strings.Contains(indexLog.String(), "GET "+indexName+" /packages/cellvm_probe-1.0-py3-none-any.whl") {

@@ -25,12 +25,13 @@ import (
 )
 
 // The user. UID and GID are fixed so the host and the guest agree without
-// asking each other.
+// asking each other. Its name and home are E2B's ("user", /home/user), so
+// that programs written for E2B's sandboxes find the paths they expect.
 const (
-	Name  = "cell"
+	Name  = "user"
 	UID   = 1000
 	GID   = 1000
-	Home  = "/home/cell"
+	Home  = "/home/user"
 	Shell = "/bin/sh"
 )
 

@@ -23,13 +23,13 @@ func TestEnsureAddsTheUserOnceAndHandsOverItsDirectories(t *testing.T) {
 		}
 	}
 	pw, _ := os.ReadFile(filepath.Join(root, "etc/passwd"))
-	if want := "root:x:0:0:root:/root:/bin/bash\ncell:x:1000:1000:cellvm cells:/home/cell:/bin/sh\n"; string(pw) != want {
+	if want := "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:cellvm cells:/home/user:/bin/sh\n"; string(pw) != want {
 		t.Errorf("passwd after two Ensures:\n%s\nwant:\n%s", pw, want)
 	}
-	if gr, _ := os.ReadFile(filepath.Join(root, "etc/group")); strings.Count(string(gr), "cell:x:1000:") != 1 {
+	if gr, _ := os.ReadFile(filepath.Join(root, "etc/group")); strings.Count(string(gr), "user:x:1000:") != 1 {
 		t.Errorf("group: %q", gr)
 	}
-	for _, d := range []string{"home/cell", "workspace"} {
+	for _, d := range []string{"home/user", "workspace"} {
 		st, err := os.Stat(filepath.Join(root, d))
 		if err != nil {
 			t.Fatal(err)
@@ -69,17 +69,17 @@ func TestEnsureOnAnEmptyRoot(t *testing.T) {
 		t.Fatalf("Ensure on an empty root: %v", err)
 	}
 	pw, err := os.ReadFile(filepath.Join(root, "etc/passwd"))
-	if err != nil || string(pw) != "cell:x:1000:1000:cellvm cells:/home/cell:/bin/sh\n" {
+	if err != nil || string(pw) != "user:x:1000:1000:cellvm cells:/home/user:/bin/sh\n" {
 		t.Errorf("passwd = %q, %v", pw, err)
 	}
-	if gr, err := os.ReadFile(filepath.Join(root, "etc/group")); err != nil || string(gr) != "cell:x:1000:\n" {
+	if gr, err := os.ReadFile(filepath.Join(root, "etc/group")); err != nil || string(gr) != "user:x:1000:\n" {
 		t.Errorf("group = %q, %v", gr, err)
 	}
 	st, err := os.Stat(filepath.Join(root, "home"))
 	if err != nil || st.Mode().Perm() != 0o755 {
 		t.Errorf("/home made with %v, %v; want 0755 so the user reaches its home", st.Mode(), err)
 	}
-	st, err = os.Stat(filepath.Join(root, "home/cell"))
+	st, err = os.Stat(filepath.Join(root, "home/user"))
 	if err != nil || st.Mode().Perm() != 0o750 || st.Sys().(*syscall.Stat_t).Uid != UID {
 		t.Errorf("home: %v, %v", st, err)
 	}

@@ -63,7 +63,7 @@ func Decide(o Options, c buildplan.Config) Cells {
 			u, err := LookupUser(o.Root, c.User)
 			switch {
 			case err != nil:
-				cells.Notes = append(cells.Notes, fmt.Sprintf("the image's user %q is not used (%v): cells run as cellvm's user %s", clip(c.User), err, celluser.Name))
+				cells.Notes = append(cells.Notes, fmt.Sprintf("the image's user %q is not used (%v): cells run as cellvm's user %q", clip(c.User), err, celluser.Name))
 			case u.Root():
 				// Root, as the image's default, is cellvm's cell user.
 			default:

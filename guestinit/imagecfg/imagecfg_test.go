@@ -214,7 +214,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, u := range []string{"nobody", "nogroup", "app:nogroup"} {
 		c = Decide(o, buildplan.Config{User: u})
-		if !cellUser(c) || len(c.Notes) != 1 || !strings.Contains(c.Notes[0], "cells run as cellvm's user cell") {
+		if !cellUser(c) || len(c.Notes) != 1 || !strings.Contains(c.Notes[0], "cells run as cellvm's user \"user\"") {
 			t.Errorf("unusable user %q: %+v", u, c)
 		}
 	}
