@@ -95,6 +95,8 @@ type Request struct {
 	// KeepGenerators: a reseed renews the kernel's pool and the clock
 	// only; the interpreters' generators keep their state (a resume).
 	KeepGenerators bool `json:"keep_generators,omitempty"`
+	// Proc is a process request (OpProc, procs.go).
+	Proc *ProcRequest `json:"proc,omitempty"`
 }
 
 // NetConfig is the configuration of the guest's eth0 that a reseed
@@ -177,6 +179,14 @@ func (r *Request) Validate() error {
 		if r.TimeUnixNS < 0 {
 			return fmt.Errorf("time_unix_ns %d is negative", r.TimeUnixNS)
 		}
+	case OpProc:
+		uses["proc"] = true
+		if r.Proc == nil {
+			return errors.New("proc op without a process request")
+		}
+		if err := r.Proc.Validate(); err != nil {
+			return err
+		}
 	case OpInterrupt, OpRestart, OpHealth, OpShutdown:
 	default:
 		return fmt.Errorf("unknown op %q", truncate(string(r.Op), 32))
@@ -193,6 +203,7 @@ func (r *Request) Validate() error {
 		"time":    r.TimeUnixNS != 0,
 		"net":     r.Net != nil,
 		"keep":    r.KeepGenerators,
+		"proc":    r.Proc != nil,
 	} {
 		if set && !uses[name] {
 			return fmt.Errorf("op %s does not take %s", r.Op, name)
@@ -339,6 +350,7 @@ type Response struct {
 	File        *FileInfo        `json:"file,omitempty"`
 	Written     *int64           `json:"written,omitempty"`
 	Reseeded    *Reseeded        `json:"reseeded,omitempty"`
+	Proc        *ProcReply       `json:"proc,omitempty"` // OpProc (procs.go)
 }
 
 // Reseeded says what a reseed did.
@@ -353,7 +365,7 @@ type Reseeded struct {
 // Validate implements Validator.
 func (r *Response) Validate() error {
 	set := 0
-	for _, b := range []bool{r.Error != nil, r.Result != nil, r.Exec != nil, r.Interrupted != nil, r.Health != nil, r.File != nil, r.Written != nil, r.Reseeded != nil} {
+	for _, b := range []bool{r.Error != nil, r.Result != nil, r.Exec != nil, r.Interrupted != nil, r.Health != nil, r.File != nil, r.Written != nil, r.Reseeded != nil, r.Proc != nil} {
 		if b {
 			set++
 		}
@@ -385,6 +397,8 @@ func (r *Response) Validate() error {
 		if *r.Written < 0 {
 			return errors.New("negative written count")
 		}
+	case r.Proc != nil:
+		return r.Proc.Validate()
 	}
 	return nil
 }
