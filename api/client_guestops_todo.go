@@ -15,30 +15,6 @@ func (c *Client) SetTTL(ctx context.Context, id string, ttl time.Duration) (sand
 	return sandbox.Info{}, fmt.Errorf("%w: SetTTL is not built yet (issue 26)", sandbox.ErrNotSupported)
 }
 
-func (c *Client) StartProcess(ctx context.Context, id string, req sandbox.ProcessRequest, onEvent func(sandbox.ProcessEvent) error) (sandbox.ProcessExit, error) {
-	return sandbox.ProcessExit{}, fmt.Errorf("%w: StartProcess is not built yet (issue 26)", sandbox.ErrNotSupported)
-}
-
-func (c *Client) AttachProcess(ctx context.Context, id string, pid int, onEvent func(sandbox.ProcessEvent) error) (sandbox.ProcessExit, error) {
-	return sandbox.ProcessExit{}, fmt.Errorf("%w: AttachProcess is not built yet (issue 26)", sandbox.ErrNotSupported)
-}
-
-func (c *Client) ListProcesses(ctx context.Context, id string) ([]sandbox.ProcessInfo, error) {
-	return nil, fmt.Errorf("%w: ListProcesses is not built yet (issue 26)", sandbox.ErrNotSupported)
-}
-
-func (c *Client) SendInput(ctx context.Context, id string, pid int, data []byte, eof bool) error {
-	return fmt.Errorf("%w: SendInput is not built yet (issue 26)", sandbox.ErrNotSupported)
-}
-
-func (c *Client) SignalProcess(ctx context.Context, id string, pid int, sig string) error {
-	return fmt.Errorf("%w: SignalProcess is not built yet (issue 26)", sandbox.ErrNotSupported)
-}
-
-func (c *Client) ResizePTY(ctx context.Context, id string, pid int, size sandbox.PTYSize) error {
-	return fmt.Errorf("%w: ResizePTY is not built yet (issue 26)", sandbox.ErrNotSupported)
-}
-
 func (c *Client) ListDir(ctx context.Context, id string, req sandbox.FileRequest) ([]sandbox.FileEntry, error) {
 	return nil, fmt.Errorf("%w: ListDir is not built yet (issue 26)", sandbox.ErrNotSupported)
 }
