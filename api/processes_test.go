@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/sandbox/sandboxtest"
+	"github.com/cellvm/cellvm/sandbox/tenant"
 )
 
 // events collects a process stream's events for the API tests.
@@ -232,4 +234,36 @@ func TestProcessMaxProcesses(t *testing.T) {
 	}
 	status, _, body := e.do(t, "POST", "/v1/sandboxes/"+id+"/processes", jsonBody(`{"argv":["sleep","60"]}`))
 	wantAPIError(t, "one process too many", status, body, http.StatusServiceUnavailable, CodeFull)
+}
+
+// TestProcessTenants: another tenant's sandbox's processes are a 404 on
+// every process route, as if the sandbox did not exist.
+func TestProcessTenants(t *testing.T) {
+	e := newTestEnvWith(t, func(m *sandboxtest.Manager) sandbox.Manager { return tenant.New(m, tenant.Options{}) }, nil)
+	ctx := context.Background()
+	alpha, beta := e.client.ForTenant("alpha"), e.client.ForTenant("beta")
+	info, err := alpha.Create(ctx, sandboxConfigForTest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := 0
+	_, err = alpha.StartProcess(ctx, info.ID, sandbox.ProcessRequest{Argv: []string{"sleep", "60"}, Stdin: true}, func(ev sandbox.ProcessEvent) error {
+		pid = ev.PID
+		return errors.New("hang up")
+	})
+	if pid == 0 {
+		t.Fatalf("alpha's start: %v", err)
+	}
+	_, err = beta.StartProcess(ctx, info.ID, sandbox.ProcessRequest{Argv: []string{"echo"}}, nil)
+	wantClientError(t, "beta starts", err, http.StatusNotFound, CodeNotFound)
+	_, err = beta.ListProcesses(ctx, info.ID)
+	wantClientError(t, "beta lists", err, http.StatusNotFound, CodeNotFound)
+	_, err = beta.AttachProcess(ctx, info.ID, pid, nil)
+	wantClientError(t, "beta attaches", err, http.StatusNotFound, CodeNotFound)
+	wantClientError(t, "beta writes", beta.SendInput(ctx, info.ID, pid, []byte("x"), false), http.StatusNotFound, CodeNotFound)
+	wantClientError(t, "beta signals", beta.SignalProcess(ctx, info.ID, pid, sandbox.SignalKill), http.StatusNotFound, CodeNotFound)
+	wantClientError(t, "beta resizes", beta.ResizePTY(ctx, info.ID, pid, sandbox.PTYSize{Cols: 9, Rows: 9}), http.StatusNotFound, CodeNotFound)
+	if list, err := alpha.ListProcesses(ctx, info.ID); err != nil || len(list) != 1 {
+		t.Fatalf("alpha's list after beta's tries: %+v %v", list, err)
+	}
 }
