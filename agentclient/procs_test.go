@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -313,5 +315,33 @@ func TestProcRequestValidation(t *testing.T) {
 	}
 	if got := proto.ClipArgv([]string{strings.Repeat("a", proto.MaxProcInfoArgv+5), "b"}); len(got) != 1 || len(got[0]) != proto.MaxProcInfoArgv {
 		t.Fatalf("clip: %d args", len(got))
+	}
+}
+
+// A process that exits leaving a child in the background holding its
+// output ends at once, and the child is killed with its group.
+func TestProcLeftoversAreKilled(t *testing.T) {
+	c := procClient(t)
+	o := newProcOut()
+	start := time.Now()
+	exit, err := c.StartProc(ctxT(t), proto.ProcRequest{Argv: []string{"/bin/sh", "-c", "sleep 60 & echo $!"}}, o.on)
+	if err != nil || exit.ExitCode != 0 {
+		t.Fatalf("exit %+v err %v", exit, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the stream waited %v for the background child", d)
+	}
+	child, err := strconv.Atoi(strings.TrimSpace(o.text("stdout")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(child) + "/stat")
+		if err != nil || strings.Contains(string(b), ") Z ") {
+			break // gone, or a zombie: killed
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the background child %d outlived its process: %s", child, b)
+		}
 	}
 }
