@@ -81,7 +81,9 @@ func (a *app) runProcess(ctx context.Context, c *api.Client, id string, argv []s
 			req.PTY = &size
 		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	// A hang-up or SIGTERM ends the stream (the process goes on) and
+	// gives the terminal back, rather than leaving it raw.
+	ctx, cancel := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGHUP)
 	defer cancel()
 	var once sync.Once
 	started := func(pid int) {
