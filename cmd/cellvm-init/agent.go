@@ -62,11 +62,18 @@ func agentMain(args []string) int {
 		icfg.PidsMax = cellsPidsMax()
 	}
 	policy := agent.FilePolicy{}
+	var launch func(root bool) []string
 	if *guest {
 		policy = agent.GuestFilePolicy()
-		if err := guestCells(log, &icfg, &policy, *cellsRoot); err != nil {
+		spec, err := guestCells(log, &icfg, &policy, *cellsRoot)
+		if err != nil {
 			log.Error("set up the cells' user", "err", err)
 			return 1
+		}
+		launch = func(root bool) []string {
+			s := spec
+			s.Root = s.Root || root
+			return s.Command("/proc/self/exe", nil)
 		}
 	}
 	in, err := interp.New(icfg)
@@ -86,6 +93,7 @@ func agentMain(args []string) int {
 		Software:   "cellvm-init",
 		OnShutdown: func() { close(shutdown) },
 		NewMachine: &agent.NewMachine{Reseed: newmachine.Reseed, SetClock: newmachine.SetClock, SetNetwork: newmachine.SetNetwork},
+		Procs:      agent.ProcSpec{Launcher: launch, Env: in.CommandEnv, Dir: in.Dir(), Cgroup: in.CellsCgroup},
 		Logger:     log,
 	})
 	signalReady(log)
@@ -193,12 +201,12 @@ const runDir = "/run/cellvm-interp"
 // the image's working directory, with its environment; and does uploads
 // and downloads with that user's permissions. The agent itself keeps
 // root, out of the OOM killer's reach.
-func guestCells(log *slog.Logger, icfg *interp.Config, policy *agent.FilePolicy, asRoot bool) error {
+func guestCells(log *slog.Logger, icfg *interp.Config, policy *agent.FilePolicy, asRoot bool) (drop.Spec, error) {
 	if err := os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0); err != nil {
-		return fmt.Errorf("shield the agent from the OOM killer: %w", err)
+		return drop.Spec{}, fmt.Errorf("shield the agent from the OOM killer: %w", err)
 	}
 	if err := os.MkdirAll(runDir, 0o755); err != nil {
-		return err
+		return drop.Spec{}, err
 	}
 	icfg.RunDir = runDir
 	cells := imageCells(log, "/", asRoot, os.Environ(), icfg.Dir)
@@ -209,5 +217,5 @@ func guestCells(log *slog.Logger, icfg *interp.Config, policy *agent.FilePolicy,
 	if !cells.AsRoot {
 		policy.Owner = &agent.Owner{UID: cells.UID, GID: cells.GID}
 	}
-	return nil
+	return spec, nil
 }

@@ -205,11 +205,15 @@ func (a *app) execCommand() *cobra.Command {
 		Use:   "exec SANDBOX [--] ARGV...",
 		Short: "run a command in a daemon's sandbox (outside the interpreter)",
 		Long: "Run a command in a daemon's sandbox. cellvm's flags go before ARGV; everything from ARGV's first\n" +
-			"word on (or after --) is the command's. The exit status is the command's, or 124 if it timed out.",
+			"word on (or after --) is the command's. The exit status is the command's, or 124 if it timed out.\n" +
+			"With -i, -t or -d it runs as a process that streams its output: -i passes stdin on, -t gives it a\n" +
+			"terminal (exec -it SANDBOX -- bash), -d starts it in the background and prints its pid (cellvm ps,\n" +
+			"cellvm kill).",
 		DisableFlagParsing: true,
 	}
 	var timeout time.Duration
 	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "command timeout")
+	pf := addProcFlags(cmd)
 	var id string
 	var argv []string
 	return a.daemonCommandChecked(cmd, func(args []string) error {
@@ -222,6 +226,14 @@ func (a *app) execCommand() *cobra.Command {
 		}
 		return nil
 	}, func(ctx context.Context, c *api.Client, _ []string) error {
+		if pf.any() {
+			// A process: no timeout unless one was asked for.
+			var limit time.Duration
+			if cmd.Flags().Changed("timeout") {
+				limit = timeout
+			}
+			return a.runProcess(ctx, c, id, argv, *pf, limit)
+		}
 		r, err := c.Exec(ctx, id, sandbox.ExecRequest{Argv: argv, Timeout: timeout})
 		if err != nil {
 			return err

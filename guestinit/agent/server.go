@@ -37,7 +37,10 @@ type Config struct {
 	// NewMachine serves reseed requests (a guest restored from a
 	// snapshot); nil refuses them.
 	NewMachine *NewMachine
-	// MaxConns bounds concurrent connections. Default 64.
+	// Procs says how background processes start (procs.go).
+	Procs ProcSpec
+	// MaxConns bounds concurrent connections. Default 192: room for a
+	// stream of each of proto.MaxProcs processes and more besides.
 	MaxConns int
 	// HelloTimeout bounds the hello exchange. Default 10s.
 	HelloTimeout time.Duration
@@ -54,6 +57,7 @@ type Server struct {
 	start        time.Time
 	sem          chan struct{}
 	shutdownOnce sync.Once
+	procs        *procTable
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -63,7 +67,7 @@ type Server struct {
 // NewServer returns a Server.
 func NewServer(cfg Config) *Server {
 	if cfg.MaxConns <= 0 {
-		cfg.MaxConns = 64
+		cfg.MaxConns = 3 * proto.MaxProcs
 	}
 	if cfg.HelloTimeout <= 0 {
 		cfg.HelloTimeout = 10 * time.Second
@@ -77,7 +81,8 @@ func NewServer(cfg Config) *Server {
 	if cfg.Software == "" {
 		cfg.Software = "cellvm-init"
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sem: make(chan struct{}, cfg.MaxConns), conns: map[net.Conn]struct{}{}}
+	return &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sem: make(chan struct{}, cfg.MaxConns), conns: map[net.Conn]struct{}{},
+		procs: newProcTable(cfg.Procs, cfg.Logger)}
 }
 
 // Serve accepts connections on ln until ln fails or Close is called.
@@ -245,6 +250,8 @@ func (ss *session) handle(req *proto.Request) bool {
 		return ss.reseed(req)
 	case proto.OpFile:
 		return ss.fileOp(req)
+	case proto.OpProc:
+		return ss.proc(req)
 	}
 	return ss.reply(errResponse(proto.CodeBadRequest, fmt.Errorf("unknown op %q", req.Op)))
 }

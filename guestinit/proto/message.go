@@ -97,6 +97,8 @@ type Request struct {
 	KeepGenerators bool `json:"keep_generators,omitempty"`
 	// File is the op of OpFile (fileops.go).
 	File *FileOp `json:"file_op,omitempty"`
+	// Proc is a process request (OpProc, procs.go).
+	Proc *ProcRequest `json:"proc,omitempty"`
 }
 
 // NetConfig is the configuration of the guest's eth0 that a reseed
@@ -187,6 +189,14 @@ func (r *Request) Validate() error {
 		if err := r.File.Validate(); err != nil {
 			return err
 		}
+	case OpProc:
+		uses["proc"] = true
+		if r.Proc == nil {
+			return errors.New("proc op without a process request")
+		}
+		if err := r.Proc.Validate(); err != nil {
+			return err
+		}
 	case OpInterrupt, OpRestart, OpHealth, OpShutdown:
 	default:
 		return fmt.Errorf("unknown op %q", truncate(string(r.Op), 32))
@@ -204,6 +214,7 @@ func (r *Request) Validate() error {
 		"net":     r.Net != nil,
 		"keep":    r.KeepGenerators,
 		"file":    r.File != nil,
+		"proc":    r.Proc != nil,
 	} {
 		if set && !uses[name] {
 			return fmt.Errorf("op %s does not take %s", r.Op, name)
@@ -351,6 +362,7 @@ type Response struct {
 	Written     *int64           `json:"written,omitempty"`
 	Reseeded    *Reseeded        `json:"reseeded,omitempty"`
 	Files       *FileReply       `json:"files,omitempty"` // file (fileops.go)
+	Proc        *ProcReply       `json:"proc,omitempty"` // OpProc (procs.go)
 }
 
 // Reseeded says what a reseed did.
@@ -365,7 +377,7 @@ type Reseeded struct {
 // Validate implements Validator.
 func (r *Response) Validate() error {
 	set := 0
-	for _, b := range []bool{r.Error != nil, r.Result != nil, r.Exec != nil, r.Interrupted != nil, r.Health != nil, r.File != nil, r.Written != nil, r.Reseeded != nil, r.Files != nil} {
+	for _, b := range []bool{r.Error != nil, r.Result != nil, r.Exec != nil, r.Interrupted != nil, r.Health != nil, r.File != nil, r.Written != nil, r.Reseeded != nil, r.Files != nil, r.Proc != nil} {
 		if b {
 			set++
 		}
@@ -399,6 +411,8 @@ func (r *Response) Validate() error {
 		}
 	case r.Files != nil:
 		return r.Files.Validate()
+	case r.Proc != nil:
+		return r.Proc.Validate()
 	}
 	return nil
 }

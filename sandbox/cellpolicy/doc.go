@@ -1,7 +1,8 @@
 // Package cellpolicy is the operator's validation layer in front of code:
 // a sandbox.Manager wrapper that asks an operator's program (the hook,
 // `cellvm serve --cell-policy PATH`) about every cell and every exec before
-// the inner manager sees it.
+// the inner manager sees it. A process (StartProcess: a background
+// command, a shell) is asked about as an exec (processes.go).
 //
 // Why a separate program, and not rules in the daemon: what an operator
 // wants to forbid (a library, a host name, code that looks like a miner,
