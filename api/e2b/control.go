@@ -340,6 +340,12 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	if err := h.m.Pause(r.Context(), id); err != nil {
+		if errors.Is(err, sandbox.ErrBusy) && !strings.Contains(err.Error(), "already paused") {
+			// The SDK reads a 409 from pause as "already paused" and
+			// returns false: a refused pause must raise instead.
+			writeErrorf(w, http.StatusLocked, "sandbox %s cannot be paused now: %v", id, err)
+			return
+		}
 		writeError(w, h.log, err)
 		return
 	}

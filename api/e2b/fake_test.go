@@ -19,9 +19,10 @@ type fakeManager struct {
 	*sandboxtest.Manager
 	now func() time.Time
 
-	mu    sync.Mutex
-	ttls  map[string]time.Duration
-	ports map[string]string // "ID:PORT" -> local address
+	mu       sync.Mutex
+	pauseErr error // Pause's answer, when set
+	ttls     map[string]time.Duration
+	ports    map[string]string // "ID:PORT" -> local address
 }
 
 func newFakeManager() *fakeManager {
@@ -89,4 +90,15 @@ func (f *fakeManager) DialPort(ctx context.Context, id string, port int) (net.Co
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", addr)
+}
+
+// Pause answers pauseErr when one is set, else pauses.
+func (f *fakeManager) Pause(ctx context.Context, id string) error {
+	f.mu.Lock()
+	err := f.pauseErr
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return f.Manager.Pause(ctx, id)
 }

@@ -3,6 +3,7 @@ package e2b
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -280,6 +281,15 @@ func TestTimeoutPauseConnect(t *testing.T) {
 		t.Fatalf("connect answered %+v, create %+v", again, sb)
 	}
 	wantE2BError(t, "resume running", r.api("POST", base+"/resume", keyAlpha, nil, nil), http.StatusConflict, "running")
+	// A refused pause raises: the SDK reads 409 as "already paused" and
+	// would return false.
+	r.fake.mu.Lock()
+	r.fake.pauseErr = fmt.Errorf("%w: a cell is running", sandbox.ErrBusy)
+	r.fake.mu.Unlock()
+	wantE2BError(t, "pause refused", r.api("POST", base+"/pause", keyAlpha, map[string]any{}, nil), http.StatusLocked, "cannot be paused now")
+	r.fake.mu.Lock()
+	r.fake.pauseErr = nil
+	r.fake.mu.Unlock()
 	wantStatus(t, "pause", r.api("POST", base+"/pause", keyAlpha, map[string]any{}, nil), http.StatusNoContent)
 	wantE2BError(t, "pause again", r.api("POST", base+"/pause", keyAlpha, nil, nil), http.StatusConflict, "already paused")
 	var d detailJSON

@@ -13,8 +13,12 @@ import (
 
 // Background processes: the Manager's process methods over the agent's
 // (proto.OpProc). A stream holds the sandbox running (no pause or
-// snapshot starts under it) for as long as it is watched, as a cell
-// does; the process itself goes on when the stream ends. Whether root may
+// snapshot starts under it) only until its process runs (the agent's
+// start event): a background server watched for hours must not keep its
+// sandbox from pausing. A pause then ends the stream (ErrBusy, saying
+// so); the process is saved with the VM and runs on after the resume,
+// where AttachProcess finds it. The process itself goes on when a stream
+// ends. Whether root may
 // be asked for is the host's decision (Config.Root), never the guest's.
 
 // StartProcess implements sandbox.Manager.
@@ -41,7 +45,7 @@ func (m *VMManager) StartProcess(ctx context.Context, id string, req sandbox.Pro
 	if req.PTY != nil {
 		pr.PTY = &proto.PTYSize{Cols: req.PTY.Cols, Rows: req.PTY.Rows}
 	}
-	exit, err := s.agent.StartProc(ctx, pr, processEvents(onEvent))
+	exit, err := s.agent.StartProc(ctx, pr, releaseOnStart(release, processEvents(onEvent)))
 	return m.processEnd(s, exit, err, onEvent)
 }
 
@@ -55,8 +59,17 @@ func (m *VMManager) AttachProcess(ctx context.Context, id string, pid int, onEve
 		return sandbox.ProcessExit{}, err
 	}
 	defer release()
-	exit, err := s.agent.AttachProc(ctx, pid, processEvents(onEvent))
+	exit, err := s.agent.AttachProc(ctx, pid, releaseOnStart(release, processEvents(onEvent)))
 	return m.processEnd(s, exit, err, onEvent)
+}
+
+// releaseOnStart lets go of the stream's hold on the sandbox at its first
+// event (the agent's start): from then on a pause may begin.
+func releaseOnStart(release func(), f func(proto.ProcEvent) error) func(proto.ProcEvent) error {
+	return func(e proto.ProcEvent) error {
+		release()
+		return f(e)
+	}
 }
 
 // processEvents turns the agent's events into the Manager's.
@@ -73,6 +86,10 @@ func processEvents(onEvent func(sandbox.ProcessEvent) error) func(proto.ProcEven
 // or its error.
 func (m *VMManager) processEnd(s *vmSandbox, pe proto.ProcExit, err error, onEvent func(sandbox.ProcessEvent) error) (sandbox.ProcessExit, error) {
 	if err != nil {
+		switch s.lc.phase() {
+		case phasePausing, phasePaused, phaseResuming:
+			return sandbox.ProcessExit{}, fmt.Errorf("%w: sandbox %s was paused while this stream watched its process; the process runs on after the resume (attach to it again)", sandbox.ErrBusy, s.id)
+		}
 		return sandbox.ProcessExit{}, m.procErr(s, err)
 	}
 	exit := sandbox.ProcessExit{ExitCode: pe.ExitCode, Signal: pe.Signal, TimedOut: pe.TimedOut, Error: pe.Error}

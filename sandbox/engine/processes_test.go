@@ -157,3 +157,60 @@ func TestProcessesThroughTheFakeAgent(t *testing.T) {
 		t.Fatalf("a missing program: %+v %v", exit, err)
 	}
 }
+
+// TestAWatchedProcessDoesNotHoldOffAPause: a stream holds the sandbox
+// only until its process runs; a background server watched for hours
+// must not keep its sandbox from pausing (E2B's pause with a background
+// command's handle open was refused, and the SDK read the 409 as
+// "already paused").
+func TestAWatchedProcessDoesNotHoldOffAPause(t *testing.T) {
+	t.Setenv("CELLVM_TEST_FAKE_VMM", "agent")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := newFakeManager(t, exe, 30*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	info, err := m.Create(ctx, sandbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Delete(context.Background(), info.ID)
+	started := make(chan int, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.StartProcess(ctx, info.ID, sandbox.ProcessRequest{Argv: []string{"sleep", "60"}}, func(e sandbox.ProcessEvent) error {
+			if e.Kind == sandbox.ProcessStart {
+				started <- e.PID
+			}
+			return nil
+		})
+		done <- err
+	}()
+	var pid int
+	select {
+	case pid = <-started:
+	case err := <-done:
+		t.Fatalf("the stream ended before its start: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no start event")
+	}
+	m.mu.Lock()
+	s := m.sandboxes[info.ID]
+	m.mu.Unlock()
+	if s.lc.held() {
+		t.Error("a watched process still holds its sandbox after its start: a pause would be refused")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the stream ended while its process runs: %v", err)
+	default:
+	}
+	if err := m.SignalProcess(context.Background(), info.ID, pid, sandbox.SignalKill); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the stream of a killed process: %v", err)
+	}
+}
