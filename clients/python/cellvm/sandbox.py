@@ -28,8 +28,10 @@ class Sandbox(SandboxCalls):
     The sandbox is deleted when the ``with`` block ends (or by
     :meth:`kill`); without ``with`` it lives until killed or its ``ttl_s``
     passes, and another process can take it up with :meth:`connect` (one
-    sandbox per conversation). Calls: ``run_code``, ``commands.run``,
-    ``files.read``/``write``, ``network.set``, ``interrupt``, ``restart``,
+    sandbox per conversation). Calls: ``run_code``, ``commands.run``
+    (and ``commands.list``/``kill``/``send_stdin``/``connect``, ``pty``),
+    ``files.read``/``write``/``list``/``get_info``/``exists``/``make_dir``/
+    ``rename``/``remove``/``watch_dir``, ``connect_port``, ``network.set``, ``interrupt``, ``restart``,
     ``pause``, ``resume``, ``snapshot``, ``info``, ``kill``; snapshots are
     listed, described and deleted with :meth:`list_snapshots`,
     :meth:`get_snapshot` and :meth:`delete_snapshot`, workspaces listed and
