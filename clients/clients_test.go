@@ -38,6 +38,7 @@ func fakeDaemons(t *testing.T) (*sandboxtest.Manager, []string) {
 	sock := serveAPI(t, m)
 	forbidden := serveAPI(t, m, api.AllowUIDs(os.Getuid()+4242))
 	url, token, ca := serveTLS(t, m)
+	echoPorts(t, m)
 	return m, []string{"CELLVM_TEST_FAKE_SOCKET=" + sock, "CELLVM_TEST_FORBIDDEN_SOCKET=" + forbidden,
 		"CELLVM_TEST_FAKE_URL=" + url, "CELLVM_TEST_FAKE_TOKEN=" + token, "CELLVM_TEST_FAKE_CA=" + ca}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	stdlog "log"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/cellvm/cellvm/api"
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/sandbox/sandboxtest"
 	"github.com/cellvm/cellvm/test/kvmtest"
 )
 
@@ -183,3 +185,54 @@ func runIn(t *testing.T, dir string, env []string, timeout time.Duration, name s
 
 // repoRoot is the checkout's root.
 func repoRoot(t *testing.T) string { return kvmtest.RepoRoot(t) }
+
+// EchoPortLabel is the label with which a client's test asks the fake
+// for a guest port: a sandbox created with EchoPortLabel=N gets, within
+// moments, an echo server on its port N (sandboxtest's ListenPort), so
+// the clients' connect_port can be shown end to end.
+const EchoPortLabel = "cellvm-test-echo-port"
+
+// echoPorts serves the ports EchoPortLabel asks for until the test ends.
+func echoPorts(t *testing.T, m *sandboxtest.Manager) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		served := map[string]bool{}
+		var lns []net.Listener
+		defer func() {
+			for _, l := range lns {
+				l.Close()
+			}
+		}()
+		for ctx.Err() == nil {
+			boxes, _ := m.List(ctx)
+			for _, b := range boxes {
+				port, err := strconv.Atoi(b.Config.Labels[EchoPortLabel])
+				if err != nil || served[b.ID] {
+					continue
+				}
+				served[b.ID] = true
+				l, err := m.ListenPort(b.ID, port)
+				if err != nil {
+					continue
+				}
+				lns = append(lns, l)
+				go func() {
+					for {
+						c, err := l.Accept()
+						if err != nil {
+							return
+						}
+						go func() { defer c.Close(); io.Copy(c, c) }()
+					}
+				}()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+}

@@ -1,4 +1,7 @@
-export { Sandbox, asyncDispose, DEFAULT_CELL_TIMEOUT_MS, START_ALLOWANCE_MS, CreateOptions, ConnectOptions, ListOptions, SandboxState, RunCodeOptions } from './sandbox.js';
+export {
+  Sandbox, asyncDispose, DEFAULT_CELL_TIMEOUT_MS, START_ALLOWANCE_MS, CreateOptions, ConnectOptions, ListOptions, SandboxState, RunCodeOptions,
+  CommandStartOptions, ProcessResult, CommandExitError, CommandHandle, WatchHandle, ProcessInfo, EntryInfo, FilesystemEvent,
+} from './sandbox.js';
 export { Connection, DEFAULT_SOCKET } from './transport.js';
 export { Execution, Result, ExecutionError, CommandResult, SandboxInfo, SnapshotInfo, Truncated, WorkspaceInfo, ImageInfo } from './models.js';
 export {

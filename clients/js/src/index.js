@@ -4,6 +4,7 @@
 
 export { Sandbox, asyncDispose, DEFAULT_CELL_TIMEOUT_MS, START_ALLOWANCE_MS } from './sandbox.js';
 export { Connection, DEFAULT_SOCKET } from './transport.js';
+export { CommandExitError, CommandHandle, WatchHandle } from './procs.js';
 export { Execution, Result } from './models.js';
 export {
   CellvmError, Invalid, Unauthorized, Forbidden, NotFound, Busy, Lost, TooLarge, Internal, NotSupported, Full,

@@ -1,3 +1,4 @@
+import { CellvmError } from './errors.js';
 import { Connection } from './transport.js';
 import { CommandResult, Execution, ExecutionError, ImageInfo, Result, SandboxInfo, SnapshotInfo, WorkspaceInfo } from './models.js';
 
@@ -102,12 +103,47 @@ export class Sandbox {
   readonly id: string;
   readonly created: SandboxInfo;
   readonly commands: {
+    /** A plain run (no background, callbacks, user, tag or stdin: true): a failing command is a result. */
     run(cmd: string | string[], opts?: { stdin?: string | Uint8Array; timeoutMs?: number; cwd?: string; envs?: Record<string, string>; requestTimeoutMs?: number }): Promise<CommandResult>;
+    /** E2B's shape, in the foreground: rejects with CommandExitError when the exit code is not 0. */
+    run(cmd: string | string[], opts: CommandStartOptions & { background?: false }): Promise<ProcessResult>;
+    /** E2B's shape, in the background: resolves once the process runs. */
+    run(cmd: string | string[], opts: CommandStartOptions & { background: true }): Promise<CommandHandle>;
+    /** Follows a running process: its backlog first, then what comes (wait() rejects with NotFound for no such pid). */
+    connect(pid: number, opts?: { onStdout?: (text: string) => unknown; onStderr?: (text: string) => unknown; onData?: (data: Uint8Array) => unknown; timeoutMs?: number }): Promise<CommandHandle>;
+    list(): Promise<ProcessInfo[]>;
+    /** Signals a process (SIGKILL by default): true when signalled, false when no such process runs. */
+    kill(pid: number, opts?: { signal?: 'SIGKILL' | 'SIGTERM' | 'SIGINT' | 'SIGHUP' }): Promise<boolean>;
+    /** Input to a process started with stdin: true (or a PTY); eof closes its input after it. */
+    sendStdin(pid: number, data: string | Uint8Array, opts?: { eof?: boolean }): Promise<void>;
+    closeStdin(pid: number): Promise<void>;
   };
+  /** Processes on a terminal, as E2B's sandbox.pty. */
+  readonly pty: {
+    /** Starts cmd (default bash -i -l) on a terminal; onData gets its output. */
+    create(opts?: { cols?: number; rows?: number; onData?: (data: Uint8Array) => unknown; cmd?: string | string[]; cwd?: string; envs?: Record<string, string>; user?: 'user' | 'root'; timeoutMs?: number }): Promise<CommandHandle>;
+    sendInput(pid: number, data: string | Uint8Array): Promise<void>;
+    resize(pid: number, size: { cols: number; rows: number }): Promise<void>;
+    kill(pid: number): Promise<boolean>;
+  };
+  /** The sandbox's files; relative paths are under /workspace. */
   readonly files: {
     write(path: string, data: string | Uint8Array | ArrayBuffer | NodeJS.ReadableStream | AsyncIterable<Uint8Array>, opts?: { timeoutMs?: number }): Promise<number>;
     read(path: string, opts?: { maxBytes?: number; timeoutMs?: number }): Promise<Uint8Array>;
+    /** A directory's entries, and its subdirectories' down to depth levels (1: its own). */
+    list(path: string, opts?: { depth?: number; user?: 'user' | 'root' }): Promise<EntryInfo[]>;
+    getInfo(path: string, opts?: { user?: 'user' | 'root' }): Promise<EntryInfo>;
+    exists(path: string, opts?: { user?: 'user' | 'root' }): Promise<boolean>;
+    /** Makes a directory and its parents: true when it made it, false when it was there. */
+    makeDir(path: string, opts?: { user?: 'user' | 'root' }): Promise<boolean>;
+    rename(oldPath: string, newPath: string, opts?: { user?: 'user' | 'root' }): Promise<EntryInfo>;
+    /** Removes a file, or a directory with all it holds. */
+    remove(path: string, opts?: { user?: 'user' | 'root' }): Promise<void>;
+    /** Resolves once the watch is set, so later changes are seen. */
+    watchDir(path: string, onEvent: (e: FilesystemEvent) => unknown, opts?: { recursive?: boolean; user?: 'user' | 'root' }): Promise<WatchHandle>;
   };
+  /** A connected socket to a TCP port a process in the sandbox listens on (502 port_closed when none). */
+  connectPort(port: number, opts?: { timeoutMs?: number }): Promise<import('node:net').Socket>;
   readonly network: { set(allow: string[]): Promise<void> };
   runCode(code: string, opts?: RunCodeOptions): Promise<Execution>;
   interrupt(): Promise<void>;
@@ -122,4 +158,93 @@ export class Sandbox {
   setTimeout(timeoutMs: number): Promise<SandboxInfo>;
   kill(opts?: { timeoutMs?: number }): Promise<boolean>;
   [Symbol.asyncDispose](): Promise<void>;
+}
+
+export interface CommandStartOptions {
+  background?: boolean;
+  onStdout?: (text: string) => unknown;
+  onStderr?: (text: string) => unknown;
+  cwd?: string;
+  envs?: Record<string, string>;
+  user?: 'user' | 'root';
+  tag?: string;
+  /** true keeps the process's input open for sendStdin. */
+  stdin?: boolean;
+  /** Kills the process when it passes (default 60 s; 0: none). */
+  timeoutMs?: number;
+  requestTimeoutMs?: number;
+}
+
+/** How a process ended (E2B's CommandResult). */
+export interface ProcessResult {
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+  timedOut: boolean;
+  truncated: { stdoutBytes: number; stderrBytes: number };
+  durationMs: number;
+  /** It could not start: why. */
+  error?: string;
+  /** The signal that ended it. */
+  signal?: string;
+  raw: Record<string, unknown>;
+}
+
+export class CommandExitError extends CellvmError {
+  readonly result: ProcessResult;
+  readonly exitCode: number;
+  readonly stdout: string;
+  readonly stderr: string;
+  readonly error?: string;
+}
+
+export class CommandHandle {
+  readonly pid: number;
+  readonly stdout: string;
+  readonly stderr: string;
+  /** Set once it has ended. */
+  readonly exitCode?: number;
+  /** Its result, or CommandExitError when the exit code is not 0. */
+  wait(): Promise<ProcessResult>;
+  kill(signal?: 'SIGKILL' | 'SIGTERM' | 'SIGINT' | 'SIGHUP'): Promise<boolean>;
+  sendStdin(data: string | Uint8Array, opts?: { eof?: boolean }): Promise<void>;
+  /** Stops following it; the process goes on. */
+  disconnect(): Promise<void>;
+}
+
+export class WatchHandle {
+  stop(): Promise<void>;
+}
+
+export interface ProcessInfo {
+  pid: number;
+  cmd: string;
+  args: string[];
+  tag?: string;
+  cwd?: string;
+  /** The names of its own variables (values are write-only). */
+  envs: string[];
+  user?: string;
+  pty: boolean;
+  startedAt: string;
+  raw: Record<string, unknown>;
+}
+
+export interface EntryInfo {
+  name: string;
+  path: string;
+  type: 'file' | 'dir' | 'symlink' | string;
+  size: number;
+  mode: number;
+  permissions: string;
+  owner: string;
+  group: string;
+  modifiedTime?: Date;
+  symlinkTarget?: string;
+  raw: Record<string, unknown>;
+}
+
+export interface FilesystemEvent {
+  name: string;
+  type: 'create' | 'write' | 'remove' | 'rename' | 'chmod' | string;
 }

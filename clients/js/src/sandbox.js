@@ -7,6 +7,7 @@ import { Execution, Result, commandResult, executionError, imageInfo, sandboxInf
 import {
   Connection, MAX_EVENT_LINE_BYTES, answer, filesPath, imagePath, jsonCall, readBody, sandboxPath, snapshotPath, workspacePath,
 } from './transport.js';
+import { addCalls, connectPort, wantsProcess } from './procs.js';
 
 /** A cell's time limit when runCode is given none; the daemon's default. */
 export const DEFAULT_CELL_TIMEOUT_MS = 60_000;
@@ -236,7 +237,15 @@ export class Sandbox {
     /** Programs run outside the interpreter. */
     this.commands = {
       /** Runs a command: a string goes to sh -c, an array is the argv. */
-      async run(cmd, { stdin, timeoutMs = DEFAULT_CELL_TIMEOUT_MS, cwd, envs, requestTimeoutMs } = {}) {
+      /**
+       * Plainly it resolves to the result once the command ends (a failing command is a result, stdin may be the
+       * input). E2B's shape: with onStdout/onStderr, user or tag it runs as a process and rejects with
+       * CommandExitError when the exit code is not 0; with background: true it resolves to a CommandHandle as soon
+       * as the process runs; stdin: true keeps its input open for sendStdin; timeoutMs (0: none) kills it.
+       */
+      async run(cmd, opts = {}) {
+        if (wantsProcess(opts)) return self.commands.start(cmd, { timeoutMs: DEFAULT_CELL_TIMEOUT_MS, ...opts });
+        const { stdin, timeoutMs = DEFAULT_CELL_TIMEOUT_MS, cwd, envs, requestTimeoutMs } = opts;
         const payload = { argv: argvOf(cmd, cwd, envs) };
         if (typeof stdin === 'string') payload.stdin = stdin;
         else if (stdin instanceof Uint8Array) {
@@ -292,9 +301,16 @@ export class Sandbox {
         return jsonCall(self._conn, 'PUT', sandboxPath(self.sandboxId, 'network'), networkField(allow), { want: [204] }).then(() => undefined);
       },
     };
+    addCalls(this);
   }
 
   get id() { return this.sandboxId; }
+
+  /**
+   * Connects to a TCP port a process in the sandbox listens on and resolves to the connected socket (a
+   * net.Socket, a Duplex); CellvmError with status 502 and code port_closed when nothing listens there.
+   */
+  connectPort(port, opts) { return connectPort(this, port, opts); }
 
   /**
    * Creates a sandbox and resolves once it runs.

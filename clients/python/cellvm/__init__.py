@@ -27,17 +27,19 @@ from .errors import (
     NotSupported, ProtocolError, Timeout, TooLarge, Upstream, BuildFailed,
 )
 from .models import (
-    CommandResult, Execution, ExecutionError, ImageInfo, Logs, Result, SandboxInfo, SnapshotInfo, Truncated,
+    CommandResult, EntryInfo, Execution, ExecutionError, FilesystemEvent, ImageInfo, ProcessInfo, Logs, Result, SandboxInfo, SnapshotInfo, Truncated,
     WorkspaceInfo,
 )
 from .sandbox import Sandbox
+from ._procs import CommandExitError, CommandHandle, WatchHandle
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Sandbox", "AsyncSandbox", "Connection", "DEFAULT_SOCKET",
     "Execution", "Result", "Logs", "ExecutionError", "Truncated", "CommandResult", "SandboxInfo", "SnapshotInfo",
-    "WorkspaceInfo", "ImageInfo",
+    "WorkspaceInfo", "ImageInfo", "ProcessInfo", "EntryInfo", "FilesystemEvent", "CommandHandle", "WatchHandle",
+    "CommandExitError",
     "CellvmError", "Invalid", "Unauthorized", "Forbidden", "NotFound", "Busy", "Lost", "TooLarge", "Internal", "NotSupported",
     "Full", "ConnectError", "ConnectionLost", "Timeout", "ProtocolError", "Upstream", "BuildFailed",
 ]

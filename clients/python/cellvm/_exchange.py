@@ -112,6 +112,12 @@ def image_path(name: str) -> str:
 def files_path(sandbox_id: str, guest_path: str) -> str:
     """The files route of a guest path. A relative path is taken as
     relative to /workspace, where cells and commands run."""
+    return guest_route(sandbox_id, "files", guest_path)
+
+
+def guest_route(sandbox_id: str, route: str, guest_path: str) -> str:
+    """A path route (files, dir, stat, watch) of a guest path; a relative
+    path is under /workspace."""
     if not isinstance(guest_path, str) or not guest_path:
         raise ValueError("a file path is a non-empty string")
     if not guest_path.startswith("/"):
@@ -119,7 +125,7 @@ def files_path(sandbox_id: str, guest_path: str) -> str:
     segments = [s for s in guest_path.split("/") if s]
     if not segments:
         raise ValueError(f"{guest_path!r} names the root directory, not a file")
-    return sandbox_path(sandbox_id, "files", *segments)
+    return sandbox_path(sandbox_id, route, *segments)
 
 
 def _read_head(parser: ResponseParser) -> Generator[Any, Any, Head]:

@@ -17,6 +17,8 @@ import urllib.parse
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _exchange as ex
+from . import _procs
+from ._procs import CommandHandle, WatchHandle
 from ._transport import Connection
 from .errors import NotFound
 from .models import (
@@ -395,12 +397,30 @@ class Commands:
     def __init__(self, sbx: "SandboxCalls"):
         self._sbx = sbx
 
-    def run(self, cmd: Union[str, Sequence[str]], *, stdin: Union[str, bytes, None] = None,
+    def run(self, cmd: Union[str, Sequence[str]], *, stdin: Union[str, bytes, bool, None] = None,
             timeout: Optional[float] = DEFAULT_CELL_TIMEOUT_S, cwd: Optional[str] = None,
-            envs: Optional[Dict[str, str]] = None, request_timeout: Optional[float] = None):
+            envs: Optional[Dict[str, str]] = None, request_timeout: Optional[float] = None,
+            background: bool = False, on_stdout: Callback = None, on_stderr: Callback = None,
+            user: Optional[str] = None, tag: Optional[str] = None):
         """Runs a command: a string goes to ``sh -c``, a list is the argv.
-        Returns a :class:`CommandResult`; a failing or timed-out command is
-        a result (exit_code, timed_out), not an error."""
+
+        Plainly (no ``background``, callbacks, ``user`` or ``tag``) it
+        returns a :class:`CommandResult` once the command ends; a failing
+        or timed-out command is a result (exit_code, timed_out), not an
+        error, and ``stdin`` may be the input (str or bytes).
+
+        E2B's shape: with ``on_stdout``/``on_stderr`` (each gets text as it
+        comes), ``user`` ("user" or "root") or ``tag``, it runs as a
+        process and raises :class:`~cellvm.CommandExitError` when the exit
+        code is not 0. With ``background=True`` it returns a
+        :class:`~cellvm.CommandHandle` as soon as the process runs (its
+        ``wait()`` gives the result); ``stdin=True`` keeps its input open
+        for ``send_stdin``. ``timeout`` (seconds; 0 or None: none) kills
+        the process when it passes."""
+        if background or on_stdout is not None or on_stderr is not None or user is not None or tag is not None \
+                or stdin is True:
+            return self._start(cmd, background=background, on_stdout=on_stdout, on_stderr=on_stderr, cwd=cwd,
+                               envs=envs, user=user, tag=tag, timeout=timeout, stdin=stdin, request_timeout=request_timeout)
         payload: Dict[str, Any] = {"argv": _argv(cmd, cwd, envs)}
         if isinstance(stdin, str):
             payload["stdin"] = stdin
@@ -420,6 +440,172 @@ class Commands:
                                   limit, CommandResult.from_raw))
 
 
+    def _start(self, cmd: Union[str, Sequence[str]], *, background: bool, on_stdout: Callback, on_stderr: Callback,
+               cwd: Optional[str], envs: Optional[Dict[str, str]], user: Optional[str], tag: Optional[str],
+               timeout: Optional[float], stdin: Any, request_timeout: Optional[float], pty: Optional[Dict[str, int]] = None,
+               on_data: Callback = None):
+        payload = _process_request(cmd, cwd=cwd, envs=envs, user=user, tag=tag, timeout=timeout, stdin=stdin, pty=pty)
+        h = CommandHandle(self, on_stdout, on_stderr, on_data)
+        path = ex.sandbox_path(self._sbx.sandbox_id, "processes")
+        limit = request_timeout or (payload.get("timeout_ms", 0) / 1000 + self._sbx._conn.timeout
+                                    if payload.get("timeout_ms") else _procs.FOREVER_S)
+        exchange_of = lambda stopped: _procs.ndjson_stream("POST", path, payload, h._event, stopped, "the process's stream")
+        if not background:
+            return self._sbx._do(Plan(exchange_of(None), limit, h._checked))
+        return self._follow(h, exchange_of, limit)
+
+    def _follow(self, h: CommandHandle, exchange_of: Any, limit: float):
+        """Runs the stream on a runner and gives the handle once the
+        process runs (CommandExitError when it could not start)."""
+        h._runner = self._sbx._runner(exchange_of, limit)
+
+        def ready():
+            if h.pid is None:
+                return h._checked(h._result)
+            return h
+        return h._runner.when_started(ready)
+
+    def connect(self, pid: int, *, on_stdout: Callback = None, on_stderr: Callback = None, on_data: Callback = None,
+                timeout: Optional[float] = None):
+        """Follows a running process (E2B's ``commands.connect``): its
+        output kept so far (the backlog) first, then what comes. Returns a
+        :class:`~cellvm.CommandHandle`; NotFound when no such process runs."""
+        h = CommandHandle(self, on_stdout, on_stderr, on_data)
+        h.pid = _pid(pid)
+        path = ex.sandbox_path(self._sbx.sandbox_id, "processes", str(h.pid), "attach")
+        exchange_of = lambda stopped: _procs.ndjson_stream("GET", path, None, h._event, stopped, "the process's stream")
+        h._runner = self._sbx._runner(exchange_of, timeout or _procs.FOREVER_S)
+        # An attach has no start event: the handle is ready at once, and
+        # an unknown pid shows in wait().
+        h._runner.started()
+        return h._runner.when_started(lambda: h)
+
+    def list(self):
+        """The sandbox's running processes (:class:`~cellvm.ProcessInfo`)."""
+        return self._sbx._do(Plan(ex.json_call("GET", ex.sandbox_path(self._sbx.sandbox_id, "processes")),
+                                  self._sbx._conn.timeout, lambda v: [_procs.process_info(p) for p in v or []]))
+
+    def kill(self, pid: int, *, signal: str = "SIGKILL"):
+        """Signals a process: SIGKILL (the default), SIGTERM, SIGINT or
+        SIGHUP. True when it was signalled, False when no such process runs."""
+        if signal not in ("SIGKILL", "SIGTERM", "SIGINT", "SIGHUP"):
+            raise ValueError(f"signal is SIGKILL, SIGTERM, SIGINT or SIGHUP, not {signal!r}")
+        path = ex.sandbox_path(self._sbx.sandbox_id, "processes", str(_pid(pid)), "signal")
+        return self._sbx._do(Plan(_absent_is_false(ex.json_call("POST", path, {"signal": signal}, want=(204,))),
+                                  self._sbx._conn.timeout))
+
+    def send_stdin(self, pid: int, data: Union[str, bytes], *, eof: bool = False):
+        """Sends input to a process started with ``stdin=True`` (or a
+        PTY); ``eof=True`` closes its input after it."""
+        body = _input(data)
+        if eof:
+            body["eof"] = True
+        path = ex.sandbox_path(self._sbx.sandbox_id, "processes", str(_pid(pid)), "stdin")
+        return self._sbx._do(Plan(ex.json_call("POST", path, body, want=(204,)), self._sbx._conn.timeout, lambda v: None))
+
+    def close_stdin(self, pid: int):
+        """Closes a process's input (it reads end of file)."""
+        return self.send_stdin(pid, b"", eof=True)
+
+
+class Pty:
+    """``sbx.pty``: processes on a terminal, as E2B's ``sandbox.pty``."""
+
+    def __init__(self, commands: Commands):
+        self._commands = commands
+
+    def create(self, *, cols: int = 80, rows: int = 24, on_data: Callback = None, cmd: Union[str, Sequence[str], None] = None,
+               cwd: Optional[str] = None, envs: Optional[Dict[str, str]] = None, user: Optional[str] = None,
+               timeout: Optional[float] = None):
+        """Starts ``cmd`` (default: bash, a login shell's way) on a
+        terminal of cols x rows and returns its
+        :class:`~cellvm.CommandHandle`; ``on_data`` gets the terminal's
+        output as bytes."""
+        return self._commands._start(cmd if cmd is not None else ["bash", "-i", "-l"], background=True, on_stdout=None,
+                                     on_stderr=None, cwd=cwd, envs=envs, user=user, tag=None, timeout=timeout,
+                                     stdin=None, request_timeout=None, pty=_pty_size(cols, rows), on_data=on_data)
+
+    def send_stdin(self, pid: int, data: Union[str, bytes]):
+        """Types data on the terminal."""
+        return self._commands.send_stdin(pid, data)
+
+    def resize(self, pid: int, *, cols: int, rows: int):
+        """Resizes the terminal."""
+        sbx = self._commands._sbx
+        path = ex.sandbox_path(sbx.sandbox_id, "processes", str(_pid(pid)), "resize")
+        return sbx._do(Plan(ex.json_call("POST", path, _pty_size(cols, rows), want=(204,)), sbx._conn.timeout, lambda v: None))
+
+    def kill(self, pid: int):
+        return self._commands.kill(pid)
+
+
+def _pid(pid: Any) -> int:
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid < 1:
+        raise ValueError(f"a pid is a positive int, not {pid!r}")
+    return pid
+
+
+def _pty_size(cols: Any, rows: Any) -> Dict[str, int]:
+    for name, v in (("cols", cols), ("rows", rows)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 4096:
+            raise ValueError(f"{name} is an int in 1..4096, not {v!r}")
+    return {"cols": cols, "rows": rows}
+
+
+def _input(data: Any) -> Dict[str, Any]:
+    if isinstance(data, str):
+        return {"data": data} if data else {}
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        b = bytes(data)
+        try:
+            return {"data": b.decode("utf-8")} if b else {}
+        except UnicodeDecodeError:
+            import base64
+            return {"data_base64": base64.b64encode(b).decode("ascii")}
+    raise TypeError(f"input is str or bytes, not {type(data).__name__}")
+
+
+def _process_request(cmd: Any, *, cwd: Optional[str], envs: Any, user: Optional[str], tag: Optional[str],
+                     timeout: Optional[float], stdin: Any, pty: Optional[Dict[str, int]]) -> Dict[str, Any]:
+    """The body of POST .../processes (the daemon's ProcessStartRequest)."""
+    if isinstance(cmd, str):
+        argv = ["sh", "-c", cmd]
+    elif isinstance(cmd, (list, tuple)) and cmd and all(isinstance(a, str) for a in cmd):
+        argv = list(cmd)
+    else:
+        raise TypeError("a command is a shell string or a non-empty list of strings (argv)")
+    body: Dict[str, Any] = {"argv": argv}
+    if cwd is not None:
+        body["cwd"] = cwd
+    e = _env(envs)
+    if e:
+        body["env"] = e
+    if user is not None:
+        if user not in ("user", "root"):
+            raise ValueError(f"user is 'user' or 'root', not {user!r}")
+        body["user"] = user
+    if tag is not None:
+        body["tag"] = str(tag)
+    if pty is not None:
+        body["pty"] = pty
+    if stdin is True:
+        body["stdin"] = True
+    elif stdin not in (None, False):
+        raise TypeError("with background, callbacks, user or tag, stdin is True (keep input open for send_stdin) "
+                        "or None; input given as data goes with a plain commands.run")
+    if timeout:
+        body["timeout_ms"] = _ms(timeout, "timeout")
+    return body
+
+
+def _absent_is_false(exchange: ex.Exchange) -> ex.Exchange:
+    try:
+        yield from exchange
+    except NotFound:
+        return False
+    return True
+
+
 class Files:
     """``sbx.files``: the sandbox's files. Relative paths are under
     /workspace, where cells and commands run."""
@@ -437,6 +623,66 @@ class Files:
     def read(self, path: str, *, max_bytes: int = DEFAULT_MAX_READ_BYTES, timeout: float = DEFAULT_FILE_TIMEOUT_S):
         """Returns the file's bytes (TooLarge beyond max_bytes)."""
         return self._sbx._do(Plan(ex.download(self._sbx.sandbox_id, path, max_bytes), timeout))
+
+    def _query(self, **kw: Any) -> str:
+        q = [(k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in kw.items() if v is not None]
+        return "?" + urllib.parse.urlencode(q) if q else ""
+
+    def list(self, path: str, *, depth: int = 1, user: Optional[str] = None):
+        """The entries of a directory (:class:`~cellvm.EntryInfo`), and of
+        its subdirectories down to ``depth`` levels (1: its own)."""
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth is a positive int, not {depth!r}")
+        target = ex.guest_route(self._sbx.sandbox_id, "dir", path) + self._query(depth=depth, user=user)
+        return self._sbx._do(Plan(ex.json_call("GET", target), self._sbx._conn.timeout,
+                                  lambda v: [_procs.entry(e) for e in (v or {}).get("entries") or []]))
+
+    def get_info(self, path: str, *, user: Optional[str] = None):
+        """What path is (:class:`~cellvm.EntryInfo`); NotFound when nothing is there."""
+        target = ex.guest_route(self._sbx.sandbox_id, "stat", path) + self._query(user=user)
+        return self._sbx._do(Plan(ex.json_call("GET", target), self._sbx._conn.timeout, _procs.entry))
+
+    def exists(self, path: str, *, user: Optional[str] = None):
+        """Whether anything is at path."""
+        target = ex.guest_route(self._sbx.sandbox_id, "stat", path) + self._query(user=user)
+        return self._sbx._do(Plan(_absent_is_false(ex.json_call("GET", target)), self._sbx._conn.timeout))
+
+    def make_dir(self, path: str, *, user: Optional[str] = None):
+        """Makes a directory and its parents: True when it made it, False
+        when it was already there."""
+        target = ex.guest_route(self._sbx.sandbox_id, "dir", path) + self._query(user=user)
+        return self._sbx._do(Plan(ex.json_call("POST", target), self._sbx._conn.timeout,
+                                  lambda v: bool((v or {}).get("created"))))
+
+    def rename(self, old_path: str, new_path: str, *, user: Optional[str] = None):
+        """Moves old_path to new_path and returns what is there now (:class:`~cellvm.EntryInfo`)."""
+        body: Dict[str, Any] = {"from": _guest_abs(old_path), "to": _guest_abs(new_path)}
+        if user is not None:
+            body["user"] = user
+        return self._sbx._do(Plan(ex.json_call("POST", ex.sandbox_path(self._sbx.sandbox_id, "move"), body),
+                                  self._sbx._conn.timeout, _procs.entry))
+
+    def remove(self, path: str, *, user: Optional[str] = None):
+        """Removes a file or a directory with all it holds."""
+        target = ex.files_path(self._sbx.sandbox_id, path) + self._query(user=user)
+        return self._sbx._do(Plan(ex.json_call("DELETE", target, want=(204,)), self._sbx._conn.timeout, lambda v: None))
+
+    def watch_dir(self, path: str, on_event: Callback = None, *, recursive: bool = False, user: Optional[str] = None):
+        """Watches a directory: ``on_event`` gets each
+        :class:`~cellvm.FilesystemEvent` (and ``get_new_events()`` of the
+        :class:`~cellvm.WatchHandle` returns them); returns once the watch
+        is set, so later changes are seen. ``stop()`` ends it."""
+        target = ex.guest_route(self._sbx.sandbox_id, "watch", path) + self._query(recursive=recursive or None, user=user)
+        h = WatchHandle(on_event)
+        exchange_of = lambda stopped: _procs.ndjson_stream("GET", target, None, h._line, stopped, "the watch")
+        h._runner = self._sbx._runner(exchange_of, _procs.FOREVER_S)
+        return h._runner.when_started(lambda: h)
+
+
+def _guest_abs(path: str) -> str:
+    if not isinstance(path, str) or not path:
+        raise ValueError("a file path is a non-empty string")
+    return path if path.startswith("/") else "/workspace/" + path
 
 
 class Network:
@@ -464,6 +710,7 @@ class SandboxCalls:
         self.sandbox_id = info.sandbox_id
         self.created = info
         self.commands = Commands(self)
+        self.pty = Pty(self.commands)
         self.files = Files(self)
         self.network = Network(self)
 
@@ -475,6 +722,9 @@ class SandboxCalls:
         return f"{type(self).__name__}({self.sandbox_id!r})"
 
     def _do(self, plan: Plan) -> Any:  # overridden
+        raise NotImplementedError
+
+    def _runner(self, exchange_of: Any, timeout: float) -> Any:  # overridden
         raise NotImplementedError
 
     def run_code(self, code: str, *, timeout: Optional[float] = DEFAULT_CELL_TIMEOUT_S,

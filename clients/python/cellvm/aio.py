@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Dict, List, Optional
+import asyncio
+from typing import Any, Awaitable, Dict, List, Optional, Tuple
 
 from ._sandbox import (
     DEFAULT_CREATE_TIMEOUT_S, Plan, SandboxCalls, create_plan, create_image_plan, delete_image_plan, delete_snapshot_plan,
     delete_workspace_plan, get_snapshot_plan, info_plan, list_images_plan, list_plan, list_snapshots_plan,
     list_workspaces_plan, version_plan,
 )
+from ._procs import TaskRunner, port_error, port_request, port_status
 from ._transport import Connection
+from .errors import Timeout
 from .models import ImageInfo, SandboxInfo, SnapshotInfo, WorkspaceInfo
 
 
@@ -131,6 +134,31 @@ class AsyncSandbox(SandboxCalls):
 
     def _do(self, plan: Plan) -> Awaitable[Any]:
         return plan.arun(self._conn)
+
+    def _runner(self, exchange_of: Any, timeout: float) -> Any:
+        return TaskRunner(self._conn, exchange_of, timeout)
+
+    async def connect_port(self, port: int, *, timeout: Optional[float] = None
+                           ) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Connects to a TCP port a process in the sandbox listens on and
+        returns asyncio's (reader, writer) over it; Upstream (502, code
+        "port_closed") when nothing listens there."""
+        limit = timeout or self._conn.timeout
+        reader, writer = await self._conn._aopen(limit)
+        try:
+            writer.write(port_request(self.sandbox_id, port, self._conn.headers()))
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), limit)
+            except asyncio.IncompleteReadError as e:
+                head = e.partial
+            except asyncio.TimeoutError:
+                raise Timeout(f"connecting to port {port} of {self.sandbox_id} took longer than {limit:g} s") from None
+            if port_status(head) != 101:
+                raise port_error(head, await asyncio.wait_for(reader.read(), limit))
+            return reader, writer
+        except BaseException:
+            writer.close()
+            raise
 
     async def __aenter__(self) -> "AsyncSandbox":
         return self

@@ -214,6 +214,11 @@ class CommandResult:
     truncated: Truncated
     duration_ms: int
     raw: Dict[str, Any] = field(repr=False, default_factory=dict)
+    #: What went wrong outside the command (it could not start), as E2B's
+    #: ``error``; None when it ran.
+    error: Optional[str] = None
+    #: The signal that ended it ("SIGKILL"), if one did.
+    signal: Optional[str] = None
 
     @classmethod
     def from_raw(cls, raw: Dict[str, Any]) -> "CommandResult":
@@ -352,3 +357,70 @@ class ImageInfo:
                    sandboxes=int(raw.get("sandboxes") or 0), key=text("key"), apt=texts("apt"),
                    build_seconds=float(raw.get("build_seconds") or 0), raw=raw,
                    source=text("source"), ref=text("ref"), digest=text("digest"), base=text("base"))
+
+
+@dataclass
+class ProcessInfo:
+    """A running process (``commands.list()``), as E2B's ProcessInfo:
+    ``pid``, ``tag``, ``cmd`` and ``args`` (argv[0] and the rest),
+    ``cwd``, ``envs`` (the names of its own variables: values are
+    write-only), ``user``, ``pty`` and ``started_at``."""
+
+    pid: int
+    cmd: str
+    args: List[str]
+    tag: Optional[str] = None
+    cwd: Optional[str] = None
+    envs: List[str] = field(default_factory=list)
+    user: Optional[str] = None
+    pty: bool = False
+    started_at: str = ""
+    raw: Dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def from_raw(cls, raw: Dict[str, Any]) -> "ProcessInfo":
+        argv = [str(a) for a in raw.get("argv") or []]
+        return cls(pid=int(raw.get("pid") or 0), cmd=argv[0] if argv else "", args=argv[1:],
+                   tag=raw.get("tag") or None, cwd=raw.get("cwd") or None,
+                   envs=[str(e) for e in raw.get("env_names") or []], user=raw.get("user") or None,
+                   pty=bool(raw.get("pty")), started_at=str(raw.get("started_at") or ""), raw=raw)
+
+
+@dataclass
+class EntryInfo:
+    """A file or directory (``files.list``, ``files.get_info``), as E2B's
+    EntryInfo: ``name``, ``path``, ``type`` ("file", "dir" or "symlink"),
+    ``size``, ``mode`` (permission bits), ``permissions`` ("rwxr-xr-x"),
+    ``owner``, ``group``, ``modified_time`` (RFC 3339) and
+    ``symlink_target``."""
+
+    name: str
+    path: str
+    type: str
+    size: int
+    mode: int
+    owner: str = ""
+    group: str = ""
+    modified_time: str = ""
+    symlink_target: Optional[str] = None
+    raw: Dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def permissions(self) -> str:
+        return "".join(c if self.mode & (1 << (8 - i)) else "-" for i, c in enumerate("rwxrwxrwx"))
+
+    @classmethod
+    def from_raw(cls, raw: Dict[str, Any]) -> "EntryInfo":
+        return cls(name=str(raw.get("name") or ""), path=str(raw.get("path") or ""), type=str(raw.get("type") or ""),
+                   size=int(raw.get("size") or 0), mode=int(raw.get("mode") or 0), owner=str(raw.get("owner") or ""),
+                   group=str(raw.get("group") or ""), modified_time=str(raw.get("mod_time") or ""),
+                   symlink_target=raw.get("symlink_target") or None, raw=raw)
+
+
+@dataclass
+class FilesystemEvent:
+    """One change in a watched directory: ``name`` relative to it, and
+    ``type``: "create", "write", "remove", "rename" or "chmod"."""
+
+    name: str
+    type: str

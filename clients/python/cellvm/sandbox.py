@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any, Dict, List, Optional
 
 from ._sandbox import (
@@ -9,7 +10,9 @@ from ._sandbox import (
     delete_workspace_plan, get_snapshot_plan, info_plan, list_images_plan, list_plan, list_snapshots_plan,
     list_workspaces_plan, version_plan,
 )
+from ._procs import ThreadRunner, port_error, port_request, port_status
 from ._transport import Connection
+from .errors import ProtocolError, Timeout
 from .models import ImageInfo, SandboxInfo, SnapshotInfo, WorkspaceInfo
 
 
@@ -25,8 +28,10 @@ class Sandbox(SandboxCalls):
     The sandbox is deleted when the ``with`` block ends (or by
     :meth:`kill`); without ``with`` it lives until killed or its ``ttl_s``
     passes, and another process can take it up with :meth:`connect` (one
-    sandbox per conversation). Calls: ``run_code``, ``commands.run``,
-    ``files.read``/``write``, ``network.set``, ``interrupt``, ``restart``,
+    sandbox per conversation). Calls: ``run_code``, ``commands.run``
+    (and ``commands.list``/``kill``/``send_stdin``/``connect``, ``pty``),
+    ``files.read``/``write``/``list``/``get_info``/``exists``/``make_dir``/
+    ``rename``/``remove``/``watch_dir``, ``connect_port``, ``network.set``, ``interrupt``, ``restart``,
     ``pause``, ``resume``, ``snapshot``, ``info``, ``kill``; snapshots are
     listed, described and deleted with :meth:`list_snapshots`,
     :meth:`get_snapshot` and :meth:`delete_snapshot`, workspaces listed and
@@ -170,6 +175,49 @@ class Sandbox(SandboxCalls):
 
     def _do(self, plan: Plan) -> Any:
         return plan.run(self._conn)
+
+    def _runner(self, exchange_of: Any, timeout: float) -> Any:
+        return ThreadRunner(self._conn, exchange_of, timeout)
+
+    def connect_port(self, port: int, *, timeout: Optional[float] = None) -> socket.socket:
+        """Connects to a TCP port a process in the sandbox listens on and
+        returns the connected socket (a plain ``socket.socket``, or an
+        ``ssl.SSLSocket`` to a remote daemon): what it sends reaches the
+        port, what the port sends comes back. Upstream (502, code
+        "port_closed") when nothing listens there. ``timeout`` bounds the
+        connect; the socket is returned blocking, without a timeout."""
+        limit = timeout or self._conn.timeout
+        sock = self._conn._open(limit)
+        try:
+            sock.settimeout(limit)
+            sock.sendall(port_request(self.sandbox_id, port, self._conn.headers()))
+            head = bytearray()
+            # One byte at a time up to the head's end, so nothing of the
+            # port's own bytes is read here.
+            while not head.endswith(b"\r\n\r\n"):
+                b = sock.recv(1)
+                if not b:
+                    break
+                head += b
+                if len(head) > 64 << 10:
+                    raise ProtocolError("the answer's head is too long")
+            status = port_status(bytes(head))
+            if status != 101:
+                rest = b""
+                while True:
+                    b = sock.recv(65536)
+                    if not b:
+                        break
+                    rest += b
+                raise port_error(bytes(head), rest)
+            sock.settimeout(None)
+            return sock
+        except socket.timeout:
+            sock.close()
+            raise Timeout(f"connecting to port {port} of {self.sandbox_id} took longer than {limit:g} s") from None
+        except BaseException:
+            sock.close()
+            raise
 
     def __enter__(self) -> "Sandbox":
         return self
