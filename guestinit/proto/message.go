@@ -362,7 +362,7 @@ type Response struct {
 	Written     *int64           `json:"written,omitempty"`
 	Reseeded    *Reseeded        `json:"reseeded,omitempty"`
 	Files       *FileReply       `json:"files,omitempty"` // file (fileops.go)
-	Proc        *ProcReply       `json:"proc,omitempty"` // OpProc (procs.go)
+	Proc        *ProcReply       `json:"proc,omitempty"`  // OpProc (procs.go)
 }
 
 // Reseeded says what a reseed did.
