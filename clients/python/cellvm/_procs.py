@@ -223,7 +223,29 @@ class _Output:
         return "".join(self.parts)
 
 
-class CommandHandle:
+class _Streamed:
+    """A handle whose stream runs on a runner made after the handle: the
+    runner's thread may see the stream's first event (its start, or the
+    watch being set) before the runner is handed to the handle, so the
+    start is remembered and passed on by attach_runner."""
+
+    _runner: Any = None
+    _start_seen = False
+
+    def _mark_started(self) -> None:
+        self._start_seen = True
+        runner = self._runner
+        if runner is not None:
+            runner.started()
+
+    def attach_runner(self, runner: Any) -> Any:
+        self._runner = runner
+        if self._start_seen:
+            runner.started()
+        return runner
+
+
+class CommandHandle(_Streamed):
     """A process started by ``commands.run(..., background=True)``,
     ``commands.connect`` or ``pty.create``, as E2B's ``CommandHandle``:
     ``pid``, ``stdout``/``stderr`` so far, ``wait()`` for its
@@ -263,8 +285,7 @@ class CommandHandle:
         kind = ev["kind"]
         if kind == "start":
             self.pid = int(ev.get("pid") or 0) or None
-            if self._runner is not None:
-                self._runner.started()
+            self._mark_started()
             return None
         if kind == "end":
             return ("done", self._finish(ev.get("exit") or {}))
@@ -314,7 +335,7 @@ class CommandHandle:
 # -- files -------------------------------------------------------------------
 
 
-class WatchHandle:
+class WatchHandle(_Streamed):
     """A watched directory (``files.watch_dir``): ``on_event`` gets each
     :class:`~cellvm.models.FilesystemEvent` as it comes, and
     ``get_new_events()`` returns those seen since its last call.
@@ -330,7 +351,7 @@ class WatchHandle:
         if not isinstance(obj, dict):
             raise ProtocolError("a watch event is not an object")
         if "watching" in obj:
-            self._runner.started()
+            self._mark_started()
             return None
         e = FilesystemEvent(name=str(obj.get("name", "")), type=str(obj.get("op", "")))
         with self._lock:

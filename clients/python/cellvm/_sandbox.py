@@ -457,7 +457,7 @@ class Commands:
     def _follow(self, h: CommandHandle, exchange_of: Any, limit: float):
         """Runs the stream on a runner and gives the handle once the
         process runs (CommandExitError when it could not start)."""
-        h._runner = self._sbx._runner(exchange_of, limit)
+        h.attach_runner(self._sbx._runner(exchange_of, limit))
 
         def ready():
             if h.pid is None:
@@ -474,7 +474,7 @@ class Commands:
         h.pid = _pid(pid)
         path = ex.sandbox_path(self._sbx.sandbox_id, "processes", str(h.pid), "attach")
         exchange_of = lambda stopped: _procs.ndjson_stream("GET", path, None, h._event, stopped, "the process's stream")
-        h._runner = self._sbx._runner(exchange_of, timeout or _procs.FOREVER_S)
+        h.attach_runner(self._sbx._runner(exchange_of, timeout or _procs.FOREVER_S))
         # An attach has no start event: the handle is ready at once, and
         # an unknown pid shows in wait().
         h._runner.started()
@@ -675,7 +675,7 @@ class Files:
         target = ex.guest_route(self._sbx.sandbox_id, "watch", path) + self._query(recursive=recursive or None, user=user)
         h = WatchHandle(on_event)
         exchange_of = lambda stopped: _procs.ndjson_stream("GET", target, None, h._line, stopped, "the watch")
-        h._runner = self._sbx._runner(exchange_of, _procs.FOREVER_S)
+        h.attach_runner(self._sbx._runner(exchange_of, _procs.FOREVER_S))
         return h._runner.when_started(lambda: h)
 
 

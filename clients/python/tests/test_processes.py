@@ -238,3 +238,41 @@ class TestAsync(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestStartBeforeTheRunner(unittest.TestCase):
+    """A stream's runner thread may see the start (or the watch being set)
+    before the runner is handed to its handle; the start must still reach
+    the runner, or commands.run(background=True) waits for the process's
+    end (a 60 s hang, then a kill of a process already gone)."""
+
+    class Runner:
+        def __init__(self):
+            self.starts = 0
+
+        def started(self):
+            self.starts += 1
+
+    def test_command_start_seen_first(self):
+        from cellvm._procs import CommandHandle
+        h = CommandHandle(None)
+        h._event({"kind": "start", "pid": 7})
+        r = self.Runner()
+        h.attach_runner(r)
+        self.assertEqual((h.pid, r.starts), (7, 1))
+
+    def test_watch_set_seen_first(self):
+        from cellvm._procs import WatchHandle
+        h = WatchHandle(None)
+        h._line({"watching": True})
+        r = self.Runner()
+        h.attach_runner(r)
+        self.assertEqual(r.starts, 1)
+
+    def test_start_after_the_runner(self):
+        from cellvm._procs import CommandHandle
+        h = CommandHandle(None)
+        r = self.Runner()
+        h.attach_runner(r)
+        h._event({"kind": "start", "pid": 8})
+        self.assertEqual(r.starts, 1)
