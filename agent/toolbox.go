@@ -104,7 +104,7 @@ func (t *Toolbox) Call(ctx context.Context, name string, args json.RawMessage) T
 	case ToolUploadFile:
 		return t.uploadFile(ctx, args)
 	case ToolRestartPython:
-		if err := t.Manager.Restart(ctx, t.SandboxID); err != nil {
+		if err := t.Manager.Restart(ctx, t.SandboxID, sandbox.Session{}); err != nil {
 			return sandboxError(err)
 		}
 		return ToolResult{Text: "The interpreter was restarted: earlier variables and imports are gone; files on disk are kept."}
@@ -158,7 +158,7 @@ func (t *Toolbox) runPython(ctx context.Context, args json.RawMessage) ToolResul
 	if refused != nil {
 		return *refused
 	}
-	res, err := t.Manager.RunCell(ctx, t.SandboxID, code, timeout, nil)
+	res, err := t.Manager.RunCell(ctx, t.SandboxID, sandbox.Cell{Code: code, Timeout: timeout}, nil)
 	if err != nil {
 		return sandboxError(err)
 	}

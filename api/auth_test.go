@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/sandbox/sandboxtest"
 )
 
@@ -132,7 +133,7 @@ func TestTokenRequiredOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create with the token: %v", err)
 	}
-	if _, err := c.RunCell(ctx, info.ID, "x", 0, func(cell.Event) {}); err != nil {
+	if _, err := c.RunCell(ctx, info.ID, sandbox.Cell{Code: "x", Timeout: 0}, func(cell.Event) {}); err != nil {
 		t.Errorf("streamed cell with the token: %v", err)
 	}
 	if _, err := c.Metrics(ctx); err != nil {

@@ -22,7 +22,7 @@ type endThenCleanup struct {
 	returned     atomic.Bool
 }
 
-func (m *endThenCleanup) RunCell(ctx context.Context, id, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+func (m *endThenCleanup) RunCell(ctx context.Context, id string, c sandbox.Cell, onEvent func(cell.Event)) (cell.Result, error) {
 	res := cell.Result{Status: cell.StatusOK, Stdout: "x\n", StateKept: true}
 	onEvent(cell.Event{Type: cell.EventStdout, Text: "x\n"})
 	onEvent(cell.Event{Type: cell.EventEnd, End: &res})
@@ -55,13 +55,14 @@ func TestStreamedEndComesAfterTheCellIsDone(t *testing.T) {
 	}
 	var types []cell.EventType
 	returnedAtEnd := false
-	_, err = c.RunCell(context.Background(), info.ID, "x", 0, func(ev cell.Event) {
+	_, err = c.RunCell(context.Background(), info.ID, sandbox.Cell{Code: "x", Timeout: 0}, func(ev cell.Event) {
 		types = append(types, ev.Type)
 		if ev.Type == cell.EventEnd {
 			returnedAtEnd = m.returned.Load()
 			close(m.clientHasEnd)
 		}
 	})
+
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,10 @@ type CellRequest struct {
 	Code string `json:"code"`
 	// TimeoutMS nil means the server's default.
 	TimeoutMS *int64 `json:"timeout_ms,omitempty"`
+	// Language is the cell's language (cell.ParseLanguage: "" is Python);
+	// Context names its session ("" the language's default one).
+	Language string `json:"language,omitempty"`
+	Context  string `json:"context,omitempty"`
 }
 
 // runCell runs a cell and answers with one cell.Result, or, when the
@@ -50,7 +54,7 @@ func (s *server) runCell(w http.ResponseWriter, r *http.Request) {
 	ae := AuditOf(r.Context())
 	ae.Set(func(rec *audit.Record) { rec.SetCode(req.Code) })
 	if !wantsStream(r) {
-		res, err := s.m.RunCell(r.Context(), id, req.Code, timeout, nil)
+		res, err := s.m.RunCell(r.Context(), id, sandbox.Cell{Code: req.Code, Timeout: timeout}, nil)
 		if err != nil {
 			s.writeError(w, err)
 			return
@@ -66,7 +70,7 @@ func (s *server) runCell(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	st := &eventStream{out: ndjsonOut{w: w, rc: http.NewResponseController(w), writeTimeout: s.streamWriteTimeout}, cancel: cancel}
-	res, err := s.m.RunCell(ctx, id, req.Code, timeout, st.fromManager)
+	res, err := s.m.RunCell(ctx, id, sandbox.Cell{Code: req.Code, Timeout: timeout}, st.fromManager)
 	st.mu.Lock()
 	started, ended, held := st.out.started, st.ended, st.heldEnd
 	st.mu.Unlock()

@@ -19,7 +19,7 @@ import (
 func TestRunCellJSONResult(t *testing.T) {
 	e := newTestEnv(t)
 	id := mustCreate(t, e)
-	res, err := e.client.RunCell(context.Background(), id, "stream", 0, nil)
+	res, err := e.client.RunCell(context.Background(), id, sandbox.Cell{Code: "stream", Timeout: 0}, nil)
 	if err != nil {
 		t.Fatalf("RunCell: %v", err)
 	}
@@ -28,12 +28,12 @@ func TestRunCellJSONResult(t *testing.T) {
 		t.Errorf("result %+v", res)
 	}
 	// The fake's "timeout_ms" cell prints the timeout the manager got.
-	res, err = e.client.RunCell(context.Background(), id, "timeout_ms", 0, nil)
+	res, err = e.client.RunCell(context.Background(), id, sandbox.Cell{Code: "timeout_ms", Timeout: 0}, nil)
 	if got := fmt.Sprintf("%d\n", DefaultCellTimeout.Milliseconds()); err != nil || res.Stdout != got {
 		t.Errorf("missing timeout_ms gave %q (%v), want the default %v", res.Stdout, err, DefaultCellTimeout)
 	}
 
-	res, err = e.client.RunCell(context.Background(), id, "timeout_ms", 1500*time.Millisecond, nil)
+	res, err = e.client.RunCell(context.Background(), id, sandbox.Cell{Code: "timeout_ms", Timeout: 1500 * time.Millisecond}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestRunCellJSONResult(t *testing.T) {
 	}
 
 	// A Python exception is a result, not an HTTP error.
-	res, err = e.client.RunCell(context.Background(), id, "raise", 0, nil)
+	res, err = e.client.RunCell(context.Background(), id, sandbox.Cell{Code: "raise", Timeout: 0}, nil)
 	if err != nil || res.Status != cell.StatusError || res.Error == nil || res.Error.Name != "KeyError" {
 		t.Errorf("raise: %+v, %v", res, err)
 	}
@@ -62,7 +62,7 @@ func TestRunCellTimeoutValidation(t *testing.T) {
 		status, _, b := e.do(t, "POST", "/v1/sandboxes/"+id+"/cells", jsonBody(body))
 		wantAPIError(t, body, status, b, http.StatusBadRequest, CodeInvalid)
 	}
-	_, err := e.client.RunCell(context.Background(), id, "1", -time.Second, nil)
+	_, err := e.client.RunCell(context.Background(), id, sandbox.Cell{Code: "1", Timeout: -time.Second}, nil)
 	if !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("negative timeout through the client: %v", err)
 	}
@@ -71,7 +71,7 @@ func TestRunCellTimeoutValidation(t *testing.T) {
 	if status != http.StatusOK {
 		t.Errorf("timeout_ms at the max: %d %s", status, b)
 	}
-	res, err := e.client.RunCell(context.Background(), id, "timeout_ms", 0, nil)
+	res, err := e.client.RunCell(context.Background(), id, sandbox.Cell{Code: "timeout_ms", Timeout: 0}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,14 +83,14 @@ func TestRunCellTimeoutValidation(t *testing.T) {
 func TestRunCellCodeTooLarge(t *testing.T) {
 	e := newTestEnv(t)
 	id := mustCreate(t, e)
-	_, err := e.client.RunCell(context.Background(), id, strings.Repeat("#", sandbox.MaxCodeBytes+1), 0, nil)
+	_, err := e.client.RunCell(context.Background(), id, sandbox.Cell{Code: strings.Repeat("#", sandbox.MaxCodeBytes+1), Timeout: 0}, nil)
 	wantClientError(t, "code over 1 MiB", err, http.StatusRequestEntityTooLarge, CodeTooLarge)
 	// A body far over the limit is cut off while reading.
 	status, _, b := e.do(t, "POST", "/v1/sandboxes/"+id+"/cells",
 		strings.NewReader(`{"code": "`+strings.Repeat("\\u0001", 2<<20)+`"}`))
 	wantAPIError(t, "escaped body over the limit", status, b, http.StatusRequestEntityTooLarge, CodeTooLarge)
 	// Exactly the limit is fine.
-	if _, err := e.client.RunCell(context.Background(), id, strings.Repeat("#", sandbox.MaxCodeBytes), 0, nil); err != nil {
+	if _, err := e.client.RunCell(context.Background(), id, sandbox.Cell{Code: strings.Repeat("#", sandbox.MaxCodeBytes), Timeout: 0}, nil); err != nil {
 		t.Errorf("code of exactly 1 MiB: %v", err)
 	}
 }
@@ -99,7 +99,7 @@ func TestRunCellStreamsEventsInOrder(t *testing.T) {
 	e := newTestEnv(t)
 	id := mustCreate(t, e)
 	var got []cell.Event
-	res, err := e.client.RunCell(context.Background(), id, "stream", 0, func(ev cell.Event) { got = append(got, ev) })
+	res, err := e.client.RunCell(context.Background(), id, sandbox.Cell{Code: "stream", Timeout: 0}, func(ev cell.Event) { got = append(got, ev) })
 	if err != nil {
 		t.Fatalf("RunCell: %v", err)
 	}
@@ -129,7 +129,7 @@ func TestRunCellStreamIsFlushedWhileCellRuns(t *testing.T) {
 	var first time.Time
 	var n int
 	start := time.Now()
-	res, err := e.client.RunCell(context.Background(), id, "block", 0, func(ev cell.Event) {
+	res, err := e.client.RunCell(context.Background(), id, sandbox.Cell{Code: "block", Timeout: 0}, func(ev cell.Event) {
 		n++
 		if n == 1 {
 			first = time.Now()
@@ -139,6 +139,7 @@ func TestRunCellStreamIsFlushedWhileCellRuns(t *testing.T) {
 			e.cells.free()
 		}
 	})
+
 	if err != nil {
 		t.Fatalf("RunCell: %v", err)
 	}
@@ -194,7 +195,7 @@ func TestSecondCellIsRefusedBusy(t *testing.T) {
 	var firstRes cell.Result
 	go func() {
 		defer wg.Done()
-		firstRes, firstErr = e.client.RunCell(context.Background(), id, "block", 0, func(cell.Event) {})
+		firstRes, firstErr = e.client.RunCell(context.Background(), id, sandbox.Cell{Code: "block", Timeout: 0}, func(cell.Event) {})
 	}()
 	select {
 	case <-e.cells.started:
@@ -202,7 +203,7 @@ func TestSecondCellIsRefusedBusy(t *testing.T) {
 		t.Fatal("first cell never started")
 	}
 	// Both forms of the second request are refused at once, not queued.
-	_, err := e.client.RunCell(context.Background(), id, "1", 0, nil)
+	_, err := e.client.RunCell(context.Background(), id, sandbox.Cell{Code: "1", Timeout: 0}, nil)
 	if !errors.Is(err, sandbox.ErrBusy) {
 		t.Errorf("second cell: %v, want ErrBusy", err)
 	}
@@ -230,7 +231,7 @@ func TestClientDisconnectCancelsCell(t *testing.T) {
 			onEvent = func(cell.Event) {}
 		}
 		go func() {
-			_, err := e.client.RunCell(ctx, id, "block", 0, onEvent)
+			_, err := e.client.RunCell(ctx, id, sandbox.Cell{Code: "block", Timeout: 0}, onEvent)
 			done <- err
 		}()
 		select {
@@ -256,7 +257,7 @@ func TestRunCellStreamAlwaysEnds(t *testing.T) {
 	// A manager failing after the first event: the client still gets an
 	// end event, with status lost.
 	var kinds []cell.EventType
-	res, err := e.client.RunCell(context.Background(), id, "lost-mid", 0, func(ev cell.Event) { kinds = append(kinds, ev.Type) })
+	res, err := e.client.RunCell(context.Background(), id, sandbox.Cell{Code: "lost-mid", Timeout: 0}, func(ev cell.Event) { kinds = append(kinds, ev.Type) })
 	if err != nil {
 		t.Fatalf("lost-mid: %v", err)
 	}
@@ -268,7 +269,7 @@ func TestRunCellStreamAlwaysEnds(t *testing.T) {
 	}
 	// A manager that sends no events: the server sends the end event.
 	kinds = nil
-	res, err = e.client.RunCell(context.Background(), id, "quiet", 0, func(ev cell.Event) { kinds = append(kinds, ev.Type) })
+	res, err = e.client.RunCell(context.Background(), id, sandbox.Cell{Code: "quiet", Timeout: 0}, func(ev cell.Event) { kinds = append(kinds, ev.Type) })
 	if err != nil || len(kinds) != 1 || kinds[0] != cell.EventEnd || res.Stdout != "quiet\n" {
 		t.Errorf("quiet: events %q, result %+v, err %v", kinds, res, err)
 	}

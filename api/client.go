@@ -199,9 +199,14 @@ func (c *Client) Interrupt(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodPost, c.sandboxURL(id, "interrupt"), nil, nil, http.StatusNoContent)
 }
 
-// Restart gives the sandbox a fresh interpreter.
-func (c *Client) Restart(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodPost, c.sandboxURL(id, "restart"), nil, nil, http.StatusNoContent)
+// Restart gives one of the sandbox's sessions (the zero Session: Python's
+// default one) a fresh program.
+func (c *Client) Restart(ctx context.Context, id string, s sandbox.Session) error {
+	var body any
+	if s != (sandbox.Session{}) {
+		body = s
+	}
+	return c.do(ctx, http.MethodPost, c.sandboxURL(id, "restart"), body, nil, http.StatusNoContent)
 }
 
 // Pause pauses the sandbox's VM.
@@ -312,8 +317,9 @@ func timeoutMS(d time.Duration) *int64 {
 // otherwise it streams, calling onEvent for each event as it arrives (the
 // end event included) and returning the end event's result. Cancelling ctx
 // closes the connection, which interrupts the cell.
-func (c *Client) RunCell(ctx context.Context, id, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
-	in := CellRequest{Code: code, TimeoutMS: timeoutMS(timeout)}
+func (c *Client) RunCell(ctx context.Context, id string, spec sandbox.Cell, onEvent func(cell.Event)) (cell.Result, error) {
+	code, timeout := spec.Code, spec.Timeout
+	in := CellRequest{Code: code, TimeoutMS: timeoutMS(timeout), Language: string(spec.Language), Context: spec.Context}
 	var res cell.Result
 	if onEvent == nil {
 		err := c.do(ctx, http.MethodPost, c.sandboxURL(id, "cells"), in, &res, http.StatusOK)

@@ -101,7 +101,8 @@ func (b *blockCells) script(ctx context.Context, c *sandboxtest.Cell) (cell.Resu
 //	"quiet"     a result with no events at all, not even the end
 type contractBreaker struct{ *sandboxtest.Manager }
 
-func (m contractBreaker) RunCell(ctx context.Context, id, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+func (m contractBreaker) RunCell(ctx context.Context, id string, c sandbox.Cell, onEvent func(cell.Event)) (cell.Result, error) {
+	code := c.Code
 	switch code {
 	case "lost-mid":
 		if onEvent != nil {
@@ -111,7 +112,7 @@ func (m contractBreaker) RunCell(ctx context.Context, id, code string, timeout t
 	case "quiet":
 		return cell.Result{Status: cell.StatusOK, StateKept: true, Stdout: "quiet\n"}, nil
 	}
-	return m.Manager.RunCell(ctx, id, code, timeout, onEvent)
+	return m.Manager.RunCell(ctx, id, c, onEvent)
 }
 
 // shortTempDir returns a temporary directory with a path short enough for

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/sandbox"
@@ -72,10 +71,11 @@ func wireCorpus() []cell.Result {
 // stdout, each display and its error first.
 type cannedCells struct{ sandbox.Manager }
 
-func (m cannedCells) RunCell(ctx context.Context, id, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+func (m cannedCells) RunCell(ctx context.Context, id string, c sandbox.Cell, onEvent func(cell.Event)) (cell.Result, error) {
+	code := c.Code
 	n, ok := strings.CutPrefix(code, "canned ")
 	if !ok {
-		return m.Manager.RunCell(ctx, id, code, timeout, onEvent)
+		return m.Manager.RunCell(ctx, id, c, onEvent)
 	}
 	i, _ := strconv.Atoi(n)
 	res := wireCorpus()[i]

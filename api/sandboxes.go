@@ -88,7 +88,7 @@ func (s *server) interrupt(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) restart(w http.ResponseWriter, r *http.Request) {
-	s.noContent(w, s.m.Restart(r.Context(), r.PathValue("id")))
+	s.noContent(w, s.m.Restart(r.Context(), r.PathValue("id"), sandbox.Session{}))
 }
 
 func (s *server) pause(w http.ResponseWriter, r *http.Request) {

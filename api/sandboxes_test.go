@@ -64,7 +64,7 @@ func TestSandboxLifecycleThroughClient(t *testing.T) {
 		{"Pause", func() error { return e.client.Pause(ctx, id) }},
 		{"Resume", func() error { return e.client.Resume(ctx, id) }},
 		{"Interrupt", func() error { return e.client.Interrupt(ctx, id) }},
-		{"Restart", func() error { return e.client.Restart(ctx, id) }},
+		{"Restart", func() error { return e.client.Restart(ctx, id, sandbox.Session{}) }},
 	} {
 		if err := step.call(); err != nil {
 			t.Errorf("%s: %v", step.name, err)
@@ -104,12 +104,18 @@ func TestUnknownSandboxEveryRoute(t *testing.T) {
 	ctx := context.Background()
 	const id = "nope"
 	calls := map[string]func() error{
-		"Get":        func() error { _, err := e.client.Get(ctx, id); return err },
-		"Delete":     func() error { return e.client.Delete(ctx, id) },
-		"RunCell":    func() error { _, err := e.client.RunCell(ctx, id, "1", 0, nil); return err },
-		"RunCell/ND": func() error { _, err := e.client.RunCell(ctx, id, "1", 0, func(cell.Event) {}); return err },
-		"Interrupt":  func() error { return e.client.Interrupt(ctx, id) },
-		"Restart":    func() error { return e.client.Restart(ctx, id) },
+		"Get":    func() error { _, err := e.client.Get(ctx, id); return err },
+		"Delete": func() error { return e.client.Delete(ctx, id) },
+		"RunCell": func() error {
+			_, err := e.client.RunCell(ctx, id, sandbox.Cell{Code: "1", Timeout: 0}, nil)
+			return err
+		},
+		"RunCell/ND": func() error {
+			_, err := e.client.RunCell(ctx, id, sandbox.Cell{Code: "1", Timeout: 0}, func(cell.Event) {})
+			return err
+		},
+		"Interrupt": func() error { return e.client.Interrupt(ctx, id) },
+		"Restart":   func() error { return e.client.Restart(ctx, id, sandbox.Session{}) },
 		"Exec": func() error {
 			_, err := e.client.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"true"}})
 			return err

@@ -1,6 +1,10 @@
 package sandbox
 
-import "time"
+import (
+	"time"
+
+	"github.com/cellvm/cellvm/cell"
+)
 
 // Images and workspaces as the contract names them. An image is a root
 // file system sandboxes boot (Config.Image); a workspace a named volume
@@ -20,6 +24,11 @@ type ImageInfo struct {
 	// the interpreter's version and the featured modules with theirs.
 	Python  string   `json:"python,omitempty"`
 	Modules []string `json:"modules,omitempty"`
+	// Languages are the cell languages the image has, with the versions
+	// of their programs: from its manifest (the default image and those
+	// built on it) or found in it when it was imported or built. Cells in
+	// another language are refused (ErrInvalid) naming these.
+	Languages []cell.LanguageInfo `json:"languages,omitempty"`
 	// Sandboxes counts the sandboxes that use it now.
 	Sandboxes int `json:"sandboxes"`
 	// Key, Apt and BuildSeconds are from the build's record (cellvm image

@@ -577,6 +577,25 @@ func ValidSnapshotID(id string) bool {
 }
 
 // Manager owns the sandboxes. All methods are safe for concurrent use.
+// Session picks one of a sandbox's persistent sessions: a language and a
+// context. The zero value is Python's default session.
+type Session struct {
+	// Language is the session's language ("" is Python). JavaScript and
+	// TypeScript share their sessions (cell.Language.Runtime).
+	Language cell.Language `json:"language,omitempty"`
+	// Context names one of the language's sessions ("" is
+	// cell.DefaultContext); see cell.ValidContextName.
+	Context string `json:"context,omitempty"`
+}
+
+// Cell is a cell to run: its code, its session, and its time.
+type Cell struct {
+	Session
+	Code string
+	// Timeout bounds the cell; positive.
+	Timeout time.Duration
+}
+
 // Errors wrap the sentinels above; anything else is an internal error.
 type Manager interface {
 	// Create validates cfg (after WithDefaults), starts a sandbox and
@@ -587,8 +606,7 @@ type Manager interface {
 	// Delete destroys the VM, its TAP, its rules and its files.
 	Delete(ctx context.Context, id string) error
 
-	// RunCell runs Python code in the sandbox's interpreter within timeout
-	// (positive). onEvent, if not nil, is called for each event as it
+	// RunCell runs a cell in the sandbox within c.Timeout (positive). onEvent, if not nil, is called for each event as it
 	// happens, from one goroutine at a time; the last call carries
 	// cell.EventEnd. A cell already running makes it return ErrBusy
 	// without queueing. Cancelling ctx interrupts the cell.
@@ -597,11 +615,17 @@ type Manager interface {
 	// ErrBusy, ErrLost, ErrInvalid). Once a cell has started, every
 	// outcome, including the VM dying, is a Result (StatusLost) with a
 	// nil error, so streaming clients always get their end event.
-	RunCell(ctx context.Context, id, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error)
-	// Interrupt interrupts the running cell, if any.
+	//
+	// The cell runs in its language's session (c.Session), started on
+	// first use; a language the sandbox's image lacks is ErrInvalid
+	// naming those it has.
+	RunCell(ctx context.Context, id string, c Cell, onEvent func(cell.Event)) (cell.Result, error)
+	// Interrupt interrupts the running cell, if any, whatever its language.
 	Interrupt(ctx context.Context, id string) error
-	// Restart replaces the interpreter with a fresh one; variables are lost.
-	Restart(ctx context.Context, id string) error
+	// Restart replaces a session's program with a fresh one; its variables
+	// are lost, and other sessions are untouched. The zero Session is
+	// Python's default one.
+	Restart(ctx context.Context, id string, s Session) error
 	// Exec runs req (already validated by the caller, validated again here).
 	Exec(ctx context.Context, id string, req ExecRequest) (cell.ExecResult, error)
 

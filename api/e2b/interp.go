@@ -113,7 +113,7 @@ func interpExecute(s scope, w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	// The status is written with the first event, so an error before the
 	// cell started can still be an HTTP error the SDK raises as such.
-	res, err := s.m.RunCell(r.Context(), s.id, req.Code, interpCellTimeout, st.event)
+	res, err := s.m.RunCell(r.Context(), s.id, sandbox.Cell{Code: req.Code, Timeout: interpCellTimeout}, st.event)
 	if err != nil {
 		if !st.started {
 			status, msg := interpStatus(err)
@@ -267,7 +267,7 @@ func interpContextOp(s scope, w http.ResponseWriter, r *http.Request, rest strin
 	}
 	switch {
 	case op == "restart" && r.Method == http.MethodPost:
-		if err := s.m.Restart(r.Context(), s.id); err != nil {
+		if err := s.m.Restart(r.Context(), s.id, sandbox.Session{}); err != nil {
 			status, msg := interpStatus(err)
 			interpError(w, status, msg)
 			return

@@ -105,7 +105,7 @@ func vmmProcesses(dir string) []int {
 // returns an empty result.
 func mustCell(t *testing.T, c *api.Client, id, code string, timeout time.Duration) cell.Result {
 	t.Helper()
-	r, err := c.RunCell(context.Background(), id, code, timeout, nil)
+	r, err := c.RunCell(context.Background(), id, sandbox.Cell{Code: code, Timeout: timeout}, nil)
 	if err != nil {
 		t.Errorf("cell %.30q in %s: %v", code, id, err)
 	}

@@ -103,7 +103,7 @@ func TestDaemonFilesAndPorts(t *testing.T) {
 	// A web server in the guest, reached by port-forward.
 	code := "import subprocess\nopen('/workspace/index.html', 'w').write('served\\n')\n" +
 		"srv = subprocess.Popen(['python3', '-m', 'http.server', '8000'], cwd='/workspace', stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
-	if r, err := c.RunCell(ctx, id, code, time.Minute, nil); err != nil || r.Status != "ok" {
+	if r, err := c.RunCell(ctx, id, sandbox.Cell{Code: code, Timeout: time.Minute}, nil); err != nil || r.Status != "ok" {
 		t.Fatalf("start the server: %+v %v", r, err)
 	}
 	cmd := exec.CommandContext(ctx, os.Args[0], "port-forward", id, "0:8000", "--json", "--socket", d.socket)

@@ -274,7 +274,7 @@ func TestImageWithoutPython(t *testing.T) {
 	if _, err := c.Download(ctx, sb.ID, "/workspace/up.txt", &down); err != nil || down.String() != body {
 		t.Errorf("download: %q, %v", down.String(), err)
 	}
-	r, err := c.RunCell(ctx, sb.ID, "1 + 1", 2*time.Minute, nil)
+	r, err := c.RunCell(ctx, sb.ID, sandbox.Cell{Code: "1 + 1", Timeout: 2 * time.Minute}, nil)
 	t.Logf("a cell without python3: %+v (error %+v), %v", r, r.Error, err)
 	if err != nil || r.Status != cell.StatusError || r.Error == nil || !strings.Contains(r.Error.Name+" "+r.Error.Value, "python3") {
 		t.Errorf("a cell on an image without python3: %+v (error %+v), %v; want an error result naming the missing python3", r, r.Error, err)

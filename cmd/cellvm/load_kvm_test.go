@@ -67,7 +67,7 @@ func TestDaemonLoadExplainsEveryLoss(t *testing.T) {
 		go func(id string) {
 			defer wg.Done()
 			for k := range cells {
-				r, err := c.RunCell(ctx, id, fmt.Sprintf("x = %d\nx * 2", k), 2*time.Minute, nil)
+				r, err := c.RunCell(ctx, id, sandbox.Cell{Code: fmt.Sprintf("x = %d\nx * 2", k), Timeout: 2 * time.Minute}, nil)
 				if err != nil || r.Status == cell.StatusLost {
 					lostCells.Add(1)
 					return // a lost sandbox answers nothing more

@@ -97,7 +97,7 @@ func TestResultBudgetUnderLoad(t *testing.T) {
 				// build and encode a 29 MiB display: the timeout is the
 				// guests' CPU, not the budget, which this does not test.
 				start := time.Now()
-				r, err := c.RunCell(ctx, id, bigCell, 10*time.Minute, nil)
+				r, err := c.RunCell(ctx, id, sandbox.Cell{Code: bigCell, Timeout: 10 * time.Minute}, nil)
 				t.Logf("%s round %d: %v after %v", id, k, r.Status, time.Since(start).Round(time.Millisecond))
 				switch {
 				case err != nil:
@@ -113,7 +113,7 @@ func TestResultBudgetUnderLoad(t *testing.T) {
 				}
 			}
 			// The sandbox is kept and answers.
-			if r, err := c.RunCell(ctx, id, "1+1", time.Minute, nil); err != nil || text(r) != "2" {
+			if r, err := c.RunCell(ctx, id, sandbox.Cell{Code: "1+1", Timeout: time.Minute}, nil); err != nil || text(r) != "2" {
 				t.Errorf("%s after the loop: %v %+v", id, err, r)
 			}
 		}()

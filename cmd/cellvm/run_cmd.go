@@ -169,7 +169,7 @@ func (a *app) runCell(ctx context.Context, m sandbox.Manager, id, src string, cf
 			}
 		}
 	}
-	res, err := m.RunCell(ctx, id, src, cf.timeout, onEvent)
+	res, err := m.RunCell(ctx, id, sandbox.Cell{Code: src, Timeout: cf.timeout}, onEvent)
 	if err != nil {
 		return fmt.Errorf("run cell: %w", err)
 	}

@@ -70,7 +70,9 @@ func (a *app) sandboxCommand() *cobra.Command {
 			}),
 		a.lifecycleCommand("pause", "pause a sandbox to disk: its VM ends and its memory goes back to the host (a cell must not be running; the next cell, exec or cp resumes it)", (*api.Client).Pause),
 		a.lifecycleCommand("resume", "resume a paused sandbox from disk, with its variables", (*api.Client).Resume),
-		a.lifecycleCommand("restart", "give a sandbox a fresh interpreter (its variables are lost)", (*api.Client).Restart),
+		a.lifecycleCommand("restart", "give a sandbox a fresh interpreter (its variables are lost)", func(c *api.Client, ctx context.Context, id string) error {
+			return c.Restart(ctx, id, sandbox.Session{})
+		}),
 		a.lifecycleCommand("interrupt", "interrupt the cell running in a sandbox", (*api.Client).Interrupt),
 	)
 }

@@ -33,14 +33,14 @@ func TestServeCellPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.RunCell(ctx, info.ID, "import os\nos.system('ls')", time.Minute, nil)
+	res, err := c.RunCell(ctx, info.ID, sandbox.Cell{Code: "import os\nos.system('ls')", Timeout: time.Minute}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !cellpolicy.IsRefusedCell(res) || res.Error.Value != "no os.system, please" {
 		t.Errorf("refused cell over the API: %+v %+v", res, res.Error)
 	}
-	res, err = c.RunCell(ctx, info.ID, "x = 2\nx", time.Minute, nil)
+	res, err = c.RunCell(ctx, info.ID, sandbox.Cell{Code: "x = 2\nx", Timeout: time.Minute}, nil)
 	if err != nil || res.Status != "ok" || res.ExecutionCount != 1 {
 		t.Errorf("allowed cell after a refusal: %+v, %v (want execution count 1: the refused cell never ran)", res, err)
 	}

@@ -65,7 +65,7 @@ func TestTenantsThroughTheJailedDaemon(t *testing.T) {
 	}
 	_, err = beta.Get(ctx, a.ID)
 	notFound("get", err)
-	_, err = beta.RunCell(ctx, a.ID, "print(x)", time.Minute, nil)
+	_, err = beta.RunCell(ctx, a.ID, sandbox.Cell{Code: "print(x)", Timeout: time.Minute}, nil)
 	notFound("cell", err)
 	_, err = beta.Exec(ctx, a.ID, sandbox.ExecRequest{Argv: []string{"cat", "/workspace/notes.txt"}, Timeout: time.Minute})
 	notFound("exec", err)

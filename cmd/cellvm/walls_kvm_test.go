@@ -192,7 +192,7 @@ except OSError as e:
 			t.Errorf("filling /tmp: %s, want ENOSPC", got)
 		}
 		answers(t, c, id)
-		if err := c.Restart(ctx, id); err != nil {
+		if err := c.Restart(ctx, id, sandbox.Session{}); err != nil {
 			t.Fatalf("restart with /tmp full: %v", err)
 		}
 		if got := okCell(t, c, id, "import os\nos.remove('/tmp/fill')\nx = 41\n'fresh'", time.Minute); got != "'fresh'" {

@@ -16,6 +16,15 @@ const DefaultPython = "/usr/bin/python3"
 // Config says how to run the interpreter. The zero value of every field
 // means its default.
 type Config struct {
+	// Runtime is the program of this session: "python" (the default),
+	// "node" (JavaScript and TypeScript cells) or "bash";
+	// cell.Language.Runtime names it for a language.
+	Runtime string
+	// CellsFrom, when not nil, is the Interp whose user-code cgroup (the
+	// memory and pids budget) this one shares: the sessions of one
+	// sandbox, all languages, share one budget. It must outlive this
+	// Interp; CgroupParent, MemoryMax and PidsMax are then unused.
+	CellsFrom *Interp
 	// Python is the interpreter: a path, or a name looked up on the PATH
 	// of the interpreter's environment (Env, then SetEnv's) each time it
 	// starts. Default PythonName. A missing one, or one older than
@@ -77,9 +86,6 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Python == "" {
-		c.Python = PythonName
-	}
 	if c.HeadBytes <= 0 {
 		c.HeadBytes = cell.DefaultHeadBytes
 	}

@@ -38,6 +38,9 @@ type command struct {
 	Op   string `json:"op"`
 	N    int    `json:"n,omitempty"`
 	Code string `json:"code,omitempty"`
+	// Lang is the cell's language where the runtime runs more than one
+	// (a "typescript" cell in Node's session).
+	Lang string `json:"lang,omitempty"`
 }
 
 // errFrameTooLong means the driver sent a line longer than the limit: the

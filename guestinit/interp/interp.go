@@ -2,7 +2,6 @@ package interp
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,12 +25,16 @@ var ErrClosed = errors.New("interpreter closed")
 // time. Interrupt may be called at any time.
 type Interp struct {
 	cfg        Config
+	rt         *runtime
 	log        *slog.Logger
 	runDir     string
 	ownRunDir  bool
 	driverPath string
 	cells      *cgroup // all user code: the budget
 	cg         *cgroup // the interpreter, inside cells
+	// sharedCells: cells is another Interp's (Config.CellsFrom), which
+	// removes it.
+	sharedCells bool
 
 	// wakeFD is an eventfd that wakes a running cell's poll loop (on an
 	// interrupt, a cancelled context, or the interpreter's exit).
@@ -58,7 +61,14 @@ type Interp struct {
 // cell (or Restart).
 func New(cfg Config) (*Interp, error) {
 	cfg = cfg.withDefaults()
-	in := &Interp{cfg: cfg, log: cfg.Logger, runDir: cfg.RunDir}
+	rt, err := lookupRuntime(cfg.Runtime)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Python == "" {
+		cfg.Python = rt.program
+	}
+	in := &Interp{cfg: cfg, rt: rt, log: cfg.Logger, runDir: cfg.RunDir}
 	if in.runDir == "" {
 		d, err := os.MkdirTemp("", "cellvm-interp-")
 		if err != nil {
@@ -70,22 +80,27 @@ func New(cfg Config) (*Interp, error) {
 			return nil, fmt.Errorf("create run dir: %w", err)
 		}
 	}
-	in.driverPath = filepath.Join(in.runDir, "cellvm_driver.py")
-	if err := os.WriteFile(in.driverPath, driverSource, 0o644); err != nil {
-		in.cleanupDirs()
-		return nil, fmt.Errorf("write driver: %w", err)
+	for name, b := range in.rt.files {
+		if err := os.WriteFile(filepath.Join(in.runDir, name), b, 0o644); err != nil {
+			in.cleanupDirs()
+			return nil, fmt.Errorf("write the %s driver: %w", in.rt.name, err)
+		}
 	}
-	if err := os.WriteFile(filepath.Join(in.runDir, notebookFile), notebookSource, 0o644); err != nil {
-		in.cleanupDirs()
-		return nil, fmt.Errorf("write notebook support: %w", err)
-	}
+	in.driverPath = filepath.Join(in.runDir, in.rt.driver)
 	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		in.cleanupDirs()
 		return nil, fmt.Errorf("eventfd: %w", err)
 	}
 	in.wakeFD = fd
-	if cfg.CgroupParent != "" {
+	if cfg.CellsFrom != nil && cfg.CellsFrom.cells != nil {
+		in.cells, in.sharedCells = cfg.CellsFrom.cells, true
+		if in.cg, err = newCgroup(in.cells.dir, "interp-", 0, 0); err != nil {
+			unix.Close(fd)
+			in.cleanupDirs()
+			return nil, err
+		}
+	} else if cfg.CellsFrom == nil && cfg.CgroupParent != "" {
 		cells, err := newCgroup(cfg.CgroupParent, "cells-", cfg.MemoryMax, cfg.PidsMax)
 		if err == nil {
 			in.cells = cells
@@ -167,7 +182,10 @@ func (in *Interp) Close() error {
 	in.stopLocked()
 	var err error
 	if in.cg != nil {
-		err = errors.Join(in.cg.remove(), in.cells.remove())
+		err = in.cg.remove()
+		if !in.sharedCells {
+			err = errors.Join(err, in.cells.remove())
+		}
 	}
 	in.wakeMu.Lock()
 	unix.Close(in.wakeFD)
@@ -295,11 +313,10 @@ func drainInto(fd int, w io.Writer, buf []byte) {
 
 // send writes one command to the driver.
 func (p *proc) send(c command) error {
-	b, err := json.Marshal(c)
+	b, err := p.rt.encode(c)
 	if err != nil {
-		return fmt.Errorf("encode command: %w", err)
+		return err
 	}
-	b = append(b, '\n')
 	if err := p.ctl.SetWriteDeadline(time.Now().Add(10 * time.Second)); err != nil {
 		return fmt.Errorf("command pipe: %w", err)
 	}

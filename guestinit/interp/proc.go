@@ -24,8 +24,9 @@ const (
 type proc struct {
 	cmd *exec.Cmd
 	pid int
-	// python is the interpreter's binary.
+	// python is the interpreter's binary; rt its runtime.
 	python string
+	rt     *runtime
 	// ctl is the write end of the command pipe (pollable, so writes can
 	// time out). outFD, errFD and evFD are non-blocking read ends of the
 	// interpreter's fd 1, fd 2 and event pipe, read with poll(2).
@@ -45,7 +46,7 @@ type proc struct {
 
 // startProc starts the interpreter. wake is called once when it exits.
 func (in *Interp) startProc() (*proc, error) {
-	env := in.pythonEnv()
+	env := append(in.baseEnv(), in.rt.env(in)...)
 	python, err := findPython(in.cfg.Python, env)
 	if err != nil {
 		return nil, err
@@ -91,7 +92,8 @@ func (in *Interp) startProc() (*proc, error) {
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
 
-	argv := append(in.cfg.Launcher[:len(in.cfg.Launcher):len(in.cfg.Launcher)], python, "-X", "utf8", in.driverPath, strconv.Itoa(childCtlFD), strconv.Itoa(childEvFD))
+	argv := append(in.cfg.Launcher[:len(in.cfg.Launcher):len(in.cfg.Launcher)], python)
+	argv = append(argv, in.rt.argv(in.driverPath)...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = in.cfg.Dir
 	cmd.Env = env
@@ -132,6 +134,7 @@ func (in *Interp) startProc() (*proc, error) {
 		cmd:    cmd,
 		pid:    cmd.Process.Pid,
 		python: python,
+		rt:     in.rt,
 		ctl:    ctlW,
 		outFD:  outR,
 		errFD:  errR,
@@ -143,11 +146,9 @@ func (in *Interp) startProc() (*proc, error) {
 	return p, nil
 }
 
-// pythonEnv is the interpreter's environment: the configured one plus what
-// the driver relies on.
+// pythonEnv is what Python's driver relies on in its environment.
 func (in *Interp) pythonEnv() []string {
-	env := in.baseEnv()
-	env = append(env,
+	env := []string{
 		"MPLBACKEND=Agg",
 		"PYTHONUNBUFFERED=1",
 		"PYTHONIOENCODING=utf-8",
@@ -156,8 +157,8 @@ func (in *Interp) pythonEnv() []string {
 		"PYTHON_COLORS=0",
 		"TERM=dumb",
 		// A text result (a long repr) is clipped like an output stream.
-		"CELLVM_MAX_TEXT="+strconv.Itoa(max(in.cfg.HeadBytes+in.cfg.TailBytes, 4096)),
-	)
+		"CELLVM_MAX_TEXT=" + strconv.Itoa(max(in.cfg.HeadBytes+in.cfg.TailBytes, 4096)),
+	}
 	if in.cfg.AddressSpaceLimit > 0 {
 		env = append(env, "CELLVM_RLIMIT_AS="+strconv.FormatInt(in.cfg.AddressSpaceLimit, 10))
 	}
@@ -185,6 +186,21 @@ func (p *proc) signal(sig unix.Signal) {
 	defer p.mu.Unlock()
 	if !p.reaped {
 		_ = unix.Kill(p.pid, sig)
+	}
+}
+
+// interrupt sends SIGINT to the interpreter, or with its runtime's
+// signalGroup to its process group.
+func (p *proc) interrupt() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reaped {
+		return
+	}
+	if p.rt.signalGroup {
+		_ = unix.Kill(-p.pid, unix.SIGINT)
+	} else {
+		_ = unix.Kill(p.pid, unix.SIGINT)
 	}
 }
 

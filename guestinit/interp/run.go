@@ -101,11 +101,11 @@ func (r *cellRun) apply(e cellEvent) {
 				r.startGrace()
 			}
 		}
-		r.p.signal(unix.SIGINT)
+		r.p.interrupt()
 	case next.phase == phaseInterrupting && next.signalled && !prev.signalled:
 		// The interrupt came before "started": the signal goes now.
 		r.startGrace()
-		r.p.signal(unix.SIGINT)
+		r.p.interrupt()
 	}
 }
 
@@ -141,6 +141,16 @@ func (r *cellRun) logKill(e cellEvent) {
 // returns an error only when the interpreter cannot be started, and with
 // ctx's error when ctx ends the cell (the result is still filled in).
 func (in *Interp) Run(ctx context.Context, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+	return in.RunLanguage(ctx, in.rt.languages[0], code, timeout, onEvent)
+}
+
+// RunLanguage is Run for a cell in lang, one of the languages of the
+// session's runtime (JavaScript or TypeScript in Node's); another is an
+// error.
+func (in *Interp) RunLanguage(ctx context.Context, lang cell.Language, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+	if !in.rt.runs(lang) {
+		return cell.Result{}, fmt.Errorf("a %s session does not run %s cells", in.rt.name, clipText(string(lang), 32))
+	}
 	if onEvent == nil {
 		onEvent = func(cell.Event) {}
 	}
@@ -207,7 +217,7 @@ func (in *Interp) Run(ctx context.Context, code string, timeout time.Duration, o
 	defer stopAfter()
 
 	exitedEarly := false
-	if err := r.p.send(command{Op: "exec", N: n, Code: code}); err != nil {
+	if err := r.p.send(command{Op: "exec", N: n, Code: code, Lang: in.langField(lang)}); err != nil {
 		in.log.Warn("interpreter unreachable; killing it", "cell", n, "err", err)
 		r.p.killGroup()
 		exitedEarly = true

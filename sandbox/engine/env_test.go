@@ -66,7 +66,7 @@ func TestCreateDeliversEnvToTheGuest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Delete(ctx, info.ID)
-	r, err := m.RunCell(ctx, info.ID, "env", time.Minute, nil)
+	r, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: "env", Timeout: time.Minute}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestCreateDeliversEnvToTheGuest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Delete(ctx, plain.ID)
-	if r, _ := m.RunCell(ctx, plain.ID, "env", time.Minute, nil); r.Stdout != "null" {
+	if r, _ := m.RunCell(ctx, plain.ID, sandbox.Cell{Code: "env", Timeout: time.Minute}, nil); r.Stdout != "null" {
 		t.Errorf("a sandbox without env got %s from its create", r.Stdout)
 	}
 }

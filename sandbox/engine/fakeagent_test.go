@@ -143,11 +143,11 @@ func TestVMThatDiesDuringACellIsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := m.RunCell(ctx, info.ID, "1 + 1", time.Minute, nil)
+	r, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: "1 + 1", Timeout: time.Minute}, nil)
 	if err != nil || r.Status != cell.StatusOK {
 		t.Fatalf("first cell: %+v, %v", r, err)
 	}
-	r, err = m.RunCell(ctx, info.ID, "crash()", time.Minute, nil)
+	r, err = m.RunCell(ctx, info.ID, sandbox.Cell{Code: "crash()", Timeout: time.Minute}, nil)
 	if err != nil {
 		t.Fatalf("cell that kills the VM: error %v, want a result with status lost", err)
 	}
@@ -161,7 +161,7 @@ func TestVMThatDiesDuringACellIsLost(t *testing.T) {
 	if got.State != sandbox.StateLost {
 		t.Errorf("sandbox state %s after its VM died, want %s", got.State, sandbox.StateLost)
 	}
-	if _, err := m.RunCell(ctx, info.ID, "1 + 1", time.Minute, nil); !errors.Is(err, sandbox.ErrLost) {
+	if _, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: "1 + 1", Timeout: time.Minute}, nil); !errors.Is(err, sandbox.ErrLost) {
 		t.Errorf("cell on a lost sandbox: %v, want ErrLost", err)
 	}
 	if err := m.Delete(ctx, info.ID); err != nil {

@@ -88,7 +88,7 @@ func assertCondemned(t *testing.T, m *VMManager, state, id string, logs *lockedB
 	if !strings.Contains(logs.String(), "broke the agent protocol") {
 		t.Errorf("the log does not say the guest broke the protocol:\n%s", logs.String())
 	}
-	if _, err := m.RunCell(ctx, id, hostileagent.CodeOK, time.Minute, nil); !errors.Is(err, sandbox.ErrLost) {
+	if _, err := m.RunCell(ctx, id, sandbox.Cell{Code: hostileagent.CodeOK, Timeout: time.Minute}, nil); !errors.Is(err, sandbox.ErrLost) {
 		t.Errorf("cell on a condemned sandbox: %v, want ErrLost", err)
 	}
 	if err := m.Delete(ctx, id); err != nil {
@@ -111,11 +111,12 @@ func TestHostileGuestOversizedResult(t *testing.T) {
 				t.Fatal(err)
 			}
 			var ends int
-			r, err := m.RunCell(ctx, info.ID, code, time.Minute, func(e cell.Event) {
+			r, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: code, Timeout: time.Minute}, func(e cell.Event) {
 				if e.Type == cell.EventEnd {
 					ends++
 				}
 			})
+
 			if err != nil || r.Status != cell.StatusLost || r.StateKept || ends != 1 {
 				t.Fatalf("oversized result: %+v, %v, %d end events; want status lost, one end event", r, err, ends)
 			}
@@ -158,7 +159,7 @@ func TestDownloadOverTheConfiguredMaximum(t *testing.T) {
 	if _, err := m.Download(ctx, info.ID, hostileagent.PathHello, &got); !errors.Is(err, sandbox.ErrTooLarge) || got.Len() != 0 {
 		t.Fatalf("5-byte download over a maximum of 4: %v, %d bytes written; want ErrTooLarge, none", err, got.Len())
 	}
-	if r, err := m.RunCell(ctx, info.ID, hostileagent.CodeOK, time.Minute, nil); err != nil || r.Status != cell.StatusOK {
+	if r, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: hostileagent.CodeOK, Timeout: time.Minute}, nil); err != nil || r.Status != cell.StatusOK {
 		t.Fatalf("next cell: %+v, %v", r, err)
 	}
 }
@@ -174,11 +175,12 @@ func TestHostDeadlineOnASilentGuest(t *testing.T) {
 		t.Fatal(err)
 	}
 	var end *cell.Result
-	r, err := m.RunCell(ctx, info.ID, hostileagent.CodeSilent, 100*time.Millisecond, func(e cell.Event) {
+	r, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: hostileagent.CodeSilent, Timeout: 100 * time.Millisecond}, func(e cell.Event) {
 		if e.Type == cell.EventEnd {
 			end = e.End
 		}
 	})
+
 	if err != nil || r.Status != cell.StatusTimeout || r.KilledBy != cell.KilledByTimeout || r.StateKept {
 		t.Fatalf("cell on a silent guest: %+v, %v; want status timeout, killed_by timeout, state_kept false", r, err)
 	}
@@ -192,7 +194,7 @@ func TestHostDeadlineOnASilentGuest(t *testing.T) {
 	if !strings.Contains(logs.String(), "host deadline") {
 		t.Errorf("the log does not say the host deadline fired:\n%s", logs.String())
 	}
-	if r, err := m.RunCell(ctx, info.ID, hostileagent.CodeOK, time.Minute, nil); err != nil || r.Status != cell.StatusOK {
+	if r, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: hostileagent.CodeOK, Timeout: time.Minute}, nil); err != nil || r.Status != cell.StatusOK {
 		t.Fatalf("next cell: %+v, %v", r, err)
 	}
 	if got, _ := m.Get(ctx, info.ID); got.State != sandbox.StateRunning || got.CellRunning {
@@ -227,7 +229,7 @@ func TestTTLReapsASandboxWithAStuckCell(t *testing.T) {
 	}
 	done := make(chan cell.Result, 1)
 	go func() {
-		r, _ := m.RunCell(ctx, info.ID, hostileagent.CodeSilent, time.Hour, nil)
+		r, _ := m.RunCell(ctx, info.ID, sandbox.Cell{Code: hostileagent.CodeSilent, Timeout: time.Hour}, nil)
 		done <- r
 	}()
 	waitGone(t, m, info.ID)
@@ -254,11 +256,12 @@ func TestIdleReapsAStuckCall(t *testing.T) {
 	}
 	release := make(chan struct{})
 	defer close(release)
-	go m.RunCell(ctx, info.ID, hostileagent.CodeSilent, 100*time.Millisecond, func(e cell.Event) {
+	go m.RunCell(ctx, info.ID, sandbox.Cell{Code: hostileagent.CodeSilent, Timeout: 100 * time.Millisecond}, func(e cell.Event) {
 		if e.Type == cell.EventEnd {
 			<-release
 		}
 	})
+
 	waitGone(t, m, info.ID)
 }
 
@@ -273,7 +276,7 @@ func TestConsoleFloodStaysUnderItsCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, err := m.RunCell(ctx, info.ID, hostileagent.CodeFloodConsole, time.Minute, nil); err != nil || r.Status != cell.StatusOK {
+	if r, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: hostileagent.CodeFloodConsole, Timeout: time.Minute}, nil); err != nil || r.Status != cell.StatusOK {
 		t.Fatalf("cell that floods the console: %+v, %v", r, err)
 	}
 	path := filepath.Join(m.sandboxDir(info.ID), consoleFile)
@@ -288,7 +291,7 @@ func TestConsoleFloodStaysUnderItsCap(t *testing.T) {
 	if !bytes.HasPrefix(b, []byte("[cellvm: console log capped")) || !bytes.HasSuffix(b, []byte("not syncing \n")) {
 		t.Errorf("console.log does not hold the marker and then the newest output: starts %q, ends %q", b[:min(len(b), 80)], b[max(0, len(b)-80):])
 	}
-	if r, err := m.RunCell(ctx, info.ID, hostileagent.CodeOK, time.Minute, nil); err != nil || r.Status != cell.StatusOK {
+	if r, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: hostileagent.CodeOK, Timeout: time.Minute}, nil); err != nil || r.Status != cell.StatusOK {
 		t.Fatalf("next cell: %+v, %v", r, err)
 	}
 }
@@ -304,7 +307,7 @@ func TestAgentHangUpKeepsTheSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := m.RunCell(ctx, info.ID, hostileagent.CodeHangUp, time.Minute, nil)
+	r, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: hostileagent.CodeHangUp, Timeout: time.Minute}, nil)
 	if err != nil || r.Status != cell.StatusLost || r.StateKept {
 		t.Fatalf("cell whose stream the agent ended: %+v, %v; want status lost, state_kept false", r, err)
 	}
@@ -314,7 +317,7 @@ func TestAgentHangUpKeepsTheSandbox(t *testing.T) {
 	if !strings.Contains(logs.String(), "ended a cell's stream") {
 		t.Errorf("the log does not say the agent ended the stream:\n%s", logs.String())
 	}
-	if r, err := m.RunCell(ctx, info.ID, hostileagent.CodeOK, time.Minute, nil); err != nil || r.Status != cell.StatusOK {
+	if r, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: hostileagent.CodeOK, Timeout: time.Minute}, nil); err != nil || r.Status != cell.StatusOK {
 		t.Fatalf("next cell: %+v, %v", r, err)
 	}
 	if got, _ := m.Get(ctx, info.ID); got.State != sandbox.StateRunning {

@@ -123,7 +123,7 @@ func TestLostSandboxSaysWhy(t *testing.T) {
 				t.Fatalf("the VMM's record: %+v %v", rec, err)
 			}
 			syscall.Kill(pid, syscall.SIGKILL)
-		} else if r, err := m.RunCell(ctx, info.ID, how, time.Minute, nil); err != nil && !errors.Is(err, sandbox.ErrLost) || err == nil && r.Status != cell.StatusLost {
+		} else if r, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: how, Timeout: time.Minute}, nil); err != nil && !errors.Is(err, sandbox.ErrLost) || err == nil && r.Status != cell.StatusLost {
 			t.Fatalf("%s: cell %+v, %v; want the sandbox lost", how, r, err)
 		}
 		deadline := time.Now().Add(30 * time.Second)

@@ -846,7 +846,8 @@ func (m *VMManager) agentErr(s *vmSandbox, err error) error {
 }
 
 // RunCell implements Manager.
-func (m *VMManager) RunCell(ctx context.Context, id, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+func (m *VMManager) RunCell(ctx context.Context, id string, c sandbox.Cell, onEvent func(cell.Event)) (cell.Result, error) {
+	code, timeout := c.Code, c.Timeout
 	if timeout <= 0 {
 		return cell.Result{}, fmt.Errorf("%w: timeout must be positive", sandbox.ErrInvalid)
 	}
@@ -955,7 +956,7 @@ func (m *VMManager) deadlineErr(ctx, callCtx context.Context, op string, d time.
 }
 
 // Restart implements Manager.
-func (m *VMManager) Restart(ctx context.Context, id string) error {
+func (m *VMManager) Restart(ctx context.Context, id string, ss sandbox.Session) error {
 	s, err := m.ready(id)
 	if err != nil {
 		return err

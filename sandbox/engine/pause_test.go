@@ -225,7 +225,7 @@ func newPausableManager(t *testing.T, opt func(*Options)) (*VMManager, string) {
 // cellText runs code and returns its main result's text ("" if none).
 func cellText(t *testing.T, m *VMManager, id, code string) string {
 	t.Helper()
-	r, err := m.RunCell(context.Background(), id, code, time.Minute, nil)
+	r, err := m.RunCell(context.Background(), id, sandbox.Cell{Code: code, Timeout: time.Minute}, nil)
 	if err != nil {
 		t.Fatalf("cell %q in %s: %v", code, id, err)
 	}
@@ -655,7 +655,7 @@ func TestPauseBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := m.RunCell(ctx, lost.ID, "crash()", time.Minute, nil); r.Status != cell.StatusLost {
+	if r, _ := m.RunCell(ctx, lost.ID, sandbox.Cell{Code: "crash()", Timeout: time.Minute}, nil); r.Status != cell.StatusLost {
 		t.Fatalf("crash(): %+v", r)
 	}
 	if err := m.Pause(ctx, lost.ID); !errors.Is(err, sandbox.ErrLost) {
@@ -725,7 +725,7 @@ func TestPauseResumeCellsConcurrently(t *testing.T) {
 					err = m.Resume(ctx, info.ID)
 				case 2:
 					var r cell.Result
-					if r, err = m.RunCell(ctx, info.ID, "x", time.Minute, nil); err == nil && (r.MainResult() == nil || r.MainResult().Data["text/plain"] != "41") {
+					if r, err = m.RunCell(ctx, info.ID, sandbox.Cell{Code: "x", Timeout: time.Minute}, nil); err == nil && (r.MainResult() == nil || r.MainResult().Data["text/plain"] != "41") {
 						t.Errorf("a cell among pauses and resumes: %+v", r)
 					}
 				case 3:

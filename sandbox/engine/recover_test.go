@@ -187,7 +187,7 @@ func TestRestartAdoptsAVMMThatRewroteItsArgv(t *testing.T) {
 	if st := stateOf(t, m2, info.ID); st != sandbox.StateRunning {
 		t.Fatalf("the sandbox whose VMM rewrote its argv was taken back %s", st)
 	}
-	if r, err := m2.RunCell(ctx, info.ID, "1 + 1", time.Minute, nil); err != nil || r.Status != cell.StatusOK {
+	if r, err := m2.RunCell(ctx, info.ID, sandbox.Cell{Code: "1 + 1", Timeout: time.Minute}, nil); err != nil || r.Status != cell.StatusOK {
 		t.Errorf("a cell after the restart: %+v, %v", r, err)
 	}
 	if err := m2.Delete(ctx, info.ID); err != nil {

@@ -193,7 +193,7 @@ func TestFailedResumeIsNeverResumedTwice(t *testing.T) {
 	if err := m.Resume(ctx, info.ID); err == nil {
 		t.Error("a second resume of a used image was accepted")
 	}
-	if _, err := m.RunCell(ctx, info.ID, "x", time.Minute, nil); !errors.Is(err, sandbox.ErrLost) {
+	if _, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: "x", Timeout: time.Minute}, nil); !errors.Is(err, sandbox.ErrLost) {
 		t.Errorf("a cell after the failed resume: %v, want ErrLost", err)
 	}
 	if n := restores(); n != 1 {

@@ -153,7 +153,7 @@ func createFrom(t *testing.T, m *VMManager, cfg sandbox.Config, want string) san
 	if want != sandbox.StartedFromBoot {
 		guest = "restored"
 	}
-	r, err := m.RunCell(ctx, info.ID, "started", time.Minute, nil)
+	r, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: "started", Timeout: time.Minute}, nil)
 	if err != nil || r.Stdout != guest {
 		t.Errorf("create %+v: the guest says it %q (%v), want %q", cfg, r.Stdout, err, guest)
 	}
@@ -177,7 +177,7 @@ func TestTemplateStartsAPlainCreate(t *testing.T) {
 	createFrom(t, m, sandbox.Config{Start: sandbox.StartCold}, sandbox.StartedFromBoot)
 
 	withEnv := createFrom(t, m, sandbox.Config{Env: map[string]string{"TOKEN": "abc"}, TTL: time.Hour, IdleTimeout: time.Minute}, sandbox.StartedFromTemplate)
-	r, err := m.RunCell(ctx, withEnv.ID, "env", time.Minute, nil)
+	r, err := m.RunCell(ctx, withEnv.ID, sandbox.Cell{Code: "env", Timeout: time.Minute}, nil)
 	if err != nil || r.Stdout != `{"TOKEN":"abc"}` {
 		t.Errorf("a template-started sandbox's env: %q (%v), want its create's", r.Stdout, err)
 	}

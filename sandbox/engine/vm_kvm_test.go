@@ -73,7 +73,7 @@ func runCell(t *testing.T, m sandbox.Manager, id, code string, timeout time.Dura
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	r, err := m.RunCell(ctx, id, code, timeout, nil)
+	r, err := m.RunCell(ctx, id, sandbox.Cell{Code: code, Timeout: timeout}, nil)
 	if err != nil {
 		t.Fatalf("cell %q: %v", code, err)
 	}

@@ -73,9 +73,9 @@ func (w *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 
 // RunCell implements sandbox.Manager. Requests that never became a cell
 // (an error) are not cells and are not counted.
-func (w *Manager) RunCell(ctx context.Context, id, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+func (w *Manager) RunCell(ctx context.Context, id string, c sandbox.Cell, onEvent func(cell.Event)) (cell.Result, error) {
 	start := time.Now()
-	res, err := w.Manager.RunCell(ctx, id, code, timeout, onEvent)
+	res, err := w.Manager.RunCell(ctx, id, c, onEvent)
 	if err == nil {
 		w.cell.Observe(time.Since(start).Seconds())
 		killed := string(res.KilledBy)

@@ -87,11 +87,11 @@ func TestMetricsMove(t *testing.T) {
 		t.Errorf("boot times observed: %v", got)
 	}
 	for _, code := range []string{"x = 1", "x", "boom", "oom"} {
-		if _, err := m.RunCell(ctx, a.ID, code, time.Minute, nil); err != nil {
+		if _, err := m.RunCell(ctx, a.ID, sandbox.Cell{Code: code, Timeout: time.Minute}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	m.RunCell(ctx, "sb-none", "1", time.Minute, nil) // not a cell
+	m.RunCell(ctx, "sb-none", sandbox.Cell{Code: "1", Timeout: time.Minute}, nil) // not a cell
 	for _, c := range []struct {
 		status, killed string
 		want           float64

@@ -70,7 +70,8 @@ func (c *Cell) stream(res cell.Result) {
 	}
 }
 
-func (m *Manager) RunCell(ctx context.Context, id, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+func (m *Manager) RunCell(ctx context.Context, id string, spec sandbox.Cell, onEvent func(cell.Event)) (cell.Result, error) {
+	code, timeout := spec.Code, spec.Timeout
 	if err := m.enter("RunCell", id, strconv.Quote(code)); err != nil {
 		return cell.Result{}, err
 	}
@@ -279,7 +280,7 @@ func (m *Manager) Interrupt(ctx context.Context, id string) error {
 	})
 }
 
-func (m *Manager) Restart(ctx context.Context, id string) error {
+func (m *Manager) Restart(ctx context.Context, id string, s sandbox.Session) error {
 	if err := m.enter("Restart", id); err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ func create(t *testing.T, m *sandboxtest.Manager, cfg sandbox.Config) string {
 func run(t *testing.T, m *sandboxtest.Manager, id, code string) (cell.Result, []string) {
 	t.Helper()
 	var events []string
-	res, err := m.RunCell(ctx, id, code, time.Minute, func(ev cell.Event) { events = append(events, string(ev.Type)) })
+	res, err := m.RunCell(ctx, id, sandbox.Cell{Code: code, Timeout: time.Minute}, func(ev cell.Event) { events = append(events, string(ev.Type)) })
 	if err != nil {
 		t.Fatalf("RunCell(%q): %v", code, err)
 	}
@@ -54,7 +54,7 @@ func TestInterpreterStatePerSandbox(t *testing.T) {
 	if res.Status != cell.StatusError || res.Error.Name != "NameError" || res.Error.Value != "name 'x' is not defined" || !slices.Contains(ev, "error") {
 		t.Errorf("x in another sandbox: %+v, events %v", res, ev)
 	}
-	if err := m.Restart(ctx, a); err != nil {
+	if err := m.Restart(ctx, a, sandbox.Session{}); err != nil {
 		t.Fatal(err)
 	}
 	if res, _ := run(t, m, a, "x"); res.Status != cell.StatusError {
@@ -70,15 +70,16 @@ func TestOneCellAtATime(t *testing.T) {
 	waiting := make(chan struct{})
 	done := make(chan cell.Result)
 	go func() {
-		res, _ := m.RunCell(ctx, id, "gate", time.Minute, func(ev cell.Event) {
+		res, _ := m.RunCell(ctx, id, sandbox.Cell{Code: "gate", Timeout: time.Minute}, func(ev cell.Event) {
 			if ev.Text == "waiting\n" {
 				close(waiting)
 			}
 		})
+
 		done <- res
 	}()
 	<-waiting
-	if _, err := m.RunCell(ctx, id, "x = 1", time.Minute, nil); !errors.Is(err, sandbox.ErrBusy) {
+	if _, err := m.RunCell(ctx, id, sandbox.Cell{Code: "x = 1", Timeout: time.Minute}, nil); !errors.Is(err, sandbox.ErrBusy) {
 		t.Errorf("a second cell: %v, want ErrBusy", err)
 	}
 	if err := m.Pause(ctx, id); !errors.Is(err, sandbox.ErrBusy) {
@@ -130,7 +131,7 @@ func TestScriptComesFirst(t *testing.T) {
 		t.Errorf("a cell passed to the built-in ones: %+v", res)
 	}
 	var events int
-	if _, err := m.RunCell(ctx, id, "refuse", time.Minute, func(cell.Event) { events++ }); !errors.Is(err, sandbox.ErrLost) || events != 0 {
+	if _, err := m.RunCell(ctx, id, sandbox.Cell{Code: "refuse", Timeout: time.Minute}, func(cell.Event) { events++ }); !errors.Is(err, sandbox.ErrLost) || events != 0 {
 		t.Errorf("a script's error: %v after %d events, want ErrLost and none", err, events)
 	}
 }
@@ -158,12 +159,12 @@ func TestScriptedCells(t *testing.T) {
 	if res, _ := run(t, m, id, "big"); len(res.Stdout) != 1<<20 {
 		t.Errorf("big: %d bytes", len(res.Stdout))
 	}
-	if _, err := m.RunCell(ctx, id, "internal", time.Minute, nil); err == nil || errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := m.RunCell(ctx, id, sandbox.Cell{Code: "internal", Timeout: time.Minute}, nil); err == nil || errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("internal: %v, want a plain error", err)
 	}
 	hctx, cancel := context.WithCancel(ctx)
 	go func() { time.Sleep(10 * time.Millisecond); cancel() }()
-	if _, err := m.RunCell(hctx, id, "hang", time.Minute, nil); err != nil || !slices.Contains(m.Happened(), "hang "+id+": the client went away") {
+	if _, err := m.RunCell(hctx, id, sandbox.Cell{Code: "hang", Timeout: time.Minute}, nil); err != nil || !slices.Contains(m.Happened(), "hang "+id+": the client went away") {
 		t.Errorf("hang: %v, happened %v", err, m.Happened())
 	}
 	if res, _ := run(t, m, id, "die"); res.Status != cell.StatusLost || res.StateKept {
@@ -172,7 +173,7 @@ func TestScriptedCells(t *testing.T) {
 	if info, _ := m.Get(ctx, id); info.State != sandbox.StateLost || info.Lost == nil || info.Lost.KilledBy != "signal" {
 		t.Errorf("after die: %+v", info)
 	}
-	if _, err := m.RunCell(ctx, id, "x = 1", time.Minute, nil); !errors.Is(err, sandbox.ErrLost) {
+	if _, err := m.RunCell(ctx, id, sandbox.Cell{Code: "x = 1", Timeout: time.Minute}, nil); !errors.Is(err, sandbox.ErrLost) {
 		t.Errorf("a cell on a lost sandbox: %v, want ErrLost", err)
 	}
 }

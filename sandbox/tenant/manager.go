@@ -215,11 +215,11 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	return m.inner.Delete(ctx, id)
 }
 
-func (m *Manager) RunCell(ctx context.Context, id, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+func (m *Manager) RunCell(ctx context.Context, id string, c sandbox.Cell, onEvent func(cell.Event)) (cell.Result, error) {
 	if err := m.check(ctx, id); err != nil {
 		return cell.Result{}, err
 	}
-	return m.inner.RunCell(ctx, id, code, timeout, onEvent)
+	return m.inner.RunCell(ctx, id, c, onEvent)
 }
 
 func (m *Manager) Interrupt(ctx context.Context, id string) error {
@@ -229,11 +229,11 @@ func (m *Manager) Interrupt(ctx context.Context, id string) error {
 	return m.inner.Interrupt(ctx, id)
 }
 
-func (m *Manager) Restart(ctx context.Context, id string) error {
+func (m *Manager) Restart(ctx context.Context, id string, s sandbox.Session) error {
 	if err := m.check(ctx, id); err != nil {
 		return err
 	}
-	return m.inner.Restart(ctx, id)
+	return m.inner.Restart(ctx, id, s)
 }
 
 func (m *Manager) Exec(ctx context.Context, id string, req sandbox.ExecRequest) (cell.ExecResult, error) {

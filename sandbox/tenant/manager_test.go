@@ -42,7 +42,7 @@ func TestAnotherTenantsSandboxIsMissing(t *testing.T) {
 	if info.Config.Tenant != "alpha" {
 		t.Fatalf("alpha's create is owned by %q: the request's tenant must not count", info.Config.Tenant)
 	}
-	if _, err := m.RunCell(alpha, info.ID, "x = 41", time.Second, nil); err != nil {
+	if _, err := m.RunCell(alpha, info.ID, sandbox.Cell{Code: "x = 41", Timeout: time.Second}, nil); err != nil {
 		t.Fatal(err)
 	}
 	snap, err := m.Snapshot(alpha, info.ID)
@@ -53,11 +53,11 @@ func TestAnotherTenantsSandboxIsMissing(t *testing.T) {
 	calls := map[string]func(ctx context.Context, id string) error{
 		"get": func(ctx context.Context, id string) error { _, err := m.Get(ctx, id); return err },
 		"cells": func(ctx context.Context, id string) error {
-			_, err := m.RunCell(ctx, id, "x = 0", time.Second, nil)
+			_, err := m.RunCell(ctx, id, sandbox.Cell{Code: "x = 0", Timeout: time.Second}, nil)
 			return err
 		},
 		"interrupt": func(ctx context.Context, id string) error { return m.Interrupt(ctx, id) },
-		"restart":   func(ctx context.Context, id string) error { return m.Restart(ctx, id) },
+		"restart":   func(ctx context.Context, id string) error { return m.Restart(ctx, id, sandbox.Session{}) },
 		"exec": func(ctx context.Context, id string) error {
 			_, err := m.Exec(ctx, id, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: time.Second})
 			return err
@@ -120,7 +120,7 @@ func TestAnotherTenantsSandboxIsMissing(t *testing.T) {
 	if err != nil || got.State != sandbox.StateRunning {
 		t.Fatalf("alpha's sandbox after beta's attempts: %+v %v", got, err)
 	}
-	res, err := m.RunCell(alpha, info.ID, "print(x)", time.Second, nil)
+	res, err := m.RunCell(alpha, info.ID, sandbox.Cell{Code: "print(x)", Timeout: time.Second}, nil)
 	if err != nil || res.Status != "ok" || res.Stdout != "41\n" {
 		t.Fatalf("alpha's variables after beta's attempts: %+v %v", res, err)
 	}
@@ -399,7 +399,7 @@ func TestChecksDoNotReadUsage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.RunCell(ctx, info.ID, "x = 1", time.Second, nil); err != nil {
+	if _, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: "x = 1", Timeout: time.Second}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Create(ctx, sandbox.Config{}); err != nil {

@@ -58,7 +58,7 @@ func benchSandbox(cellvm, build string) error {
 			}
 			created := time.Since(start)
 			agentUp[vi] = append(agentUp[vi], created)
-			r, err := m.RunCell(ctx, info.ID, "print(sum(range(10)))", time.Minute, nil)
+			r, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: "print(sum(range(10)))", Timeout: time.Minute}, nil)
 			if err != nil || r.Stdout != "45\n" {
 				return fmt.Errorf("%s first cell: %v %+v", v.name, err, r)
 			}
@@ -68,7 +68,7 @@ func benchSandbox(cellvm, build string) error {
 				const n = 50
 				t0 := time.Now()
 				for k := 0; k < n; k++ {
-					if _, err := m.RunCell(ctx, info.ID, "x = 1 + 1", time.Minute, nil); err != nil {
+					if _, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: "x = 1 + 1", Timeout: time.Minute}, nil); err != nil {
 						return err
 					}
 				}

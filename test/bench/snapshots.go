@@ -334,7 +334,7 @@ func templateFor(ts []sandbox.TemplateInfo) (sandbox.TemplateInfo, bool) {
 
 // runCell runs code and checks that it ended well with stdout want.
 func runCell(ctx context.Context, m sandbox.Manager, id, code, want string) error {
-	r, err := m.RunCell(ctx, id, code, cellTimeout, nil)
+	r, err := m.RunCell(ctx, id, sandbox.Cell{Code: code, Timeout: cellTimeout}, nil)
 	if err != nil {
 		return err
 	}
