@@ -588,6 +588,26 @@ type Session struct {
 	Context string `json:"context,omitempty"`
 }
 
+// ContextInfo is one of a sandbox's sessions.
+type ContextInfo struct {
+	Language cell.Language `json:"language"`
+	// Name is cell.DefaultContext for a language's default session.
+	Name string `json:"name"`
+	// Cwd is its working directory ("" the sandbox's).
+	Cwd string `json:"cwd,omitempty"`
+	// Running: its program runs now.
+	Running bool `json:"running"`
+}
+
+// ContextSpec is a named session to create.
+type ContextSpec struct {
+	Language cell.Language `json:"language,omitempty"`
+	// Name is the context's name (cell.ValidContextName); "" makes one up.
+	Name string `json:"name,omitempty"`
+	// Cwd is its working directory (a guest path; "" the sandbox's).
+	Cwd string `json:"cwd,omitempty"`
+}
+
 // Cell is a cell to run: its code, its session, and its time.
 type Cell struct {
 	Session
@@ -626,6 +646,17 @@ type Manager interface {
 	// are lost, and other sessions are untouched. The zero Session is
 	// Python's default one.
 	Restart(ctx context.Context, id string, s Session) error
+	// Contexts lists the sandbox's sessions: each language's default one
+	// once it was used, and the named ones.
+	Contexts(ctx context.Context, id string) ([]ContextInfo, error)
+	// CreateContext creates a named session (E2B's context) of
+	// spec.Language with its own variables and working directory; its
+	// program starts with its first cell. A name in use is ErrInvalid;
+	// more than cell.MaxContexts sessions is ErrQuota.
+	CreateContext(ctx context.Context, id string, spec ContextSpec) (ContextInfo, error)
+	// DeleteContext ends a named session and its program; its variables
+	// are lost. A default session cannot be deleted (restart it).
+	DeleteContext(ctx context.Context, id string, s Session) error
 	// Exec runs req (already validated by the caller, validated again here).
 	Exec(ctx context.Context, id string, req ExecRequest) (cell.ExecResult, error)
 

@@ -17,6 +17,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/cellvm/cellvm/cell"
 )
 
 // PathInImage is where the image carries its manifest.
@@ -42,6 +44,9 @@ type Manifest struct {
 	Comment string `json:"comment,omitempty"`
 	// Python is the interpreter's version.
 	Python string `json:"python"`
+	// Languages are the cell languages the image has, with the versions
+	// of their programs (python3, node, the TypeScript transpiler, bash).
+	Languages []cell.LanguageInfo `json:"languages,omitempty"`
 	// Modules are the featured modules, in modules.txt's order.
 	Modules []Module `json:"modules"`
 	// Distributions maps every installed distribution to its version.
