@@ -45,6 +45,19 @@ import (
 // runs.
 const graceSamplePeriod = 50 * time.Millisecond
 
+// maxSampleCredit bounds what one sample may credit, however far apart it
+// and the last are. A gap far longer than the period means the supervisor
+// itself did not run: most often the whole VM was stopped (a loaded host,
+// the rig's nested emulation). The guest's clock then jumps, and its
+// scheduler charges the jump to whichever thread was running, a spinning
+// interpreter's main thread included, as CPU time it never had: without
+// this bound, one frozen second after a SIGINT was a second of grace
+// spent, and a `while True: pass` that would have stopped at its next
+// bytecode was killed with its variables (TestGuestNotebook's "timeout
+// keeps state", 4.4 s for a 2 s timeout, in a loaded rig). Time the
+// supervisor cannot see is not credited; the hard cap still ends it.
+const maxSampleCredit = 4 * graceSamplePeriod
+
 // graceHardCap is the longest a grace of g may last in wall time.
 func graceHardCap(g time.Duration) time.Duration {
 	return g + 6*time.Second
@@ -73,10 +86,7 @@ func newGraceClock(grace time.Duration, first threadSample) *graceClock {
 
 // observe takes a new sample and reports whether the grace is over.
 func (g *graceClock) observe(s threadSample) bool {
-	wall := s.at.Sub(g.last.at)
-	if wall < 0 {
-		wall = 0
-	}
+	wall := min(max(s.at.Sub(g.last.at), 0), maxSampleCredit)
 	switch {
 	case !s.ok || !g.last.ok:
 		g.credit += wall

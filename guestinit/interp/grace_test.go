@@ -54,6 +54,19 @@ func TestGraceClockCreditsOnlyUsableTime(t *testing.T) {
 		}
 	}
 
+	// A gap far longer than the sampling period (the VM was stopped, and
+	// the guest charged the jump of its clock to the spinning thread as
+	// CPU) credits at most maxSampleCredit, whatever the thread's state.
+	for _, state := range []byte{'R', 'S'} {
+		g := newGraceClock(grace, threadSample{at: t0, ok: true, state: state})
+		if g.observe(threadSample{at: at(3 * time.Second), ok: true, state: state, cpu: 3 * time.Second}) {
+			t.Errorf("%c: a 3 s freeze right after the SIGINT ended the grace", state)
+		}
+		if g.credit > maxSampleCredit+clockTick {
+			t.Errorf("%c: credit %v after one frozen gap, want at most %v", state, g.credit, maxSampleCredit)
+		}
+	}
+
 	// A CPU jump larger than the interval (a coarse tick) is not credited
 	// past the interval.
 	g := newGraceClock(grace, threadSample{at: t0, ok: true, state: 'R'})
