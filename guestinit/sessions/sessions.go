@@ -149,6 +149,10 @@ func (r *Registry) getLocked(k key, create bool, cwd string) (*entry, error) {
 	if e, ok := r.sessions[k]; ok {
 		return e, nil
 	}
+	if k.name != cell.DefaultContext && !cell.ValidContextName(k.name) {
+		// The agent's requests were checked; the name becomes a path here.
+		return nil, fmt.Errorf("%w: context name %q", ErrInvalid, clip(k.name))
+	}
 	if !create {
 		return nil, fmt.Errorf("%w: %s context %q", ErrNotFound, firstLanguage(k.runtime), k.name)
 	}

@@ -82,6 +82,11 @@ func TestRestartOfAMissingContext(t *testing.T) {
 	if err := r.RestartIn(cell.JavaScript, "nope"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("restart of a missing context: %v", err)
 	}
+	for _, bad := range []string{"../x", "a/b", ".hidden", strings.Repeat("n", 65)} {
+		if _, err := r.RunIn(context.Background(), cell.Bash, bad, "1", time.Minute, nil); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("a cell in context %q: %v", bad, err)
+		}
+	}
 	if len(m.cfgs) != 0 || len(r.Contexts()) != 0 {
 		t.Fatalf("a failed restart made a session: %+v", r.Contexts())
 	}
