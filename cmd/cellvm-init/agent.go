@@ -23,6 +23,7 @@ import (
 	"github.com/cellvm/cellvm/guestinit/pid1"
 	"github.com/cellvm/cellvm/guestinit/proto"
 	"github.com/cellvm/cellvm/guestinit/rootfs"
+	"github.com/cellvm/cellvm/guestinit/sessions"
 )
 
 // agentMain runs the agent until a shutdown request; it returns the exit
@@ -86,9 +87,18 @@ func agentMain(args []string) int {
 		log.Error("interpreter", "err", err)
 		return 1
 	}
+	// The other languages' sessions and named contexts are made as cells
+	// ask for them, from the configuration that worked (with or without a
+	// cgroup), sharing the Python session's cgroup of all user code.
+	reg, err := sessions.New(sessions.Config{Primary: in, Base: icfg, Logger: log})
+	if err != nil {
+		in.Close()
+		log.Error("sessions", "err", err)
+		return 1
+	}
 	shutdown := make(chan struct{})
 	srv := agent.NewServer(agent.Config{
-		Interp:     in,
+		Interp:     reg,
 		Files:      policy,
 		Software:   "cellvm-init",
 		OnShutdown: func() { close(shutdown) },
@@ -103,11 +113,11 @@ func agentMain(args []string) int {
 	case <-shutdown:
 		ln.Close()
 		srv.Close()
-		in.Close()
+		reg.Close()
 		return pid1.ExitShutdown
 	case err := <-errc:
 		log.Error("serve", "err", err)
-		in.Close()
+		reg.Close()
 		return 1
 	}
 }

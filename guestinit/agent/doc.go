@@ -1,6 +1,7 @@
 // Package agent is the guest side of the host<->guest protocol
 // (guestinit/proto): a server, normally on vsock port 1024, that runs
-// cells in the persistent interpreter, runs commands, moves files in and
+// cells in the persistent session of their language and context
+// (guestinit/sessions; contexts.go), runs commands, moves files in and
 // out, and reports health.
 //
 // Each connection carries one request at a time; the host opens several

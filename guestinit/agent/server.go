@@ -14,8 +14,11 @@ import (
 	"github.com/cellvm/cellvm/guestinit/proto"
 )
 
-// Interpreter is what the agent needs of the interpreter supervisor
-// (*interp.Interp implements it).
+// Interpreter is what the agent needs of the interpreter supervisor:
+// Python's default session and commands (*interp.Interp implements it).
+// The guest's *sessions.Registry implements it too, and SessionRunner and
+// ContextKeeper besides, for the other languages and contexts
+// (contexts.go).
 type Interpreter interface {
 	Run(ctx context.Context, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error)
 	Interrupt() bool
@@ -228,10 +231,9 @@ func (ss *session) handle(req *proto.Request) bool {
 		b := ss.s.cfg.Interp.Interrupt()
 		return ss.reply(proto.Response{Interrupted: &b})
 	case proto.OpRestart:
-		if err := ss.s.cfg.Interp.Restart(); err != nil {
-			return ss.reply(errResponse(proto.CodeInterp, err))
-		}
-		return ss.reply(proto.Response{})
+		return ss.restart(req)
+	case proto.OpContext:
+		return ss.contextOp(req)
 	case proto.OpUpload:
 		return ss.upload(req)
 	case proto.OpDownload:
@@ -295,13 +297,13 @@ func (ss *session) run(req *proto.Request) bool {
 			cancel()
 		}
 	}
-	res, err := ss.s.cfg.Interp.Run(ctx, req.Code, time.Duration(req.TimeoutMS)*time.Millisecond, onEvent)
+	res, err := ss.runCell(ctx, req, onEvent)
 	usable := stop()
 	if !usable || writeFailed {
 		return false
 	}
 	if err != nil {
-		return ss.reply(errResponse(proto.CodeInterp, err))
+		return ss.reply(errResponse(sessionCode(err), err))
 	}
 	return ss.replyResult(&res)
 }
