@@ -302,15 +302,22 @@ func readResponse(s *session) (proto.Response, error) {
 	return r, decode(m.Payload, &r)
 }
 
-// RunCell runs code in the persistent interpreter. onEvent (may be nil)
-// receives the streamed events, then an end event with the result. A
-// timeout <= 0 means none. Cancelling ctx closes the connection, which
-// interrupts the cell.
+// RunCell runs code in the persistent Python interpreter (the default
+// session); see RunSessionCell.
 func (c *Client) RunCell(ctx context.Context, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
+	return c.RunSessionCell(ctx, Session{}, code, timeout, onEvent)
+}
+
+// RunSessionCell runs code in session sess (created by the guest on first
+// use). onEvent (may be nil) receives the streamed events, then an end
+// event with the result. A timeout <= 0 means none. Cancelling ctx closes
+// the connection, which interrupts the cell.
+func (c *Client) RunSessionCell(ctx context.Context, sess Session, code string, timeout time.Duration, onEvent func(cell.Event)) (cell.Result, error) {
 	if onEvent == nil {
 		onEvent = func(cell.Event) {}
 	}
-	req := proto.Request{Op: proto.OpRun, Code: code, TimeoutMS: timeout.Milliseconds()}
+	lang, name := sess.wire()
+	req := proto.Request{Op: proto.OpRun, Code: code, TimeoutMS: timeout.Milliseconds(), Language: lang, Context: name}
 	dropped := 0
 	resp, settle, err := c.call(ctx, req, nil, func(s *session) (proto.Response, error) {
 		for {
@@ -371,10 +378,10 @@ func (c *Client) Interrupt(ctx context.Context) (bool, error) {
 	return *resp.Interrupted, nil
 }
 
-// Restart replaces the interpreter with a fresh one.
+// Restart replaces the Python interpreter (the default session) with a
+// fresh one; see RestartSession.
 func (c *Client) Restart(ctx context.Context) error {
-	_, err := c.do(ctx, proto.Request{Op: proto.OpRestart}, nil, nil)
-	return err
+	return c.RestartSession(ctx, Session{})
 }
 
 // SetEnv sets the environment variables of the guest's interpreter and

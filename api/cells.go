@@ -50,11 +50,19 @@ func (s *server) runCell(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
+	// An unknown language or a bad context name is 400 naming what is
+	// allowed; the manager refuses a language the sandbox's image lacks.
+	sess, err := sandbox.Session{Language: cell.Language(req.Language), Context: req.Context}.Normalize()
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	spec := sandbox.Cell{Session: sess, Code: req.Code, Timeout: timeout}
 	id := r.PathValue("id")
 	ae := AuditOf(r.Context())
 	ae.Set(func(rec *audit.Record) { rec.SetCode(req.Code) })
 	if !wantsStream(r) {
-		res, err := s.m.RunCell(r.Context(), id, sandbox.Cell{Code: req.Code, Timeout: timeout}, nil)
+		res, err := s.m.RunCell(r.Context(), id, spec, nil)
 		if err != nil {
 			s.writeError(w, err)
 			return
@@ -70,7 +78,7 @@ func (s *server) runCell(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	st := &eventStream{out: ndjsonOut{w: w, rc: http.NewResponseController(w), writeTimeout: s.streamWriteTimeout}, cancel: cancel}
-	res, err := s.m.RunCell(ctx, id, sandbox.Cell{Code: req.Code, Timeout: timeout}, st.fromManager)
+	res, err := s.m.RunCell(ctx, id, spec, st.fromManager)
 	st.mu.Lock()
 	started, ended, held := st.out.started, st.ended, st.heldEnd
 	st.mu.Unlock()

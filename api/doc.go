@@ -29,9 +29,13 @@
 //	GET    /v1/sandboxes                      list (?label=k=v&state=S&limit=N&next=T)
 //	GET    /v1/sandboxes/{id}                 info
 //	DELETE /v1/sandboxes/{id}                 destroy
-//	POST   /v1/sandboxes/{id}/cells           run Python (NDJSON when asked)
+//	POST   /v1/sandboxes/{id}/cells           run a cell: Python, JavaScript, TypeScript or Bash
+//	                                          ({"language", "context"}; NDJSON when asked)
 //	POST   /v1/sandboxes/{id}/interrupt
-//	POST   /v1/sandboxes/{id}/restart
+//	POST   /v1/sandboxes/{id}/restart         a session afresh ({"language", "context"}; none: Python's)
+//	GET    /v1/sandboxes/{id}/contexts        its sessions
+//	POST   /v1/sandboxes/{id}/contexts        a named session ({"language", "name", "cwd"})
+//	DELETE /v1/sandboxes/{id}/contexts/{name} ?language=L
 //	POST   /v1/sandboxes/{id}/exec
 //	PUT    /v1/sandboxes/{id}/files/{path...} upload (raw body)
 //	GET    /v1/sandboxes/{id}/files/{path...} download (raw body)

@@ -87,8 +87,20 @@ func (s *server) interrupt(w http.ResponseWriter, r *http.Request) {
 	s.noContent(w, s.m.Interrupt(r.Context(), r.PathValue("id")))
 }
 
+// restart: POST /v1/sandboxes/{id}/restart with an optional body
+// {"language", "context"} naming the session (none: Python's default).
 func (s *server) restart(w http.ResponseWriter, r *http.Request) {
-	s.noContent(w, s.m.Restart(r.Context(), r.PathValue("id"), sandbox.Session{}))
+	var in sandbox.Session
+	if err := decodeJSON(w, r, s.maxJSON, &in, true); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	sess, err := in.Normalize()
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	s.noContent(w, s.m.Restart(r.Context(), r.PathValue("id"), sess))
 }
 
 func (s *server) pause(w http.ResponseWriter, r *http.Request) {

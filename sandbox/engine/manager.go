@@ -176,6 +176,8 @@ type vmSandbox struct {
 	// imageEntry is the store entry of the image it booted ("": the
 	// default; see imageEntry), set at launch.
 	imageEntry string
+	// languages caches the languages of its image (contexts.go).
+	languages atomic.Pointer[[]cell.LanguageInfo]
 }
 
 func (s *vmSandbox) State() sandbox.State { return s.lc.phase().State() }
@@ -854,8 +856,15 @@ func (m *VMManager) RunCell(ctx context.Context, id string, c sandbox.Cell, onEv
 	if len(code) > sandbox.MaxCodeBytes {
 		return cell.Result{}, fmt.Errorf("%w: code is %d bytes, at most %d", sandbox.ErrTooLarge, len(code), sandbox.MaxCodeBytes)
 	}
+	sess, err := c.Session.Normalize()
+	if err != nil {
+		return cell.Result{}, err
+	}
 	s, err := m.ready(id)
 	if err != nil {
+		return cell.Result{}, err
+	}
+	if err := m.checkLanguage(s, sess.Language); err != nil {
 		return cell.Result{}, err
 	}
 	if from, err := s.lc.move(evCellStart); err != nil {
@@ -874,7 +883,7 @@ func (m *VMManager) RunCell(ctx context.Context, id string, c sandbox.Cell, onEv
 	callCtx, cancel := context.WithTimeout(ctx, timeout+m.opt.CallGrace)
 	defer cancel()
 	s.cellDeadline.Store(start.Add(timeout + m.opt.CallGrace).UnixNano())
-	res, err := s.agent.RunCell(callCtx, code, timeout, onEvent)
+	res, err := s.agent.RunSessionCell(callCtx, agentSession(sess), code, timeout, onEvent)
 	if err != nil {
 		if ctx.Err() != nil {
 			return cell.Result{}, ctx.Err()
@@ -957,13 +966,20 @@ func (m *VMManager) deadlineErr(ctx, callCtx context.Context, op string, d time.
 
 // Restart implements Manager.
 func (m *VMManager) Restart(ctx context.Context, id string, ss sandbox.Session) error {
+	sess, err := ss.Normalize()
+	if err != nil {
+		return err
+	}
 	s, err := m.ready(id)
 	if err != nil {
 		return err
 	}
+	if err := m.checkLanguage(s, sess.Language); err != nil {
+		return err
+	}
 	callCtx, cancel := context.WithTimeout(ctx, restartDeadline)
 	defer cancel()
-	if err := s.agent.Restart(callCtx); err != nil {
+	if err := s.agent.RestartSession(callCtx, agentSession(sess)); err != nil {
 		return m.deadlineErr(ctx, callCtx, "restart", restartDeadline, m.agentErr(s, err))
 	}
 	return nil

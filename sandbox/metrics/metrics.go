@@ -46,8 +46,8 @@ func Instrument(m sandbox.Manager, reg prometheus.Registerer) *Manager {
 			Name: "cellvm_exec_seconds", Help: "Time to run an exec request.", Buckets: latencyBuckets,
 		}),
 		cells: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellvm_cells_total", Help: "Cells run, by status (ok, error, timeout, lost) and killed_by (none, timeout, oom, signal).",
-		}, []string{"status", "killed_by"}),
+			Name: "cellvm_cells_total", Help: "Cells run, by status (ok, error, timeout, lost), killed_by (none, timeout, oom, signal) and language (python, javascript, typescript, bash).",
+		}, []string{"status", "killed_by", "language"}),
 		boot: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "cellvm_boot_seconds", Help: "Time from a VM's start to its agent's first answer.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
@@ -82,7 +82,10 @@ func (w *Manager) RunCell(ctx context.Context, id string, c sandbox.Cell, onEven
 		if killed == "" {
 			killed = "none"
 		}
-		w.cells.WithLabelValues(string(res.Status), killed).Inc()
+		// A cell that ran had a language the manager read: the label
+		// is one of cell.Languages, never the caller's spelling.
+		lang, _ := cell.ParseLanguage(string(c.Language))
+		w.cells.WithLabelValues(string(res.Status), killed, string(lang)).Inc()
 	}
 	return res, err
 }

@@ -103,6 +103,15 @@ func TestMetricsMove(t *testing.T) {
 	if got := value(t, reg, "cellvm_cell_seconds"); got != 4 {
 		t.Errorf("cell latencies: %v", got)
 	}
+	if _, err := m.RunCell(ctx, a.ID, sandbox.Cell{Session: sandbox.Session{Language: "js"}, Code: "x = 2", Timeout: time.Minute}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := value(t, reg, "cellvm_cells_total", "status", "ok", "language", "javascript"); got != 1 {
+		t.Errorf("javascript cells: %v, want 1", got)
+	}
+	if got := value(t, reg, "cellvm_cells_total", "status", "ok", "language", "python"); got != 2 {
+		t.Errorf("python cells: %v, want 2", got)
+	}
 	m.Exec(ctx, a.ID, sandbox.ExecRequest{Argv: []string{"echo"}, Timeout: time.Second})
 	if got := value(t, reg, "cellvm_exec_seconds"); got != 1 {
 		t.Errorf("exec latencies: %v", got)

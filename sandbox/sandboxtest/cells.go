@@ -33,9 +33,12 @@ var Pass = errors.New("sandboxtest: the cell is left to the built-in ones")
 // Cell is the cell a Script answers.
 type Cell struct {
 	Sandbox string // the sandbox's id
+	// Session is the cell's session, normalized (sandbox.Session.Normalize).
+	Session sandbox.Session
 	Code    string
 	Timeout time.Duration
 
+	sess    *session
 	onEvent func(cell.Event)
 	emitted bool
 }
@@ -72,7 +75,7 @@ func (c *Cell) stream(res cell.Result) {
 
 func (m *Manager) RunCell(ctx context.Context, id string, spec sandbox.Cell, onEvent func(cell.Event)) (cell.Result, error) {
 	code, timeout := spec.Code, spec.Timeout
-	if err := m.enter("RunCell", id, strconv.Quote(code)); err != nil {
+	if err := m.enter("RunCell", id, strconv.Quote(code)+sessionSuffix(spec.Session)); err != nil {
 		return cell.Result{}, err
 	}
 	if timeout <= 0 {
@@ -86,10 +89,19 @@ func (m *Manager) RunCell(ctx context.Context, id string, spec sandbox.Cell, onE
 	if err == nil && b.info.CellRunning {
 		err = fmt.Errorf("%w: a cell is already running in %s", sandbox.ErrBusy, id)
 	}
+	var sess sandbox.Session
+	var ss *session
+	if err == nil {
+		sess, err = m.normalize(b, spec.Session)
+	}
+	if err == nil {
+		ss, err = b.sessionFor(sess)
+	}
 	if err != nil {
 		m.mu.Unlock()
 		return cell.Result{}, err
 	}
+	ss.used = true
 	b.info.CellRunning = true
 	m.mu.Unlock()
 	defer func() {
@@ -97,7 +109,7 @@ func (m *Manager) RunCell(ctx context.Context, id string, spec sandbox.Cell, onE
 		b.info.CellRunning = false
 		m.mu.Unlock()
 	}()
-	c := &Cell{Sandbox: id, Code: code, Timeout: timeout, onEvent: onEvent}
+	c := &Cell{Sandbox: id, Session: sess, Code: code, Timeout: timeout, sess: ss, onEvent: onEvent}
 	res, err := m.play(ctx, b, c)
 	if err != nil {
 		return cell.Result{}, err
@@ -127,7 +139,7 @@ func (m *Manager) play(ctx context.Context, b *box, c *Cell) (cell.Result, error
 		return res, nil
 	}
 	m.mu.Lock()
-	res := interpret(b.vars, c.Code)
+	res := interpret(c.sess.vars, c.Code)
 	m.mu.Unlock()
 	c.stream(res)
 	return res, nil
@@ -219,13 +231,24 @@ func (m *Manager) noteLocked(format string, args ...any) {
 // interpret runs the stand-in language on vars, one statement a line:
 // "name = integer", "name" (the cell's value) or "print(name)"; blank
 // lines, comments and imports do nothing. Anything else is a NameError.
+// JavaScript's and Bash's spellings of the same read alike: "let",
+// "const", "var" or "export" before an assignment, a trailing ";",
+// "console.log(name)" and "echo $name".
 func interpret(vars map[string]int, code string) cell.Result {
 	res := cell.Result{Status: cell.StatusOK, StateKept: true}
 	var out strings.Builder
 	for _, line := range strings.Split(code, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "import ") {
+		line = strings.TrimSuffix(strings.TrimSpace(line), ";")
+		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "//") || strings.HasPrefix(line, "import ") {
 			continue
+		}
+		for _, kw := range []string{"let ", "const ", "var ", "export "} {
+			line = strings.TrimPrefix(line, kw)
+		}
+		if name, ok := strings.CutPrefix(line, "console.log("); ok {
+			line = "print(" + name
+		} else if name, ok := strings.CutPrefix(line, "echo $"); ok {
+			line = "print(" + name + ")"
 		}
 		if name, val, ok := strings.Cut(line, "="); ok {
 			v, err := strconv.Atoi(strings.TrimSpace(val))
@@ -281,12 +304,25 @@ func (m *Manager) Interrupt(ctx context.Context, id string) error {
 }
 
 func (m *Manager) Restart(ctx context.Context, id string, s sandbox.Session) error {
-	if err := m.enter("Restart", id); err != nil {
+	suffix := sessionSuffix(s)
+	if err := m.enter("Restart", id+suffix); err != nil {
 		return err
 	}
 	return m.withBox(id, func(b *box) error {
-		b.vars = map[string]int{}
-		m.note("restart %s", id)
+		s, err := m.normalize(b, s)
+		if err != nil {
+			return err
+		}
+		k := sessionKey(s)
+		if b.sessions[k] == nil && !s.IsDefault() {
+			return fmt.Errorf("%w: sandbox %s has no %s", sandbox.ErrNotFound, id, k)
+		}
+		cwd := ""
+		if old := b.sessions[k]; old != nil {
+			cwd = old.cwd
+		}
+		b.sessions[k] = &session{vars: map[string]int{}, cwd: cwd, used: true}
+		m.note("restart %s%s", id, suffix)
 		return nil
 	})
 }

@@ -20,7 +20,11 @@
 // answered by the test's Script, else by one of the scripted cells below,
 // else by a stand-in interpreter that reads one statement a line:
 // "name = integer", "name" (the cell's value), "print(name)", comments and
-// imports. Commands are the few below. Ids are sb-fake1, sb-fake2, ...
+// imports (and JavaScript's and Bash's spellings of those: "let x = 1;",
+// "console.log(x)", "export V=7", "echo $V"). Each language and context
+// has its own session with its own variables (contexts.go), and a cell in
+// a language its sandbox's image lacks is refused as the VM manager
+// refuses it. Commands are the few below. Ids are sb-fake1, sb-fake2, ...
 // (sb-NODE-000000000001, ... with Node set, as a daemon's --node makes
 // them) and snapshot ids snap- and the same counter; sandboxes, snapshots and
 // workspaces carry fixed times (from 2023-11-14 on), so output can be

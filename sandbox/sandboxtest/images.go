@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/sandbox"
 )
 
@@ -20,16 +21,24 @@ import (
 //	"default"  the daemon's own (never deleted)
 //	"team"     one `cellvm image build team --apt jq` made, with its
 //	           manifest's Python and modules and its build's record
-//	"scratch"  a built image nothing uses, for tests that delete one
+//	"scratch"  a built image nothing uses, for tests that delete one;
+//	           it has Python and Bash but no Node (no JavaScript or
+//	           TypeScript), as an OCI image may
+//
+// "default" and "team" have every language (python 3.11.2, javascript
+// 18.19.0, typescript 5.9.3, bash 5.2.15).
 
 // startImages returns the images a manager starts with, by name.
 func startImages() map[string]sandbox.ImageInfo {
 	modules := []string{"numpy 1.24.2", "pandas 1.5.3", "matplotlib 3.6.3"}
+	all := []cell.LanguageInfo{{Name: cell.Python, Version: "3.11.2"}, {Name: cell.JavaScript, Version: "18.19.0"},
+		{Name: cell.TypeScript, Version: "5.9.3"}, {Name: cell.Bash, Version: "5.2.15"}}
+	noNode := []cell.LanguageInfo{all[0], all[3]}
 	return map[string]sandbox.ImageInfo{
-		sandbox.DefaultImage: {Name: sandbox.DefaultImage, SizeBytes: 1 << 30, BuiltAt: epoch, Python: "3.11.2", Modules: modules},
-		"team": {Name: "team", SizeBytes: 1006 << 20, BuiltAt: epoch.Add(time.Hour), Python: "3.11.2", Modules: modules,
+		sandbox.DefaultImage: {Name: sandbox.DefaultImage, SizeBytes: 1 << 30, BuiltAt: epoch, Python: "3.11.2", Modules: modules, Languages: all},
+		"team": {Name: "team", SizeBytes: 1006 << 20, BuiltAt: epoch.Add(time.Hour), Python: "3.11.2", Modules: modules, Languages: all,
 			Key: "sha256:5f0c2e8a91d3", Apt: []string{"jq"}, BuildSeconds: 31.5},
-		"scratch": {Name: "scratch", SizeBytes: 1 << 30, BuiltAt: epoch.Add(2 * time.Hour), Python: "3.11.2",
+		"scratch": {Name: "scratch", SizeBytes: 1 << 30, BuiltAt: epoch.Add(2 * time.Hour), Python: "3.11.2", Languages: noNode,
 			Key: "sha256:0b7d41c6e2aa", BuildSeconds: 27},
 	}
 }

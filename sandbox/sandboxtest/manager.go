@@ -55,9 +55,12 @@ type Manager struct {
 // box is a sandbox.
 type box struct {
 	// info is what Get answers; info.CellRunning is the busy flag.
-	info  sandbox.Info
-	vars  map[string]int
-	files map[string][]byte
+	info sandbox.Info
+	// sessions hold each session's variables (contexts.go).
+	sessions sessions
+	// contextsMade counts the contexts made up names for.
+	contextsMade int
+	files        map[string][]byte
 	// ws is the workspace the box holds, if any: its /workspace files.
 	ws *workspace
 	// release wakes a "gate" cell; Interrupt sends on it.
@@ -248,14 +251,14 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 	b := &box{
 		info: sandbox.Info{ID: id, State: sandbox.StateRunning, Config: cfg, CreatedAt: epoch,
 			BootMS: 42, StartedFrom: startedFrom(cfg)},
-		vars:    map[string]int{},
-		files:   map[string][]byte{},
-		ws:      ws,
-		release: make(chan struct{}, 1),
-		logs:    map[sandbox.LogSource][]string{},
+		sessions: newSessions(),
+		files:    map[string][]byte{},
+		ws:       ws,
+		release:  make(chan struct{}, 1),
+		logs:     map[sandbox.LogSource][]string{},
 	}
 	if from != nil {
-		b.vars, b.files = from.copyState()
+		b.sessions, b.files = from.copyState()
 	}
 	m.boxes[id] = b
 	if cfg.Image != "" {

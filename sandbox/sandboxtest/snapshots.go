@@ -18,15 +18,15 @@ import (
 
 // snap is a snapshot: its sandbox's config, variables and files then.
 type snap struct {
-	info  sandbox.SnapshotInfo
-	cfg   sandbox.Config
-	vars  map[string]int
-	files map[string][]byte
+	info     sandbox.SnapshotInfo
+	cfg      sandbox.Config
+	sessions sessions
+	files    map[string][]byte
 }
 
 // copyState returns copies of the snapshot's variables and files, for a fork.
-func (s *snap) copyState() (map[string]int, map[string][]byte) {
-	return maps.Clone(s.vars), maps.Clone(s.files)
+func (s *snap) copyState() (sessions, map[string][]byte) {
+	return s.sessions.clone(), maps.Clone(s.files)
 }
 
 // startedFrom is how a sandbox of cfg starts: a fork from its snapshot, a
@@ -169,7 +169,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotInfo
 		info: sandbox.SnapshotInfo{ID: fmt.Sprintf("snap-%012x", m.next), SandboxID: id,
 			CreatedAt: epoch.Add(time.Duration(m.next) * time.Second),
 			SizeBytes: int64(cfg.MemoryMiB) << 19, VCPUs: cfg.VCPUs, MemoryMiB: cfg.MemoryMiB, Tenant: cfg.Tenant},
-		cfg: cfg, vars: maps.Clone(b.vars), files: maps.Clone(b.files),
+		cfg: cfg, sessions: b.sessions.clone(), files: maps.Clone(b.files),
 	}
 	m.snaps[sn.info.ID] = sn
 	m.note("snapshot %s %s", id, sn.info.ID)
