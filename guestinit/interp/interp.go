@@ -231,11 +231,16 @@ func (in *Interp) ensureStartedLocked() error {
 		return nil
 	}
 	p, err := in.startProc()
-	if err != nil {
-		return err
+	if err == nil {
+		if err = in.awaitReady(p); err != nil {
+			p.terminate(in.cg)
+		}
 	}
-	if err := in.awaitReady(p); err != nil {
-		p.terminate(in.cg)
+	if err != nil {
+		var pe *PythonError
+		if errors.As(err, &pe) {
+			pe.Runtime = in.rt.name
+		}
 		return err
 	}
 	in.p = p
