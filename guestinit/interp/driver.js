@@ -11,6 +11,7 @@
 const fs = require('fs');
 const net = require('net');
 const path = require('path');
+const url = require('url');
 const util = require('util');
 const vm = require('vm');
 const Module = require('module');
@@ -121,6 +122,25 @@ cellModule.paths = Module._nodeModulePaths(process.cwd());
 globalThis.module = cellModule;
 globalThis.exports = cellModule.exports;
 globalThis.require = Module.createRequire(cellModule.filename);
+
+// import() in a cell loads what the cell's require would find (a
+// package in the working directory's node_modules, a relative path), or
+// else what Node finds for the name.
+async function importDynamic(spec) {
+  let target = String(spec);
+  if (!/^(?:node|file|data):/.test(target) && !Module.builtinModules.includes(target)) {
+    try {
+      target = url.pathToFileURL(globalThis.require.resolve(target)).href;
+    } catch (e) {
+      // left to import() to find, or to say it cannot
+    }
+  }
+  return import(target);
+}
+
+// vm's own hook for import() needs --experimental-vm-modules; a cell's
+// import( calls are rewritten to this global instead.
+Object.defineProperty(globalThis, '__cellvmImport', { value: importDynamic });
 
 // display(x) sends x as a rich result: a PNG Buffer or data: URL as
 // image/png, {'text/html': s, ...} as that MIME bundle, anything else as
@@ -341,6 +361,13 @@ function rewrite(src) {
   const names = new Set();
   let hasAwait = false;
   for (const t of toks) if (t.type === 'name' && t.value === 'await') hasAwait = true;
+  for (let j = 0; j + 1 < toks.length; j++) {
+    const t = toks[j];
+    const prev = toks[j - 1];
+    if (t.type === 'name' && t.value === 'import' && toks[j + 1].value === '(' && !(prev && prev.value === '.')) {
+      edits.push([t.start, t.value.length, '__cellvmImport']);
+    }
+  }
   for (const j of starts) {
     const t = toks[j];
     const next = toks[j + 1];
@@ -362,9 +389,14 @@ function rewrite(src) {
       if (toks[k] && toks[k].type === 'name') names.add(toks[k].value);
     }
   }
-  let last = starts.length ? starts[starts.length - 1] : -1;
-  const lastIsDecl = last >= 0 && NOT_EXPR_START.has(toks[last].value) && toks[last].type === 'name';
-  return { code: applyEdits(src, edits), toks: scan(applyEdits(src, edits)), names, hasAwait, lastIsDecl };
+  const last = starts.length ? starts[starts.length - 1] : -1;
+  const lt = toks[last];
+  const ln = toks[last + 1];
+  const lastIsDecl = last >= 0 && lt.type === 'name' && NOT_EXPR_START.has(lt.value) &&
+    !(lt.value === 'import' && ln && (ln.value === '(' || ln.value === '.')) &&
+    !(lt.value === 'async' && !(ln && ln.value === 'function'));
+  const code = applyEdits(src, edits);
+  return { code, toks: scan(code), names, hasAwait, lastIsDecl };
 }
 
 function applyEdits(src, edits) {
@@ -475,10 +507,14 @@ function errorFrame(e, filename) {
     const cut = stack.findIndex((l) => /^\s+at /.test(l) && (l.includes(__filename) || /\(node:vm:/.test(l)));
     if (cut >= 0) stack = stack.slice(0, cut);
 
+    let value = String(e.message === undefined ? '' : e.message);
+    if (e instanceof SyntaxError && /^Cannot use import statement outside a module/.test(value)) {
+      value += ' (a cell is a script, as in the REPL: use require() or await import())';
+    }
     return {
       ev: 'error',
       name: clip(String(e.name || (e.constructor && e.constructor.name) || 'Error')),
-      value: clip(String(e.message === undefined ? '' : e.message)),
+      value: clip(value),
       traceback: stack.map(clip).slice(0, 200),
     };
   }

@@ -91,6 +91,21 @@ func TestNodeNotebook(t *testing.T) {
 	// require resolves from the working directory.
 	expectMain(t, js("require('path').join('a', 'b')"), "'a/b'")
 
+	// import(): of Node's modules and of files next to the cell; a
+	// static import says what to do instead.
+	if err := os.WriteFile(filepath.Join(in.cfg.Dir, "m.mjs"), []byte("export const v = 7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	expectMain(t, js("const {v} = await import('./m.mjs')\n(await import('node:path')).sep + v"), "'/7'")
+	res = js("import('./m.mjs').then(m => console.log(m.v))")
+	if res.Status != cell.StatusOK || !strings.HasPrefix(mainText(t, res), "Promise {") || res.Stdout != "7\n" {
+		t.Fatalf("import(): %+v", res)
+	}
+	res = js("import fs from 'fs'")
+	if res.Error == nil || !strings.Contains(res.Error.Value, "use require() or await import()") {
+		t.Fatalf("static import: %+v", res)
+	}
+
 	// A process a cell spawns does not get the protocol pipes.
 	link := func(fd uintptr) string {
 		s, err := os.Readlink("/proc/self/fd/" + itoa(int(fd)))
