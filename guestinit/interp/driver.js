@@ -607,7 +607,17 @@ async function handle(line) {
   if (!cmd || typeof cmd !== 'object') return;
   switch (cmd.op) {
     case 'exec':
-      await runCell(cmd.n | 0, String(cmd.code || ''), cmd.lang === 'typescript' ? 'typescript' : 'javascript');
+      try {
+        await runCell(cmd.n | 0, String(cmd.code || ''), cmd.lang === 'typescript' ? 'typescript' : 'javascript');
+      } catch (e) {
+        // The driver's own failure (a result that cannot be sent): the
+        // cell still ends, so the supervisor is not left waiting.
+        if (cur) {
+          cur = null;
+          send({ ev: 'error', name: 'DriverError', value: clip(String(e && e.stack || e)), traceback: [] });
+          send({ ev: 'done', status: 'error', interrupted: false });
+        }
+      }
       break;
     case 'reap':
       send({ ev: 'reaped', n: 0 }); // Node reaps its own children
