@@ -69,6 +69,16 @@ func TestNodeNotebook(t *testing.T) {
 	expectOK(t, js("const c = 2\nclass K { v() { return 8 } }"))
 	expectMain(t, js("[x, c, new K().v(), f()]"), "[ 41, 2, 8, 2 ]")
 
+	// The rewrite sees tokens: not declarations in strings, templates,
+	// regular expressions or comments; destructuring; classes in async cells.
+	for i := 0; i < 2; i++ {
+		expectMain(t, js("const re = /['\"`]let x/g; const tpl = `a ${ \"let\" } b ${`nested ${1}`}`; // let y = 2\n/* const z = 3 */ tpl"), "'a let b nested 1'")
+	}
+	expectMain(t, js("typeof y + typeof z + re.flags"), "'undefinedundefinedg'")
+	expectMain(t, js("const [a1, {b1}] = [1, {b1: 2}]\na1 + b1"), "3")
+	expectOK(t, js("class A { static v = 5 }\nconst w = await Promise.resolve(A.v)"))
+	expectMain(t, js("A.v + w"), "10")
+
 	res := js("console.log('out'); console.error('err'); void process.stdout.write('raw\\n')")
 	expectOK(t, res)
 	if res.Stdout != "out\nraw\n" || res.Stderr != "err\n" || res.MainResult() != nil {
@@ -297,6 +307,20 @@ func TestNoNodeIsACellError(t *testing.T) {
 	}
 	if _, err := in.RunLanguage(context.Background(), cell.Python, "1", time.Second, nil); err == nil {
 		t.Fatal("a python cell ran in a node session")
+	}
+
+	// A node older than 18: the driver says so, and so does the result.
+	old := filepath.Join(t.TempDir(), "bin")
+	writeScript(t, filepath.Join(old, "node"), `echo '{"ev": "unsupported", "version": "16.20.2"}' >&4`)
+	in2, err := New(Config{Runtime: "node", Dir: t.TempDir(), Env: []string{"PATH=" + old}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in2.Close()
+	res, err = in2.Run(context.Background(), "1", 10*time.Second, nil)
+	want = "this image's node (" + filepath.Join(old, "node") + ") is Node.js 16.20.2: JavaScript and TypeScript cells need Node.js 18 or later; exec and files work"
+	if err != nil || res.Error == nil || res.Error.Name != ErrNameTooOld || res.Error.Value != want {
+		t.Fatalf("%+v, %v", res.Error, err)
 	}
 }
 

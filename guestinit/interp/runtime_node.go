@@ -61,9 +61,8 @@ func (in *Interp) nodeEnv() []string {
 		env = append(env, "CELLVM_TYPESCRIPT="+DefaultTypeScript)
 	}
 	if mb := nodeHeapMB(in.memoryMax()); mb > 0 {
-		opts, _ := envValue(base, "NODE_OPTIONS")
-		env = append(env, strings.TrimSpace(opts+" --max-old-space-size="+strconv.FormatInt(mb, 10)))
-		env[len(env)-1] = "NODE_OPTIONS=" + env[len(env)-1]
+		opts, _ := envValue(base, "NODE_OPTIONS") // the image's or the user's, kept
+		env = append(env, "NODE_OPTIONS="+strings.TrimSpace(opts+" --max-old-space-size="+strconv.FormatInt(mb, 10)))
 	}
 	return env
 }
