@@ -255,6 +255,11 @@ display('<b>plain</b>')
 		}
 	}
 
+	// reap: Node reaps its own children.
+	if err := in.reapInDriver(in.p); err != nil {
+		t.Fatal(err)
+	}
+
 	// Math.random is the driver's, reseeded on demand from /dev/urandom.
 	expectOK(t, runJS(t, in, cell.JavaScript, "const r = Math.random(); const ok = r >= 0 && r < 1", 10*time.Second))
 	if _, err := in.Reseed(); err != nil {
