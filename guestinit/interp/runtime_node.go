@@ -28,6 +28,12 @@ const DefaultTypeScript = "/opt/cellvm/node_modules/typescript/lib/typescript.js
 //go:embed driver.js
 var nodeDriverSource []byte
 
+// nodeRewriteSource is the driver's rewrite of a cell (declarations to
+// globals, top-level await), next to it in the run directory.
+//
+//go:embed rewrite.js
+var nodeRewriteSource []byte
+
 func init() { runtimes["node"] = nodeRuntime }
 
 // nodeRuntime runs JavaScript and TypeScript cells in one Node.js
@@ -37,7 +43,7 @@ var nodeRuntime = &runtime{
 	name:      "node",
 	languages: []cell.Language{cell.JavaScript, cell.TypeScript},
 	program:   NodeName,
-	files:     map[string][]byte{"cellvm_driver.js": nodeDriverSource},
+	files:     map[string][]byte{"cellvm_driver.js": nodeDriverSource, "cellvm_rewrite.js": nodeRewriteSource},
 	driver:    "cellvm_driver.js",
 	argv: func(driverPath string) []string {
 		return []string{driverPath, strconv.Itoa(childCtlFD), strconv.Itoa(childEvFD)}
