@@ -65,7 +65,9 @@ func New(cfg Config) (*Interp, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Python == "" {
+	if cfg.Python == "" || rt != pythonRuntime {
+		// Config.Python is Python's: another runtime's program is looked
+		// up by its name on the cells' PATH, whatever the agent's flags.
 		cfg.Python = rt.program
 	}
 	in := &Interp{cfg: cfg, rt: rt, log: cfg.Logger, runDir: cfg.RunDir}

@@ -26,13 +26,23 @@ func testNode(t *testing.T) string {
 	return p
 }
 
+// nodeEnv is the environment with node's directory first on PATH (a
+// node session looks its program up there), and extra.
+func nodeEnv(t *testing.T, node string, extra ...string) []string {
+	t.Helper()
+	if filepath.Base(node) != NodeName {
+		t.Fatalf("CELLVM_TEST_NODE must name a file called %s: %s", NodeName, node)
+	}
+	env := append(os.Environ(), "PATH="+filepath.Dir(node)+string(filepath.ListSeparator)+os.Getenv("PATH"))
+	return append(env, extra...)
+}
+
 func newNodeInterp(t *testing.T, mod func(*Config)) *Interp {
 	t.Helper()
 	node := testNode(t)
 	return newTestInterp(t, func(c *Config) {
 		c.Runtime = "node"
-		c.Python = node
-		c.Env = append(os.Environ(), "CELLVM_TYPESCRIPT="+filepath.Join(t.TempDir(), "none.js"))
+		c.Env = nodeEnv(t, node, "CELLVM_TYPESCRIPT="+filepath.Join(t.TempDir(), "none.js"))
 		if mod != nil {
 			mod(c)
 		}
@@ -270,7 +280,7 @@ display('<b>plain</b>')
 
 func TestNodeTypeScript(t *testing.T) {
 	tsPath := typescriptForTest(t)
-	in := newNodeInterp(t, func(c *Config) { c.Env = append(os.Environ(), "CELLVM_TYPESCRIPT="+tsPath) })
+	in := newNodeInterp(t, func(c *Config) { c.Env = nodeEnv(t, testNode(t), "CELLVM_TYPESCRIPT="+tsPath) })
 	ts := func(code string) cell.Result { return runJS(t, in, cell.TypeScript, code, 30*time.Second) }
 	// The first TypeScript cell loads the compiler (9 MB of JavaScript):
 	// time enough for a loaded machine.
@@ -294,7 +304,8 @@ func TestNodeTypeScriptUnavailable(t *testing.T) {
 
 func TestNoNodeIsACellError(t *testing.T) {
 	empty := t.TempDir()
-	in, err := New(Config{Runtime: "node", Dir: t.TempDir(), Env: []string{"PATH=" + empty}})
+	// Config.Python is Python's only: a node session looks for node.
+	in, err := New(Config{Runtime: "node", Python: DefaultPython, Dir: t.TempDir(), Env: []string{"PATH=" + empty}})
 	if err != nil {
 		t.Fatal(err)
 	}
