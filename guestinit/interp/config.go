@@ -25,9 +25,10 @@ type Config struct {
 	// sandbox, all languages, share one budget. It must outlive this
 	// Interp; CgroupParent, MemoryMax and PidsMax are then unused.
 	CellsFrom *Interp
-	// Python is the interpreter: a path, or a name looked up on the PATH
-	// of the interpreter's environment (Env, then SetEnv's) each time it
-	// starts. Default PythonName. A missing one, or one older than
+	// Python is the interpreter of a Python session (other runtimes look
+	// their program, node or bash, up on the PATH): a path, or a name
+	// looked up on the PATH of the interpreter's environment (Env, then
+	// SetEnv's) each time it starts. Default PythonName. A missing one, or one older than
 	// MinPython, makes every cell an error result (PythonError) while
 	// commands run as usual.
 	Python string

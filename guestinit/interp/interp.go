@@ -65,7 +65,9 @@ func New(cfg Config) (*Interp, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Python == "" {
+	if cfg.Python == "" || rt != pythonRuntime {
+		// Config.Python is Python's: another runtime's program is looked
+		// up by its name on the cells' PATH, whatever the agent's flags.
 		cfg.Python = rt.program
 	}
 	in := &Interp{cfg: cfg, rt: rt, log: cfg.Logger, runDir: cfg.RunDir}
@@ -231,11 +233,16 @@ func (in *Interp) ensureStartedLocked() error {
 		return nil
 	}
 	p, err := in.startProc()
-	if err != nil {
-		return err
+	if err == nil {
+		if err = in.awaitReady(p); err != nil {
+			p.terminate(in.cg)
+		}
 	}
-	if err := in.awaitReady(p); err != nil {
-		p.terminate(in.cg)
+	if err != nil {
+		var pe *PythonError
+		if errors.As(err, &pe) {
+			pe.Runtime = in.rt.name
+		}
 		return err
 	}
 	in.p = p

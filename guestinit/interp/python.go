@@ -32,10 +32,11 @@ const (
 	ErrNameTooOld   = "InterpreterTooOld"
 )
 
-// PythonError says why cells cannot run in this image: it has no python3
-// on the cells' PATH, or one older than MinPython. Commands and files do
-// not need it; a cell gets it as its error result, not as a crash of the
-// interpreter.
+// PythonError says why cells cannot run in this image: it has no program
+// for the session's runtime (python3, node, bash) on the cells' PATH, or
+// one older than the driver needs (MinPython, MinNode). Commands and
+// files do not need it; a cell gets it as its error result, not as a
+// crash of the interpreter. (It is named for the first runtime.)
 type PythonError struct {
 	// Python is what was looked for: a name searched on PATH, or a path.
 	Python string
@@ -43,6 +44,9 @@ type PythonError struct {
 	PATH string
 	// Found is the binary that is too old; Version is its version.
 	Found, Version string
+	// Runtime is the session's runtime ("python", "node", "bash"; ""
+	// is Python's): what the message says cells need.
+	Runtime string
 }
 
 func (e *PythonError) Is(target error) bool { return target == ErrNoPython }
@@ -56,14 +60,36 @@ func (e *PythonError) Name() string {
 }
 
 func (e *PythonError) Error() string {
-	const need = "cells need Python " + MinPython + " or later; exec and files work"
+	need := runtimeNeeds(e.Runtime) + "; exec and files work"
 	switch {
 	case e.Found != "":
-		return fmt.Sprintf("this image's %s (%s) is Python %s: %s", PythonName, e.Found, clipText(e.Version, 64), need)
+		return fmt.Sprintf("this image's %s (%s) is %s %s: %s", clipText(filepath.Base(e.Python), 64), e.Found, runtimeTitle(e.Runtime), clipText(e.Version, 64), need)
 	case strings.Contains(e.Python, "/"):
 		return fmt.Sprintf("this image has no %s: %s", clipText(e.Python, 256), need)
 	}
 	return fmt.Sprintf("this image has no %s on its PATH (PATH=%s): %s", clipText(e.Python, 64), clipText(e.PATH, 512), need)
+}
+
+// runtimeTitle is a runtime's program in words.
+func runtimeTitle(runtime string) string {
+	switch runtime {
+	case "node":
+		return "Node.js"
+	case "bash":
+		return "Bash"
+	}
+	return "Python"
+}
+
+// runtimeNeeds says what a runtime's cells need.
+func runtimeNeeds(runtime string) string {
+	switch runtime {
+	case "node":
+		return "JavaScript and TypeScript cells need Node.js " + MinNode + " or later"
+	case "bash":
+		return "Bash cells need bash"
+	}
+	return "cells need Python " + MinPython + " or later"
 }
 
 // result is the cell result for e: an error, with whatever state there

@@ -472,8 +472,9 @@ func (r *cellRun) finish(oomBase int64) cell.Result {
 		}
 		<-r.p.exitCh
 		r.drainOutput()
-		signaled, how = describeExit(in.stopLocked())
-		if in.cg != nil && in.cg.oomKills() > oomBase {
+		st := in.stopLocked()
+		signaled, how = describeExit(st)
+		if (in.cg != nil && in.cg.oomKills() > oomBase) || r.outOfHeap(st) {
 			r.apply(evOOMKilled)
 		} else {
 			r.apply(evExited)
@@ -530,7 +531,7 @@ func (r *cellRun) finish(oomBase int64) cell.Result {
 			}
 			res.Error = &cell.Error{
 				Name:  "InterpreterLost",
-				Value: fmt.Sprintf("the Python interpreter %s during the cell; it will be restarted for the next cell and all variables and imports are lost", how),
+				Value: fmt.Sprintf("the %s interpreter %s during the cell; it will be restarted for the next cell and all variables and imports are lost", runtimeTitle(in.rt.name), how),
 			}
 			if r.pyErr != nil {
 				res.Error.Traceback = r.pyErr.Traceback
