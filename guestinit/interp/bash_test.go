@@ -5,10 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cellvm/cellvm/cell"
 )
@@ -283,5 +286,70 @@ func TestBashEncode(t *testing.T) {
 	}
 	if _, err := encodeBash(command{Op: "other"}); err == nil {
 		t.Fatal("an unknown command was encoded")
+	}
+}
+
+// Functions that shadow the builtins the driver uses do not break it
+// (only "builtin" itself would).
+func TestBashShadowedBuiltins(t *testing.T) {
+	in := newBashInterp(t, nil)
+	res := run(t, in, "X=1; printf() { echo P; }; read() { echo R; }; trap() { echo T; }; set() { echo S; }\n"+
+		"local() { echo L; }; source() { echo SRC; }; return() { echo RET; }; :() { echo C; }")
+	expectOK(t, res)
+	res = run(t, in, "echo $X; false")
+	expectStatus(t, res, cell.StatusError)
+	if res.Stdout != "1\n" {
+		t.Fatalf("stdout %q", res.Stdout)
+	}
+	res = runT(t, in, "while true; do X=2; done", time.Second)
+	expectStatus(t, res, cell.StatusTimeout)
+	if !res.StateKept {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+// A cell's commands get neither the command pipe nor the event pipe (in
+// any fd), and read /dev/null.
+func TestBashCellFDs(t *testing.T) {
+	in := newBashInterp(t, nil)
+	res := run(t, in, "cat; ls -l /proc/self/fd/")
+	expectOK(t, res)
+	pipes := map[string]bool{}
+	for _, fd := range []int{int(in.p.ctl.Fd()), in.p.evFD} {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			t.Fatal(err)
+		}
+		pipes["pipe:["+strconv.FormatUint(st.Ino, 10)+"]"] = true
+	}
+	for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[len(f)-2] != "->" {
+			continue
+		}
+		fd, target := f[len(f)-3], f[len(f)-1]
+		if pipes[target] || fd == "4" {
+			t.Errorf("a cell's command has fd %s: %s (all: %q)", fd, target, res.Stdout)
+		}
+	}
+}
+
+// A fork bomb under a pids limit gives a result, and the next cell
+// answers.
+func TestBashForkBomb(t *testing.T) {
+	parent := testCgroupParent(t)
+	in := newBashInterp(t, func(c *Config) {
+		c.CgroupParent = parent
+		c.PidsMax = 64
+	})
+	expectOK(t, run(t, in, "X=1"))
+	res := runT(t, in, ":(){ :|:& };:; sleep 2", 2*time.Second)
+	if res.Status == cell.StatusOK {
+		t.Fatalf("result %+v", res)
+	}
+	res = run(t, in, "unset -f :; echo ${X:-gone}")
+	expectOK(t, res)
+	if res.Stdout != "1\n" && res.Stdout != "gone\n" {
+		t.Fatalf("stdout %q", res.Stdout)
 	}
 }

@@ -20,7 +20,7 @@ if [ -z "${__cellvm_pid-}" ]; then
 	readonly __cellvm_cmd __cellvm_ev __cellvm_pid=$$
 	BASH_ARGV0=bash # messages say "bash: ...", not the driver's path
 	__cellvm_errexit= # the cell's set -e, off between cells
-	set -E            # errtrace: the ERR trap (set -e's guard) runs in functions
+	builtin set -E    # errtrace: the ERR trap (set -e's guard) runs in functions
 
 	# __cellvm_unwind makes the rest of the cell not run: a DEBUG trap,
 	# inherited by functions (functrace), runs "return" before the next
@@ -29,10 +29,10 @@ if [ -z "${__cellvm_pid-}" ]; then
 	# (BASHPID differs) runs on, and in the driver's own frame nothing is
 	# skipped. No subshell in the trap: subshells inherit it too.
 	__cellvm_unwind() {
-		[[ $BASHPID == "$__cellvm_pid" ]] || return 0
+		[[ $BASHPID == "$__cellvm_pid" ]] || builtin return 0
 		[[ $__cellvm_traced ]] || __cellvm_traced=x$-
-		set -o functrace
-		trap 'if [[ $BASHPID == "$__cellvm_pid" ]] && ((${#BASH_SOURCE[@]} > __cellvm_depth)); then return 2; fi' DEBUG
+		builtin set -o functrace
+		builtin trap 'if [[ $BASHPID == "$__cellvm_pid" ]] && ((${#BASH_SOURCE[@]} > __cellvm_depth)); then builtin return 2; fi' DEBUG
 	}
 
 	# SIGINT (the supervisor's interrupt or timeout, sent to the process
@@ -48,9 +48,9 @@ if [ -z "${__cellvm_pid-}" ]; then
 	# there keeps the shell, and the driver turns it on again for the
 	# next cell.
 	__cellvm_on_err() {
-		local st=$?
-		[[ $- == *e* && $BASHPID == "$__cellvm_pid" ]] || return 0
-		set +e
+		builtin local st=$?
+		[[ $- == *e* && $BASHPID == "$__cellvm_pid" ]] || builtin return 0
+		builtin set +e
 		__cellvm_eoff=1
 		# In the driver's frame it is the cell's own status (a return,
 		# or an unwound cell): only the shell is kept.
@@ -63,43 +63,43 @@ if [ -z "${__cellvm_pid-}" ]; then
 	# exit in a cell ends the cell with that status, not the shell; in a
 	# subshell, or as "builtin exit", it is bash's own.
 	exit() {
-		local __cellvm_st=$?
+		builtin local __cellvm_st=$?
 		if [[ $BASHPID != "$__cellvm_pid" ]] || ((${#BASH_SOURCE[@]} <= __cellvm_depth + 1)); then
 			builtin exit "$@"
 		fi
 		if (($# > 1)); then
-			printf 'bash: exit: too many arguments\n' >&2
-			return 1
+			builtin printf 'bash: exit: too many arguments\n' >&2
+			builtin return 1
 		fi
 		if (($#)); then
 			if [[ $1 =~ ^[-+]?[0-9]{1,18}$ ]]; then
 				__cellvm_st=$((10#${1#[-+]} & 255))
 				[[ $1 == -* ]] && __cellvm_st=$(((256 - __cellvm_st) & 255))
 			else
-				printf 'bash: exit: %s: numeric argument required\n' "$1" >&2
+				builtin printf 'bash: exit: %s: numeric argument required\n' "$1" >&2
 				__cellvm_st=2
 			fi
 		fi
 		__cellvm_exit=$__cellvm_st
 		__cellvm_unwind
-		return "$__cellvm_st"
+		builtin return "$__cellvm_st"
 	}
 
 	# __cellvm_ended sends the cell's error and done frames for status
 	# $1 and puts the shell back as the driver wants it between cells.
 	__cellvm_ended() {
-		local st=$1 status=ok interrupted=false
-		trap '' INT
+		builtin local st=$1 status=ok interrupted=false
+		builtin trap '' INT
 		if [[ $__cellvm_traced ]]; then
-			[[ $__cellvm_traced == *T* ]] || set +o functrace
+			[[ $__cellvm_traced == *T* ]] || builtin set +o functrace
 			__cellvm_traced=
 		fi
 		__cellvm_errexit=
 		[[ $- == *e* || $__cellvm_eoff ]] && __cellvm_errexit=1
-		set +e
+		builtin set +e
 		if [[ $__cellvm_int ]]; then
 			status=error interrupted=true
-			printf '{"ev":"error","name":"KeyboardInterrupt","value":"interrupted","traceback":[]}\n' >&"$__cellvm_ev"
+			builtin printf '{"ev":"error","name":"KeyboardInterrupt","value":"interrupted","traceback":[]}\n' >&"$__cellvm_ev"
 		elif [[ $__cellvm_exit ]]; then
 			st=$__cellvm_exit
 		elif [[ $__cellvm_errhit ]]; then
@@ -107,33 +107,33 @@ if [ -z "${__cellvm_pid-}" ]; then
 		fi
 		if [[ $status == ok && $st != 0 ]]; then
 			status=error
-			local why="exit status $st"
+			builtin local why="exit status $st"
 			[[ $__cellvm_exit ]] && why="exit $st"
 			[[ $__cellvm_errhit ]] && why="exit status $st (set -e)"
-			printf '{"ev":"error","name":"ExitStatus","value":"%s","traceback":[]}\n' "$why" >&"$__cellvm_ev"
+			builtin printf '{"ev":"error","name":"ExitStatus","value":"%s","traceback":[]}\n' "$why" >&"$__cellvm_ev"
 		fi
 		__cellvm_status=$st
-		printf '{"ev":"done","status":"%s","interrupted":%s}\n' "$status" "$interrupted" >&"$__cellvm_ev"
+		builtin printf '{"ev":"done","status":"%s","interrupted":%s}\n' "$status" "$interrupted" >&"$__cellvm_ev"
 		__cellvm_incell=
 	}
 
-	printf '{"ev":"ready","pid":%d,"version":"%s"}\n' "$$" "${BASH_VERSION%%[!0-9.]*}" >&"$__cellvm_ev"
-	trap '' INT
+	builtin printf '{"ev":"ready","pid":%d,"version":"%s"}\n' "$$" "${BASH_VERSION%%[!0-9.]*}" >&"$__cellvm_ev"
+	builtin trap '' INT
 	__cellvm_status=0
 fi
 
 # __cellvm_depth is the length of BASH_SOURCE in the driver's loop: a
 # longer one is the cell (or a function it called).
 __cellvm_depth=${#BASH_SOURCE[@]}
-trap '__cellvm_on_err' ERR
-while :; do
+builtin trap '__cellvm_on_err' ERR
+while ((1)); do
 	if [[ $__cellvm_incell ]]; then
 		# A cell's "continue 2" (or more) ended it and came here.
 		[[ $BASHPID == "$__cellvm_pid" ]] || builtin exit 0
-		trap - DEBUG
+		builtin trap - DEBUG
 		__cellvm_ended 0
 	fi
-	if ! IFS=' ' read -r -u "$__cellvm_cmd" __cellvm_op __cellvm_n __cellvm_len; then
+	if ! IFS=' ' builtin read -r -u "$__cellvm_cmd" __cellvm_op __cellvm_n __cellvm_len; then
 		builtin exit 0 # the supervisor is gone
 	fi
 	case $__cellvm_op in
@@ -141,32 +141,32 @@ while :; do
 		__cellvm_code=
 		[[ $__cellvm_len =~ ^[0-9]{1,10}$ ]] || builtin exit 2
 		if ((__cellvm_len > 0)); then
-			LC_ALL=C IFS= read -r -N "$__cellvm_len" -d '' -u "$__cellvm_cmd" __cellvm_code || builtin exit 0
+			LC_ALL=C IFS= builtin read -r -N "$__cellvm_len" -d '' -u "$__cellvm_cmd" __cellvm_code || builtin exit 0
 		fi
 		__cellvm_int= __cellvm_exit= __cellvm_errhit= __cellvm_eoff= __cellvm_traced= __cellvm_incell=1
-		trap '__cellvm_on_int' INT
-		printf '{"ev":"started","n":%d}\n' "$__cellvm_n" >&"$__cellvm_ev"
+		builtin trap '__cellvm_on_int' INT
+		builtin printf '{"ev":"started","n":%d}\n' "$__cellvm_n" >&"$__cellvm_ev"
 		# $? is the last cell's status, as at a prompt; a cell's set -e
 		# comes back (a failing command here would end the shell then).
 		if [[ $__cellvm_errexit ]]; then
-			set -e
+			builtin set -e
 		else
-			(exit "$__cellvm_status")
+			(builtin exit "$__cellvm_status")
 		fi
 		# The one-pass loop takes a cell's top-level break or continue.
 		for __cellvm_once in 1; do
-			. <(printf '%s' "$__cellvm_code") {__cellvm_cmd}<&- {__cellvm_ev}>&-
+			builtin source <(builtin printf '%s' "$__cellvm_code") {__cellvm_cmd}<&- {__cellvm_ev}>&-
 		done
 		__cellvm_st=$?
 		# A subshell of the cell that returned from it ("( return )") is
 		# not the driver.
 		[[ $BASHPID == "$__cellvm_pid" ]] || builtin exit "$__cellvm_st"
-		trap - DEBUG
+		builtin trap - DEBUG
 		__cellvm_ended "$__cellvm_st"
 		;;
 	reap)
 		# bash reaps its children itself.
-		printf '{"ev":"reaped","n":0}\n' >&"$__cellvm_ev"
+		builtin printf '{"ev":"reaped","n":0}\n' >&"$__cellvm_ev"
 		;;
 	reseed)
 		# SRANDOM (bash 5.1) is the kernel's getrandom; older ones read
@@ -176,7 +176,7 @@ while :; do
 		else
 			RANDOM=$(($(od -An -N4 -tu4 /dev/urandom 2>/dev/null || echo $$)))
 		fi
-		printf '{"ev":"reseeded","numpy":false}\n' >&"$__cellvm_ev"
+		builtin printf '{"ev":"reseeded","numpy":false}\n' >&"$__cellvm_ev"
 		;;
 	esac
 done
@@ -184,6 +184,6 @@ done
 # Only a cell's "break 2" (or more) gets here: it ended the cell and the
 # loop. The cell is answered and the loop entered again.
 [[ $BASHPID == "$__cellvm_pid" ]] || builtin exit 0
-trap - DEBUG
+builtin trap - DEBUG
 [[ $__cellvm_incell ]] && __cellvm_ended 0
-. "${BASH_SOURCE[0]}"
+builtin source "${BASH_SOURCE[0]}"
