@@ -149,7 +149,7 @@ func TestBashExitKeepsTheShell(t *testing.T) {
 	// builtin exit ends the shell: said so, state lost.
 	res = run(t, in, "builtin exit 9")
 	expectStatus(t, res, cell.StatusLost)
-	if res.StateKept {
+	if res.StateKept || !strings.Contains(res.Stderr, "the cell ended the shell (status 9)") {
 		t.Fatalf("result %+v", res)
 	}
 	res = run(t, in, "echo ${KEEP:-gone}")
@@ -351,5 +351,19 @@ func TestBashForkBomb(t *testing.T) {
 	expectOK(t, res)
 	if res.Stdout != "1\n" && res.Stdout != "gone\n" {
 		t.Fatalf("stdout %q", res.Stdout)
+	}
+}
+
+// set -x traces its own cell, not the driver's lines, and ends with it.
+func TestBashTraceEndsWithItsCell(t *testing.T) {
+	in := newBashInterp(t, nil)
+	res := run(t, in, "set -x; echo c")
+	expectOK(t, res)
+	if res.Stderr != "+ echo c\n+ __cellvm_st=0\n+ builtin set +xv\n" && res.Stderr != "++ echo c\n+ __cellvm_st=0\n+ builtin set +xv\n" {
+		t.Fatalf("stderr %q", res.Stderr)
+	}
+	res = run(t, in, "echo d")
+	if res.Stderr != "" || res.Stdout != "d\n" {
+		t.Fatalf("after set -x: %+v", res)
 	}
 }

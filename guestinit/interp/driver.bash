@@ -117,6 +117,17 @@ if [ -z "${__cellvm_pid-}" ]; then
 		__cellvm_incell=
 	}
 
+	# A cell that ends the shell all the same (builtin exit, set -e
+	# under an ERR trap of its own) says so; the supervisor reports the
+	# cell lost.
+	__cellvm_on_exit() {
+		builtin local st=$?
+		if [[ $__cellvm_incell && $BASHPID == "$__cellvm_pid" ]]; then
+			builtin printf 'bash: the cell ended the shell (status %d): the next cell runs in a new one, without the variables, functions and working directory of this one\n' "$st" >&2
+		fi
+	}
+	builtin trap '__cellvm_on_exit' EXIT
+
 	builtin printf '{"ev":"ready","pid":%d,"version":"%s"}\n' "$$" "${BASH_VERSION%%[!0-9.]*}" >&"$__cellvm_ev"
 	builtin trap '' INT
 	__cellvm_status=0
@@ -157,7 +168,10 @@ while ((1)); do
 		for __cellvm_once in 1; do
 			builtin source <(builtin printf '%s' "$__cellvm_code") {__cellvm_cmd}<&- {__cellvm_ev}>&-
 		done
+		# set -x and -v end with their cell (the driver's lines would be
+		# traced): these two lines are the last of a trace.
 		__cellvm_st=$?
+		builtin set +xv
 		# A subshell of the cell that returned from it ("( return )") is
 		# not the driver.
 		[[ $BASHPID == "$__cellvm_pid" ]] || builtin exit "$__cellvm_st"
