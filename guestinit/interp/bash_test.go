@@ -161,11 +161,14 @@ func TestBashExitKeepsTheShell(t *testing.T) {
 
 func TestBashTimeoutInterrupts(t *testing.T) {
 	in := newBashInterp(t, nil)
-	expectOK(t, run(t, in, "X=41; spin() { while :; do :; done; echo no; }"))
+	expectOK(t, run(t, in, "X=41; spin() { while :; do :; done; echo no; }; outer() { spin; echo no; sleep 100; }"))
 	for _, code := range []string{
 		"while :; do :; done; echo no",
 		"sleep 100; echo no",
 		"spin; echo no",
+		"outer; echo no",
+		"outer | cat; echo no",
+		"f() { sleep 100; echo no; }; f; echo no",
 		"for i in 1; do spin; done; echo no",
 		"(while :; do :; done); echo no",
 		"x=$(sleep 100); echo no",
