@@ -39,6 +39,16 @@ func newBashInterp(t *testing.T, mod func(*Config)) *Interp {
 	})
 }
 
+// wantStdout runs code, which must end ok and print want.
+func wantStdout(t *testing.T, in *Interp, code, want string) {
+	t.Helper()
+	res := run(t, in, code)
+	expectOK(t, res)
+	if res.Stdout != want {
+		t.Fatalf("%q: stdout %q, want %q", code, res.Stdout, want)
+	}
+}
+
 func expectStatus(t *testing.T, res cell.Result, want cell.Status) {
 	t.Helper()
 	if res.Status != want {
@@ -50,18 +60,11 @@ func TestBashStatePersists(t *testing.T) {
 	in := newBashInterp(t, nil)
 	res := run(t, in, "cd /tmp && export V=7\nW=8\nf() { echo \"f$1\"; }")
 	expectOK(t, res)
-	res = run(t, in, "echo $V; pwd; echo $W; f 9; declare -A m=([a]=1)")
-	expectOK(t, res)
-	if res.Stdout != "7\n/tmp\n8\nf9\n" {
-		t.Fatalf("stdout %q", res.Stdout)
-	}
+	wantStdout(t, in, "echo $V; pwd; echo $W; f 9; declare -A m=([a]=1)", "7\n/tmp\n8\nf9\n")
 	// declare at the top of a cell is global: the next cell sees it.
 	res = run(t, in, "echo ${m[a]}; bash -c 'echo $V'")
 	expectOK(t, res)
-	if res.Stdout != "1\n7\n" {
-		t.Fatalf("stdout %q", res.Stdout)
-	}
-	if res.MainResult() != nil || !res.StateKept || res.ExecutionCount != 3 {
+	if res.Stdout != "1\n7\n" || res.MainResult() != nil || !res.StateKept || res.ExecutionCount != 3 {
 		t.Fatalf("result %+v", res)
 	}
 }
@@ -77,11 +80,7 @@ func TestBashExitStatusIsError(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	// The next cell's $? is the last one's, as at a prompt.
-	res = run(t, in, "echo $?")
-	expectOK(t, res)
-	if res.Stdout != "1\n" {
-		t.Fatalf("stdout %q", res.Stdout)
-	}
+	wantStdout(t, in, "echo $?", "1\n")
 	// A failure before the end is not the cell's status (as in a script).
 	expectOK(t, run(t, in, "false; true"))
 	res = run(t, in, "nosuchcommand_cellvm")
@@ -152,11 +151,7 @@ func TestBashExitKeepsTheShell(t *testing.T) {
 	if res.StateKept || !strings.Contains(res.Stderr, "the cell ended the shell (status 9)") {
 		t.Fatalf("result %+v", res)
 	}
-	res = run(t, in, "echo ${KEEP:-gone}")
-	expectOK(t, res)
-	if res.Stdout != "gone\n" {
-		t.Fatalf("stdout %q", res.Stdout)
-	}
+	wantStdout(t, in, "echo ${KEEP:-gone}", "gone\n")
 }
 
 func TestBashTimeoutInterrupts(t *testing.T) {
@@ -204,10 +199,7 @@ func TestBashInterrupt(t *testing.T) {
 	if res.Error == nil || res.Error.Name != "KeyboardInterrupt" || !res.StateKept {
 		t.Fatalf("result %+v", res)
 	}
-	res = run(t, in, "echo $X")
-	if res.Stdout != "1\n" {
-		t.Fatalf("stdout %q", res.Stdout)
-	}
+	wantStdout(t, in, "echo $X", "1\n")
 }
 
 // A cell that traps SIGINT itself is killed after the grace period: the
@@ -220,11 +212,7 @@ func TestBashTrappingCellIsKilled(t *testing.T) {
 	if res.StateKept {
 		t.Fatalf("result %+v", res)
 	}
-	res = run(t, in, "echo ${X:-gone}")
-	expectOK(t, res)
-	if res.Stdout != "gone\n" {
-		t.Fatalf("stdout %q", res.Stdout)
-	}
+	wantStdout(t, in, "echo ${X:-gone}", "gone\n")
 }
 
 func TestBashCodeIsBytes(t *testing.T) {
@@ -233,22 +221,11 @@ func TestBashCodeIsBytes(t *testing.T) {
 	})
 	// Multi-byte text, a NUL (removed), backslashes and a code without a
 	// final newline, then a cell right after it: nothing is mixed up.
-	res := run(t, in, "s='héllo\\n'\x00; printf '%s|%d\\n' \"$s\" ${#s}")
-	expectOK(t, res)
-	if res.Stdout != "héllo\\n|7\n" {
-		t.Fatalf("stdout %q", res.Stdout)
-	}
+	wantStdout(t, in, "s='héllo\\n'\x00; printf '%s|%d\\n' \"$s\" ${#s}", "héllo\\n|7\n")
 	big := "y=" + strings.Repeat("é", 300000) + "\necho ${#y}"
-	res = run(t, in, big)
-	expectOK(t, res)
-	if res.Stdout != "300000\n" {
-		t.Fatalf("stdout %q", res.Stdout)
-	}
+	wantStdout(t, in, big, "300000\n")
 	expectOK(t, run(t, in, ""))
-	res = run(t, in, "echo ok")
-	if res.Stdout != "ok\n" {
-		t.Fatalf("stdout %q", res.Stdout)
-	}
+	wantStdout(t, in, "echo ok", "ok\n")
 }
 
 func TestBashReseedAndReap(t *testing.T) {
