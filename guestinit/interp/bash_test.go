@@ -347,3 +347,12 @@ func TestBashTraceEndsWithItsCell(t *testing.T) {
 		t.Fatalf("after set -x: %+v", res)
 	}
 }
+
+// A cell's TMOUT (read's default timeout) does not time out the driver's
+// wait for the next command.
+func TestBashTMOUT(t *testing.T) {
+	in := newBashInterp(t, nil)
+	expectOK(t, run(t, in, "X=1; TMOUT=1"))
+	time.Sleep(1500 * time.Millisecond)
+	wantStdout(t, in, "echo $X", "1\n")
+}

@@ -144,7 +144,8 @@ while ((1)); do
 		builtin trap - DEBUG
 		__cellvm_ended 0
 	fi
-	if ! IFS=' ' builtin read -r -u "$__cellvm_cmd" __cellvm_op __cellvm_n __cellvm_len; then
+	# TMOUT= : a cell's TMOUT would time out the wait for a command.
+	if ! TMOUT= IFS=' ' builtin read -r -u "$__cellvm_cmd" __cellvm_op __cellvm_n __cellvm_len; then
 		builtin exit 0 # the supervisor is gone
 	fi
 	case $__cellvm_op in
@@ -152,7 +153,7 @@ while ((1)); do
 		__cellvm_code=
 		[[ $__cellvm_len =~ ^[0-9]{1,10}$ ]] || builtin exit 2
 		if ((__cellvm_len > 0)); then
-			LC_ALL=C IFS= builtin read -r -N "$__cellvm_len" -d '' -u "$__cellvm_cmd" __cellvm_code || builtin exit 0
+			TMOUT= LC_ALL=C IFS= builtin read -r -N "$__cellvm_len" -d '' -u "$__cellvm_cmd" __cellvm_code || builtin exit 0
 		fi
 		__cellvm_int= __cellvm_exit= __cellvm_errhit= __cellvm_eoff= __cellvm_traced= __cellvm_incell=1
 		builtin trap '__cellvm_on_int' INT
