@@ -349,10 +349,16 @@ func TestBashTraceEndsWithItsCell(t *testing.T) {
 }
 
 // A cell's TMOUT (read's default timeout) does not time out the driver's
-// wait for the next command.
+// wait for the next command, and its options do not break the driver.
 func TestBashTMOUT(t *testing.T) {
 	in := newBashInterp(t, nil)
-	expectOK(t, run(t, in, "X=1; TMOUT=1"))
+	expectOK(t, run(t, in, "X=1; TMOUT=1; set -uo pipefail; shopt -s nullglob extglob failglob; set -f -C"))
 	time.Sleep(1500 * time.Millisecond)
+	wantStdout(t, in, "echo $X", "1\n")
+	res := runT(t, in, "while :; do :; done", time.Second)
+	expectStatus(t, res, cell.StatusTimeout)
+	if !res.StateKept {
+		t.Fatalf("result %+v", res)
+	}
 	wantStdout(t, in, "echo $X", "1\n")
 }
