@@ -3,8 +3,6 @@ package build
 import (
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/image/manifest"
 )
@@ -40,7 +38,7 @@ func (b *builder) findLanguages() []cell.LanguageInfo {
 	add(cell.Python, b.checkedVersion(cell.Python, b.python))
 	if v := b.programVersion(cell.JavaScript, []string{"node", "--version"}, "v"); v != "" {
 		add(cell.JavaScript, v)
-		if b.isFile(TypeScriptInImage) {
+		if _, ok := b.regularFile(TypeScriptInImage); ok {
 			add(cell.TypeScript, b.programVersion(cell.TypeScript, []string{"node", "-e", typescriptCheck, TypeScriptInImage}, ""))
 		}
 	}
@@ -77,20 +75,4 @@ func (b *builder) checkedVersion(l cell.Language, v string) string {
 		return ""
 	}
 	return v
-}
-
-// isFile reports whether the image has a regular file at p (links
-// resolved inside the image).
-func (b *builder) isFile(p string) bool {
-	rel, err := cleanName(p)
-	if err != nil || rel == "." {
-		return false
-	}
-	fd, err := b.root.openat2(rel, unix.O_PATH)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }
