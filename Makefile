@@ -17,12 +17,12 @@ RIG     := test/nested/run.sh
 RIG_TIMEOUT ?= 2700
 RIG_MEM ?= 4096
 
-.PHONY: all setup deps kernel image cellvm initramfs e2b-sdk test test-unit test-rig test-rig-full bench fuzz vet clean
+.PHONY: all setup deps kernel typescript image cellvm initramfs e2b-sdk test test-unit test-rig test-rig-full bench fuzz vet clean
 
 all: cellvm initramfs
 
 ## setup: install Debian packages, build the guest kernel, the guest image and cellvm
-setup: deps kernel image cellvm initramfs e2b-sdk
+setup: deps kernel typescript image cellvm initramfs e2b-sdk
 
 ## e2b-sdk: E2B's JS SDKs at the versions test/e2b/package-lock.json pins
 ## (api/e2b's TestSDK and the rig's TestE2BSDK run them; skipped without)
@@ -36,7 +36,12 @@ deps:
 kernel:
 	kernel/build.sh
 
-image:
+## typescript: TypeScript's transpiler, pinned in image/typescript.sh, in
+## build/typescript/ (the image carries it; the Node runtime's tests load it)
+typescript:
+	image/typescript.sh
+
+image: typescript
 	image/build.sh
 
 cellvm:

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds build/rootfs.ext4, the guest's read-only root file system: Debian
 # bookworm (debootstrap minbase) with python3 and the data-science packages in
-# image/packages.txt, trimmed, byte-compiled, with matplotlib's font cache
-# pre-built, plus the repository's image/files/ tree copied onto the root.
+# image/packages.txt (nodejs among them, for JavaScript cells), trimmed,
+# byte-compiled, with matplotlib's font cache pre-built, TypeScript's
+# transpiler (image/typescript.sh) in /opt/cellvm/node_modules/typescript,
+# plus the repository's image/files/ tree copied onto the root.
 #
 # The image is mounted read-only by the guest; the guest init puts its own
 # writable overlay on top. Nothing may need writing at first use that could
@@ -11,7 +13,8 @@
 # Two cached stages under ${CELLVM_CACHE:-$HOME/.cache/cellvm}/image/:
 #   base/<base key>/root  the Debian tree (minutes: debootstrap, apt);
 #                         base key = sha256(this script, packages.txt,
-#                         manifest/modules.txt, manifest/collect.py, mirror)
+#                         manifest/modules.txt, manifest/collect.py,
+#                         typescript.sh (its pin), mirror)
 #   <key>/rootfs.ext4     base + image/files/ + $CELLVM_IMAGE_EXTRA, as ext4
 #                         (seconds); key = sha256(base key, both trees)
 # so editing image/files/ rebuilds only the second stage, and an unchanged
@@ -30,6 +33,10 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 pkg_list="$repo/image/packages.txt"
 modules_list="$repo/image/manifest/modules.txt"
 collect_py="$repo/image/manifest/collect.py"
+typescript_sh="$repo/image/typescript.sh"
+# Where the image carries TypeScript's transpiler: the Node runtime's
+# default CELLVM_TYPESCRIPT is $ts_dir/lib/typescript.js.
+ts_dir=/opt/cellvm/node_modules/typescript
 # The manifest of the last build, committed: package agent embeds it to tell
 # models what is installed. A build that finds it different rewrites it.
 repo_manifest="$repo/image/manifest/manifest.json"
@@ -69,6 +76,7 @@ base_key=$( {
 	printf 'packages\n'; printf '%s\n' "${packages[@]}"
 	printf 'modules\n'; cat "$modules_list"
 	printf 'collect\n'; cat "$collect_py"
+	printf 'typescript\n'; cat "$typescript_sh"
 	printf 'mirror %s suite %s\n' "$mirror" "$suite"
 } | sha256sum | cut -d' ' -f1)
 key=$( {
@@ -250,6 +258,12 @@ build_base() {
 		>/dev/null 2>&1 || true
 	log "$(find "$root/usr/lib" -name '*.pyc' | wc -l) .pyc files for $(find "$root/usr/lib" -name '*.py' | wc -l) .py files"
 
+	log "typescript $("$typescript_sh" --print-version) in $ts_dir"
+	mkdir -p "$root$ts_dir/lib"
+	cp "$repo/build/typescript/package/package.json" "$repo/build/typescript/package/LICENSE.txt" "$root$ts_dir/"
+	cp "$repo/build/typescript/package/lib/typescript.js" "$root$ts_dir/lib/"
+	chmod -R u=rwX,go=rX "$root/opt/cellvm/node_modules"
+
 	log "manifest: the featured modules (image/manifest/modules.txt), imported, with every distribution's version"
 	mkdir -p "$root/tmp/cellvm-manifest"
 	cp "$modules_list" "$collect_py" "$root/tmp/cellvm-manifest/"
@@ -257,6 +271,14 @@ build_base() {
 		/tmp/cellvm-manifest/modules.txt /etc/cellvm-manifest.json || die "writing the image manifest failed"
 	rm -rf "$root/tmp/cellvm-manifest"
 	log "manifest: $(grep -c '"import"' "$root/etc/cellvm-manifest.json") featured modules"
+	# The default image has every cell language; collect.py leaves out one
+	# whose program is missing or does not run, which here is a failure.
+	local lang
+	for lang in python javascript typescript bash; do
+		grep -q "\"name\": \"$lang\"" "$root/etc/cellvm-manifest.json" ||
+			die "the image's manifest lists no $lang (collect.py found no working program for it)"
+	done
+	log "manifest: languages $(in_root "$root" python3 -c 'import json,sys; print(", ".join(l["name"]+" "+l["version"] for l in json.load(open(sys.argv[1]))["languages"]))' /etc/cellvm-manifest.json)"
 
 	log "guest layout: /workspace, /mnt/overlay, /opt/cellvm"
 	echo cellvm >"$root/etc/hostname"
@@ -271,6 +293,7 @@ if [[ -f "$base/done" ]]; then
 	log "cache miss (key ${key:0:12}); base tree cached (${base_key:0:12})"
 else
 	log "cache miss (key ${key:0:12}, base ${base_key:0:12}); started $(date '+%Y-%m-%d %H:%M:%S')"
+	"$typescript_sh" || die "fetching typescript failed"
 	build_base "$work/base"
 	# One base at a time: each is ~700 MiB and cheap to rebuild from debs/.
 	rm -rf "$cache_root/base"

@@ -12,8 +12,10 @@ packages=(
 	# build tools: kernel (kernel/build.sh) and Go
 	build-essential bc flex bison libelf-dev libssl-dev cpio xz-utils
 	linux-source-6.1 git ca-certificates
-	# guest root image (image/build.sh)
-	debootstrap e2fsprogs
+	# guest root image (image/build.sh), TypeScript's pinned package
+	# (image/typescript.sh: fetched with curl where npm is absent, checked
+	# with openssl)
+	debootstrap e2fsprogs curl openssl
 	# nested-KVM rig (test/nested): QEMU TCG with AMD-V and a Debian kernel
 	# (QEMU itself comes from bookworm-backports, below)
 	linux-image-amd64 busybox-static
@@ -22,6 +24,8 @@ packages=(
 	# host tests of the Python interpreter driver
 	python3 python3-numpy python3-pandas python3-matplotlib python3-ipython
 	python3-scipy python3-pil
+	# host tests of the Node.js driver (the guest's Node is bookworm's too)
+	nodejs
 	# the router test (cmd/cellvm/router_test.go) runs deploy/router/nginx.conf
 	nginx
 )

@@ -79,6 +79,11 @@ func TestImagePulledAndImported(t *testing.T) {
 			t.Errorf("GET /v1/images, %s: env %q, working dir %q, user %q, size %d; want the image config's env (%s, %s), %s, no user, and a size",
 				im.Name, im.Env, im.WorkingDir, im.User, im.SizeBytes, slimPath, slimFoo, slimWorkDir)
 		}
+		// python3 and bash (minbase's), no node: no JavaScript.
+		if len(im.Languages) != 2 || im.Languages[0].Name != cell.Python || !strings.HasPrefix(im.Languages[0].Version, "3.11.") ||
+			im.Languages[1].Name != cell.Bash || !strings.HasPrefix(im.Languages[1].Version, "5.2.") {
+			t.Errorf("GET /v1/images, %s: languages %v; want python 3.11 and bash 5.2 (the builder finds no node)", im.Name, im.Languages)
+		}
 	}
 	for _, name := range []string{"pyslim", "pyslim-imported"} {
 		checkSlimSandbox(t, c, name, string(osRelease))
@@ -240,8 +245,8 @@ func TestImageWithoutPython(t *testing.T) {
 		t.Fatalf("cellvm image import %s: exit %d\n%s", archive, r.code, r.stderr)
 	}
 	im, ok := imageNamed(t, c, "bbox")
-	if !ok || im.Source != sandbox.ImageSourceImport || im.Python != "" || !slices.Equal(im.Env, []string{"PATH=/bin"}) {
-		t.Errorf("GET /v1/images, the busybox image: %+v (listed %v); want source import, no Python, env [PATH=/bin]", im, ok)
+	if !ok || im.Source != sandbox.ImageSourceImport || im.Python != "" || !slices.Equal(im.Env, []string{"PATH=/bin"}) || len(im.Languages) != 0 {
+		t.Errorf("GET /v1/images, the busybox image: %+v (listed %v); want source import, no Python, no languages, env [PATH=/bin]", im, ok)
 	}
 	start := time.Now()
 	sb, err := c.Create(ctx, sandbox.Config{Image: "bbox"})

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/image/buildplan"
 	"github.com/cellvm/cellvm/sandbox"
 )
@@ -77,6 +78,7 @@ type builder struct {
 	baseKey       string // the base's marker key
 	featured      bool   // the base features modules (strict collect.py)
 	python        string
+	languages     []cell.LanguageInfo
 	manifest      []byte
 }
 

@@ -100,17 +100,27 @@ func (b *builder) lookPath(name string, env []string) string {
 }
 
 func (b *builder) isExec(p string) bool {
+	mode, ok := b.regularFile(p)
+	return ok && mode&0o111 != 0
+}
+
+// regularFile is the mode of the image's regular file at p (links
+// resolved inside the image); false if there is none.
+func (b *builder) regularFile(p string) (uint32, bool) {
 	rel, err := cleanName(p)
 	if err != nil || rel == "." {
-		return false
+		return 0, false
 	}
 	fd, err := b.root.openat2(rel, unix.O_PATH)
 	if err != nil {
-		return false
+		return 0, false
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
-	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&0o111 != 0
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return 0, false
+	}
+	return st.Mode, true
 }
 
 // inRoot runs c in the image and waits for it.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -191,6 +192,10 @@ func TestBuildLayersEndToEnd(t *testing.T) {
 	if res.Python != "" || res.Config.WorkingDir != "/work" || strings.Join(res.Config.Env, " ") != "PATH=/bin FOO=from-step BAR=1" {
 		t.Errorf("result config %+v python %q", res.Config, res.Python)
 	}
+	// No python3, node or bash in a busybox.
+	if len(res.Languages) != 0 {
+		t.Errorf("languages %v in a busybox", res.Languages)
+	}
 	var m manifest.Manifest
 	if err := json.Unmarshal(res.Manifest, &m); err != nil || m.Python != "" {
 		t.Errorf("manifest %s: %v", res.Manifest, err)
@@ -328,6 +333,15 @@ func TestBuildBadPlanFailsExtract(t *testing.T) {
 	}
 }
 
+// fakeNode is a node for the busybox image: its version, and TypeScript's
+// (typescriptCheck) where the transpiler's file is in the image.
+const fakeNode = `#!/bin/sh
+case "$1" in
+--version) echo v18.19.0 ;;
+-e) test -f "$3" && echo 5.9.3 ;;
+esac
+`
+
 // fakePython is a python3 for the busybox image: it answers the version,
 // "runs" collect.py (failing on numpy in modules.txt, as collect.py does
 // in an image without it) and logs pip's arguments.
@@ -357,6 +371,10 @@ func TestBuildPipAndManifest(t *testing.T) {
 		file{name: "inputs/req.txt", data: []byte("c\n")},
 		file{name: "layers/0", data: busyboxLayer(t, bb,
 			ent{name: "bin/python3", body: fakePython, mode: 0o755},
+			ent{name: "bin/node", body: fakeNode, mode: 0o755},
+			// A bash that is not one: no version, so no bash cells.
+			ent{name: "bin/bash", body: "#!/bin/sh\necho GNU bash\n", mode: 0o755},
+			ent{name: "opt/cellvm/node_modules/typescript/lib/typescript.js", body: "// ts"},
 			ent{name: "usr/local/lib/python3.11/site-packages/", typ: tar.TypeDir})},
 	)
 	out := filepath.Join(dir, "out.img")
@@ -387,6 +405,9 @@ func TestBuildPipAndManifest(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "the manifest lists no featured modules") {
 		t.Error("no word of the featured modules left out")
+	}
+	if got, want := fmt.Sprint(res.Languages), "[{python 3.11.2} {javascript 18.19.0} {typescript 5.9.3}]"; got != want {
+		t.Errorf("languages %s, want %s", got, want)
 	}
 }
 

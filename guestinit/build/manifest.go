@@ -86,6 +86,7 @@ func (b *builder) manifestStep() error {
 			b.p.Printf("python %s", v)
 		}
 	}
+	b.languages = b.findLanguages()
 	var data []byte
 	if b.python != "" {
 		var err error
@@ -214,7 +215,7 @@ func (b *builder) tidy() error {
 // result is the build's Result, its manifest left out if it would not
 // fit.
 func (b *builder) result(size int64) ([]byte, error) {
-	r := buildplan.Result{SizeBytes: size, UUID: b.plan.UUID, Config: b.config, Python: b.python}
+	r := buildplan.Result{SizeBytes: size, UUID: b.plan.UUID, Config: b.config, Python: b.python, Languages: b.languages}
 	if len(b.manifest) <= maxManifest && json.Valid(b.manifest) {
 		var c bytes.Buffer
 		if json.Compact(&c, b.manifest) == nil {

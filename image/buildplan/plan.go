@@ -29,6 +29,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/sandbox"
 )
 
@@ -139,6 +140,10 @@ type Result struct {
 	Config Config `json:"config"`
 	// Python is the image's python3 version ("" when it has none).
 	Python string `json:"python,omitempty"`
+	// Languages are the cell languages whose programs the image has on
+	// its PATH (python3, node, bash; TypeScript where node loads the
+	// transpiler the default image carries), with their versions.
+	Languages []cell.LanguageInfo `json:"languages,omitempty"`
 	// Manifest is the image's manifest (image/manifest's format).
 	Manifest json.RawMessage `json:"manifest,omitempty"`
 }

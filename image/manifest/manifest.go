@@ -9,6 +9,12 @@
 // next to it (build/rootfs.manifest.json), and here (manifest.json,
 // committed, rewritten by a build whose image differs). This package embeds
 // the committed copy; its tests check that it matches the built image.
+//
+// The manifest also names the cell languages the image has (Languages):
+// collect.py runs each language's program (python3, node, TypeScript's
+// transpiler under node, bash) and lists those that answer with a
+// version, so what the engine allows and what a model is told follow
+// what the image holds. An older manifest lists none: unknown, not none.
 package manifest
 
 import (
@@ -70,6 +76,56 @@ const (
 	maxField   = 128
 )
 
+// CheckLanguages checks a list of an image's languages, as a manifest or
+// an image builder reports them (either may be an image's own doing):
+// each one cellvm knows, by its canonical name, at most once, with a
+// version of at most 64 of [0-9A-Za-z.+~_-].
+func CheckLanguages(ls []cell.LanguageInfo) error {
+	if len(ls) > len(cell.Languages) {
+		return fmt.Errorf("%d languages, more than the %d there are", len(ls), len(cell.Languages))
+	}
+	seen := map[cell.Language]bool{}
+	for i, l := range ls {
+		known := false
+		for _, k := range cell.Languages {
+			known = known || l.Name == k
+		}
+		if !known {
+			return fmt.Errorf("language %d: %q is not one of %s", i, clip(string(l.Name)), cell.LanguageList(cell.Languages))
+		}
+		if seen[l.Name] {
+			return fmt.Errorf("language %s is listed twice", l.Name)
+		}
+		seen[l.Name] = true
+		if !validVersion(l.Version) {
+			return fmt.Errorf("language %s: bad version %q", l.Name, clip(l.Version))
+		}
+	}
+	return nil
+}
+
+// validVersion: 1 to 64 of [0-9A-Za-z.+~_-], starting with a digit.
+func validVersion(v string) bool {
+	if v == "" || len(v) > 64 || v[0] < '0' || v[0] > '9' {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || strings.IndexByte(".+~_-", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func clip(s string) string {
+	s = strings.ToValidUTF8(s, "?")
+	if len(s) > 32 {
+		return s[:32] + "..."
+	}
+	return s
+}
+
 // Parse reads and checks a manifest.
 func Parse(b []byte) (Manifest, error) {
 	var m Manifest
@@ -81,6 +137,9 @@ func Parse(b []byte) (Manifest, error) {
 	}
 	if m.Python == "" {
 		return m, errors.New("manifest names no Python version")
+	}
+	if err := CheckLanguages(m.Languages); err != nil {
+		return m, fmt.Errorf("manifest: %w", err)
 	}
 	if len(m.Modules) == 0 || len(m.Modules) > maxModules {
 		return m, fmt.Errorf("manifest has %d featured modules, want 1 to %d", len(m.Modules), maxModules)
@@ -111,6 +170,21 @@ func (m Manifest) Summary() string {
 		parts[i] = mod.Distribution + " " + mod.Version
 		if !strings.EqualFold(mod.Import, mod.Distribution) {
 			parts[i] += " (import " + mod.Import + ")"
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// LanguageSummary is the languages as a model reads them: "python
+// 3.11.2, javascript (Node.js 18.19.0), typescript 5.9.3, bash 5.2.15";
+// "" when the manifest names none.
+func (m Manifest) LanguageSummary() string {
+	parts := make([]string, len(m.Languages))
+	for i, l := range m.Languages {
+		if l.Name == cell.JavaScript {
+			parts[i] = "javascript (Node.js " + l.Version + ")"
+		} else {
+			parts[i] = string(l.Name) + " " + l.Version
 		}
 	}
 	return strings.Join(parts, ", ")

@@ -34,6 +34,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/image/buildplan"
 	"github.com/cellvm/cellvm/sandbox"
 )
@@ -194,6 +195,10 @@ type Record struct {
 	Config buildplan.Config `json:"config"`
 	// Python is the image's python3 version ("" when it has none).
 	Python string `json:"python,omitempty"`
+	// Languages are the cell languages the builder found in the image
+	// (their programs on its PATH, answering with a version); none in a
+	// record from before languages were recorded: unknown.
+	Languages []cell.LanguageInfo `json:"languages,omitempty"`
 	// Apt lists the Debian packages the recipe's steps installed; Steps
 	// counts its steps.
 	Apt   []string `json:"apt,omitempty"`

@@ -149,7 +149,7 @@ func (m *VMManager) imageInfo(entry, name, tenant string, users int) sandbox.Ima
 	}
 	if b, err := readBounded(mf, maxManifestBytes); err == nil {
 		if man, err := manifest.Parse(b); err == nil {
-			info.Python = man.Python
+			info.Python, info.Languages = man.Python, man.Languages
 			for _, mod := range man.Modules {
 				info.Modules = append(info.Modules, mod.Distribution+" "+mod.Version)
 			}
@@ -164,6 +164,12 @@ func (m *VMManager) imageInfo(entry, name, tenant string, users int) sandbox.Ima
 			info.Env, info.WorkingDir, info.User = rec.Config.Env, rec.Config.WorkingDir, rec.Config.User
 			if rec.Python != "" && info.Python == "" {
 				info.Python = rec.Python
+			}
+			// The builder's languages are what the image runs; its
+			// manifest's (collect.py's, where python3 ran it) name
+			// the same, or none in an image without python3.
+			if len(rec.Languages) > 0 {
+				info.Languages = rec.Languages
 			}
 			if !rec.BuiltAt.IsZero() {
 				info.BuiltAt = rec.BuiltAt

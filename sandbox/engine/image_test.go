@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellvm/cellvm/image/manifest"
 	"github.com/cellvm/cellvm/image/store"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/vmm/control"
@@ -285,4 +287,57 @@ func TestRebuiltImageRefusesOldMachines(t *testing.T) {
 		}
 	}
 	m.DeleteSnapshot(ctx, snap.ID)
+}
+
+// TestImageLanguages: the default image's languages are its manifest's
+// (beside it); an image the builder made has the builder's (its record),
+// which win over its manifest's; an image recorded before languages were
+// has none: unknown.
+func TestImageLanguages(t *testing.T) {
+	m, state := newPausableManager(t, nil)
+	const langs = `"languages": [{"name": "python", "version": "3.11.2"}, {"name": "javascript", "version": "18.19.0"}, {"name": "typescript", "version": "5.9.3"}, {"name": "bash", "version": "5.2.15"}]`
+	man := func(languages string) string {
+		return `{"python": "3.11.2", ` + languages + `"modules": [{"import": "a", "distribution": "a", "version": "1"}], "distributions": {"a": "1"}}`
+	}
+	write := func(path, data string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(data), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(filepath.Dir(m.opt.RootFS), manifest.BuildFile), man(langs+", "))
+	// Built on the default image, then node removed: the builder found
+	// python3 and bash; its manifest still says what the base had.
+	write(filepath.Join(state, "images", "built", store.ImageFile), "ext4")
+	write(filepath.Join(state, "images", "built", store.ManifestFile), man(langs+", "))
+	write(filepath.Join(state, "images", "built", store.BuildFile),
+		`{"key": "k", "name": "built", "base": "default", "base_uuid": "", "config": {}, "languages": [{"name": "python", "version": "3.11.2"}, {"name": "bash", "version": "5.2.15"}]}`)
+	write(filepath.Join(state, "images", "old", store.ImageFile), "ext4")
+	write(filepath.Join(state, "images", "old", store.ManifestFile), man(""))
+	write(filepath.Join(state, "images", "old", store.BuildFile), `{"key": "k", "name": "old", "base": "default", "base_uuid": "", "config": {}}`)
+	// A manifest with a language cellvm does not know is no manifest.
+	write(filepath.Join(state, "images", "odd", store.ImageFile), "ext4")
+	write(filepath.Join(state, "images", "odd", store.ManifestFile), man(`"languages": [{"name": "cobol", "version": "85"}], `))
+
+	imgs, err := m.Images(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, im := range imgs {
+		got[im.Name] = fmt.Sprint(im.Languages)
+	}
+	for name, want := range map[string]string{
+		sandbox.DefaultImage: "[{python 3.11.2} {javascript 18.19.0} {typescript 5.9.3} {bash 5.2.15}]",
+		"built":              "[{python 3.11.2} {bash 5.2.15}]",
+		"old":                "[]",
+		"odd":                "[]",
+	} {
+		if got[name] != want {
+			t.Errorf("image %s: languages %s, want %s", name, got[name], want)
+		}
+	}
 }

@@ -28,7 +28,8 @@ import (
 // disk with mkfs.ext4. CELLVM_TEST_BUILD says how it goes: "" well,
 // "fail" (the apt step fails), "hang", "uuid" (another UUID), "size"
 // (a size the superblock does not have), "result" (a result that is not
-// one).
+// one), "languages" (a language cellvm does not know). The image it
+// reports has python3 and bash, no node.
 func fakeBuilderVMM(args []string) int {
 	spec, files, ln, err := fakeVMMStart(args)
 	if err != nil {
@@ -103,7 +104,11 @@ func (b *builderInterp) Exec(ctx context.Context, argv []string, _ io.Reader, _ 
 		}
 	}
 	man := json.RawMessage(`{"python": "3.11.2", "modules": [{"import": "hello", "distribution": "hello", "version": "2.10"}], "distributions": {"hello": "2.10"}}`)
-	res, _ := json.Marshal(buildplan.Result{SizeBytes: size, UUID: plan.UUID, Config: cfg, Python: "3.11.2", Manifest: man})
+	langs := []cell.LanguageInfo{{Name: cell.Python, Version: "3.11.2"}, {Name: cell.Bash, Version: "5.2.15"}}
+	if mode == "languages" {
+		langs = append(langs, cell.LanguageInfo{Name: "cobol", Version: "85"})
+	}
+	res, _ := json.Marshal(buildplan.Result{SizeBytes: size, UUID: plan.UUID, Config: cfg, Python: "3.11.2", Languages: langs, Manifest: man})
 	if mode == "result" {
 		res = []byte(`{"size_bytes": 8388608, "uuid": "` + plan.UUID + `", "owned": true}`)
 	}

@@ -35,8 +35,13 @@ func (b *imageBuild) install(p *prepared, res *buildplan.Result, imgDir string) 
 	if res.Python != "" && !pythonRE.MatchString(res.Python) {
 		return fail(fmt.Errorf("the builder's python version %q is not one", clip(res.Python, 32)))
 	}
+	// The builder runs where the image's own steps ran as root: its
+	// word on the languages is checked like the rest of its result.
+	if err := manifest.CheckLanguages(res.Languages); err != nil {
+		return fail(fmt.Errorf("the builder's languages: %v", err))
+	}
 	rec := p.rec
-	rec.Config, rec.Python = res.Config, res.Python
+	rec.Config, rec.Python, rec.Languages = res.Config, res.Python, res.Languages
 	rec.BuiltAt, rec.Seconds, rec.SizeBytes = time.Now().UTC(), time.Since(b.start).Seconds(), res.SizeBytes
 	if len(res.Manifest) > 0 {
 		if man, err := manifest.Parse(res.Manifest); err == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -156,6 +157,11 @@ func TestPullMakesAnImageInABuilderVM(t *testing.T) {
 		info.SizeBytes != 8<<20 || info.User != "app" || len(info.Env) != 1 || info.Python != "3.11.2" || info.Tenant != "" {
 		t.Errorf("info %+v", info)
 	}
+	// The languages the builder found (python3 and bash, no node) are
+	// recorded and listed.
+	if got := fmt.Sprint(info.Languages); got != "[{python 3.11.2} {bash 5.2.15}]" {
+		t.Errorf("languages %s, want python and bash", got)
+	}
 	if got := steps(*evs); got != "fetch boot extract mkfs install done" {
 		t.Errorf("steps %q", got)
 	}
@@ -229,6 +235,7 @@ func TestFailedBuildsLeaveNothing(t *testing.T) {
 		{mode: "uuid", want: "UUID", step: sandbox.ImageStepInstall},
 		{mode: "size", want: "builder said", step: sandbox.ImageStepInstall},
 		{mode: "result", want: "unknown field", step: sandbox.ImageStepInstall},
+		{mode: "languages", want: `"cobol" is not one of`, step: sandbox.ImageStepInstall},
 		{mode: "", corrupt: true, want: "digest mismatch", step: sandbox.ImageStepFetch},
 		{mode: "hang", want: "deadline", step: sandbox.ImageStepRun, timeout: 4 * time.Second},
 	} {
