@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -50,8 +49,9 @@ const (
 )
 
 // cellSession is a cell that prints the session it was given
-// ("language=js context=c1") and the sessions restarted so far, in order
-// ("restart=bash/default"), so tests see what the CLI passed on.
+// ("language=javascript context=c1") and the sessions restarted so far, in
+// order ("restart=bash/default"), so tests see what the CLI passed on
+// (each as the API passes it on: "" is python and default).
 const cellSession = "session?"
 
 // sessionEcho is the fake manager with cellSession answered and restarts'
@@ -70,7 +70,7 @@ func (m sessionEcho) RunCell(ctx context.Context, id string, c sandbox.Cell, onE
 		return cell.Result{}, err
 	}
 	m.mu.Lock()
-	out := fmt.Sprintf("language=%s context=%s\n", c.Language, c.Context)
+	out := "language=" + sessionName(c.Session, " context=") + "\n"
 	for _, r := range *m.restarts {
 		out += "restart=" + r + "\n"
 	}
@@ -83,14 +83,30 @@ func (m sessionEcho) RunCell(ctx context.Context, id string, c sandbox.Cell, onE
 	return res, nil
 }
 
+// Restart notes s; the double restarts a default session (a named one it
+// has not seen would be not found).
 func (m sessionEcho) Restart(ctx context.Context, id string, s sandbox.Session) error {
-	if err := m.Manager.Restart(ctx, id, s); err != nil {
-		return err
+	if s.Context == "" || s.Context == cell.DefaultContext {
+		if err := m.Manager.Restart(ctx, id, s); err != nil {
+			return err
+		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	*m.restarts = append(*m.restarts, fmt.Sprintf("%s/%s", s.Language, s.Context))
+	*m.restarts = append(*m.restarts, sessionName(s, "/"))
 	return nil
+}
+
+// sessionName is "language<sep>context", "" read as python and default.
+func sessionName(s sandbox.Session, sep string) string {
+	l, c := string(s.Language), s.Context
+	if l == "" {
+		l = string(cell.Python)
+	}
+	if c == "" {
+		c = cell.DefaultContext
+	}
+	return l + sep + c
 }
 
 func newScriptedFake() *sandboxtest.Manager {

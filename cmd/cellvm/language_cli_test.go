@@ -11,10 +11,10 @@ import (
 // that never reaches the daemon.
 func TestCellLanguageAndContext(t *testing.T) {
 	// run, without a daemon: the embedded (fake) manager.
-	if r := cellvmEnv(t, []string{"CELLVM_TEST_FAKE_MANAGER=1"}, "", "run", "--language", "js", "-c", cellSession); r.code != 0 || r.stdout != "language=javascript context=\n" {
+	if r := cellvmEnv(t, []string{"CELLVM_TEST_FAKE_MANAGER=1"}, "", "run", "--language", "js", "-c", cellSession); r.code != 0 || r.stdout != "language=javascript context=default\n" {
 		t.Errorf("run --language js: %+v", r)
 	}
-	if r := cellvmEnv(t, []string{"CELLVM_TEST_FAKE_MANAGER=1"}, "", "run", "-c", cellSession); r.code != 0 || r.stdout != "language= context=\n" {
+	if r := cellvmEnv(t, []string{"CELLVM_TEST_FAKE_MANAGER=1"}, "", "run", "-c", cellSession); r.code != 0 || r.stdout != "language=python context=default\n" {
 		t.Errorf("run without --language (Python's default session, the zero Session): %+v", r)
 	}
 
@@ -28,9 +28,9 @@ func TestCellLanguageAndContext(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--language", "ts"}, "language=typescript context=\n"},
+		{[]string{"--language", "ts"}, "language=typescript context=default\n"},
 		{[]string{"--language", "Bash", "--context", "build-1"}, "language=bash context=build-1\n"},
-		{[]string{"--context", "c2"}, "language= context=c2\n"},
+		{[]string{"--context", "c2"}, "language=python context=c2\n"},
 	} {
 		r := d.cellvm(t, append([]string{"cell", id, "-c", cellSession}, c.args...)...)
 		if r.code != 0 || r.stdout != c.want {
@@ -43,7 +43,7 @@ func TestCellLanguageAndContext(t *testing.T) {
 	if r := d.cellvm(t, "sandbox", "restart", id); r.code != 0 {
 		t.Errorf("sandbox restart: %+v", r)
 	}
-	if r := d.cellvm(t, "cell", id, "-c", cellSession); !strings.Contains(r.stdout, "restart=bash/build-1\nrestart=/\n") {
+	if r := d.cellvm(t, "cell", id, "-c", cellSession); !strings.Contains(r.stdout, "restart=bash/build-1\nrestart=python/default\n") {
 		t.Errorf("the restarts' sessions: %+v", r)
 	}
 
