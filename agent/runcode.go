@@ -126,23 +126,5 @@ func (t *Toolbox) runCode(ctx context.Context, args json.RawMessage) ToolResult 
 	if err != nil || !known {
 		return ToolError("language %q is not one this sandbox runs with run_code: %s (and Python with run_python)", clipName(*a.Language), strings.Join(languageNames(ls), ", "))
 	}
-	if len(*a.Code) > sandbox.MaxCodeBytes {
-		return ToolError("code is %d bytes, at most %d", len(*a.Code), sandbox.MaxCodeBytes)
-	}
-	timeout, err := t.timeout(a.TimeoutS)
-	if err != nil {
-		return ToolError("%v", err)
-	}
-	code, edited, refused := t.approveCode(ctx, ToolRunCode, *a.Code)
-	if refused != nil {
-		return *refused
-	}
-	res, err := t.Manager.RunCell(ctx, t.SandboxID, sandbox.Cell{Session: sandbox.Session{Language: lang}, Code: code, Timeout: timeout}, nil)
-	if err != nil {
-		return sandboxError(err)
-	}
-	if edited {
-		return t.noteEdited(FormatCell(res, t.Format), "code", code)
-	}
-	return FormatCell(res, t.Format)
+	return t.runCell(ctx, ToolRunCode, sandbox.Session{Language: lang}, *a.Code, a.TimeoutS)
 }

@@ -154,18 +154,24 @@ func (t *Toolbox) runPython(ctx context.Context, args json.RawMessage) ToolResul
 	if a.Code == nil {
 		return ToolError(`run_python needs "code", a string of Python source`)
 	}
-	if len(*a.Code) > sandbox.MaxCodeBytes {
-		return ToolError("code is %d bytes, at most %d", len(*a.Code), sandbox.MaxCodeBytes)
+	return t.runCell(ctx, ToolRunPython, sandbox.Session{}, *a.Code, a.TimeoutS)
+}
+
+// runCell runs a run_python or run_code (tool) call's cell in session s,
+// once its size and timeout are checked and the user (Approve) agreed.
+func (t *Toolbox) runCell(ctx context.Context, tool string, s sandbox.Session, code string, timeoutS int) ToolResult {
+	if len(code) > sandbox.MaxCodeBytes {
+		return ToolError("code is %d bytes, at most %d", len(code), sandbox.MaxCodeBytes)
 	}
-	timeout, err := t.timeout(a.TimeoutS)
+	timeout, err := t.timeout(timeoutS)
 	if err != nil {
 		return ToolError("%v", err)
 	}
-	code, edited, refused := t.approveCode(ctx, ToolRunPython, *a.Code)
+	code, edited, refused := t.approveCode(ctx, tool, code)
 	if refused != nil {
 		return *refused
 	}
-	res, err := t.Manager.RunCell(ctx, t.SandboxID, sandbox.Cell{Code: code, Timeout: timeout}, nil)
+	res, err := t.Manager.RunCell(ctx, t.SandboxID, sandbox.Cell{Session: s, Code: code, Timeout: timeout}, nil)
 	if err != nil {
 		return sandboxError(err)
 	}
