@@ -1,8 +1,14 @@
 package main
 
 import (
+	"encoding/json"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cellvm/cellvm/cell"
+	"github.com/cellvm/cellvm/sandbox"
 )
 
 // TestCellLanguageAndContext: --language and --context reach the manager
@@ -45,6 +51,25 @@ func TestCellLanguageAndContext(t *testing.T) {
 	}
 	if r := d.cellvm(t, "cell", id, "-c", cellSession); !strings.Contains(r.stdout, "restart=bash/build-1\nrestart=python/default\n") {
 		t.Errorf("the restarts' sessions: %+v", r)
+	}
+
+	// Named sessions: create, list, remove.
+	if r := d.cellvm(t, "context", "create", id, "--language", "js", "--cwd", "/tmp", "c9"); r.code != 0 || r.stdout != "c9\n" {
+		t.Errorf("context create: %+v", r)
+	}
+	if r := d.cellvm(t, "context", "ls", id); r.code != 0 || !regexp.MustCompile(`(?m)^javascript +c9 +/tmp +false$`).MatchString(r.stdout) {
+		t.Errorf("context ls: %+v", r)
+	}
+	var list []sandbox.ContextInfo
+	if r := d.cellvm(t, "context", "ls", id, "--json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &list) != nil ||
+		!slices.ContainsFunc(list, func(c sandbox.ContextInfo) bool { return c.Name == "c9" && c.Language == cell.JavaScript }) {
+		t.Errorf("context ls --json: %+v", r)
+	}
+	if r := d.cellvm(t, "context", "rm", id, "--language", "js", "c9"); r.code != 0 {
+		t.Errorf("context rm: %+v", r)
+	}
+	if r := d.cellvm(t, "context", "rm", id, "--language", "js", "c9"); r.code != exitError || !strings.Contains(r.stderr, "c9") {
+		t.Errorf("context rm of a context gone: %+v", r)
 	}
 
 	before := d.requests()
