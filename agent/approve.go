@@ -8,9 +8,10 @@ import (
 	"github.com/cellvm/cellvm/sandbox"
 )
 
-// Approve is a human in the loop: it is asked before each run_python or
-// exec call runs, with the tool's name (ToolRunPython or ToolExec) and its
-// code: run_python's source, or exec's argv as a JSON array of strings.
+// Approve is a human in the loop: it is asked before each run_python,
+// run_code or exec call runs, with the tool's name (ToolRunPython,
+// ToolRunCode or ToolExec) and its code: the cell's source, or exec's argv
+// as a JSON array of strings.
 // It returns the code to run, the same or edited (an edited argv is a
 // JSON array too), and ok; ok false refuses, and the model gets the
 // refusal as the call's result with nothing run. An error refuses as well
@@ -29,13 +30,14 @@ const (
 	RefusedCommand = "The user refused to run this command; it did not run and the sandbox is unchanged. Do not run it again as it is: ask the user what they want, or take another approach."
 )
 
-// approveCode asks t.Approve about a run_python call. It returns the code
-// to run and, when the call must not run, the result to give instead.
-func (t *Toolbox) approveCode(ctx context.Context, code string) (string, bool, *ToolResult) {
+// approveCode asks t.Approve about a run_python or run_code (tool) call.
+// It returns the code to run and, when the call must not run, the result
+// to give instead.
+func (t *Toolbox) approveCode(ctx context.Context, tool, code string) (string, bool, *ToolResult) {
 	if t.Approve == nil {
 		return code, false, nil
 	}
-	got, ok, err := t.Approve(ctx, ToolRunPython, code)
+	got, ok, err := t.Approve(ctx, tool, code)
 	switch {
 	case err != nil:
 		r := ToolError("not run: asking the user for approval failed: %v", err)

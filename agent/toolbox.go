@@ -35,6 +35,11 @@ type Toolbox struct {
 	// Root says the sandbox runs code as root ("root": true), stated in
 	// the description.
 	Root bool
+	// Languages are the cell languages the sandbox's image has, offered
+	// (besides Python) by run_code; nil means the default image's
+	// (image/manifest), and an image whose manifest lists none has no
+	// run_code.
+	Languages []cell.LanguageInfo
 	// MaxReadBytes bounds read_file (default 1 MiB).
 	MaxReadBytes int64
 	// Approve, if set, is asked before each run_python and exec call
@@ -56,7 +61,7 @@ func (t *Toolbox) timeouts() (def, max time.Duration) {
 // Specs returns the tools this toolbox offers.
 func (t *Toolbox) Specs() []ToolSpec {
 	def, _ := t.timeouts()
-	return Specs(SandboxFacts{Network: t.Network, TimeoutS: int(def / time.Second), Root: t.Root}, t.Companions)
+	return Specs(SandboxFacts{Network: t.Network, TimeoutS: int(def / time.Second), Root: t.Root, Languages: t.Languages}, t.Companions)
 }
 
 // Has reports whether the toolbox offers a tool of that name.
@@ -93,6 +98,8 @@ func (t *Toolbox) Call(ctx context.Context, name string, args json.RawMessage) T
 	switch name {
 	case ToolRunPython:
 		return t.runPython(ctx, args)
+	case ToolRunCode:
+		return t.runCode(ctx, args)
 	case ToolExec:
 		return t.exec(ctx, args)
 	case ToolReadFile:
@@ -147,18 +154,24 @@ func (t *Toolbox) runPython(ctx context.Context, args json.RawMessage) ToolResul
 	if a.Code == nil {
 		return ToolError(`run_python needs "code", a string of Python source`)
 	}
-	if len(*a.Code) > sandbox.MaxCodeBytes {
-		return ToolError("code is %d bytes, at most %d", len(*a.Code), sandbox.MaxCodeBytes)
+	return t.runCell(ctx, ToolRunPython, sandbox.Session{}, *a.Code, a.TimeoutS)
+}
+
+// runCell runs a run_python or run_code (tool) call's cell in session s,
+// once its size and timeout are checked and the user (Approve) agreed.
+func (t *Toolbox) runCell(ctx context.Context, tool string, s sandbox.Session, code string, timeoutS int) ToolResult {
+	if len(code) > sandbox.MaxCodeBytes {
+		return ToolError("code is %d bytes, at most %d", len(code), sandbox.MaxCodeBytes)
 	}
-	timeout, err := t.timeout(a.TimeoutS)
+	timeout, err := t.timeout(timeoutS)
 	if err != nil {
 		return ToolError("%v", err)
 	}
-	code, edited, refused := t.approveCode(ctx, *a.Code)
+	code, edited, refused := t.approveCode(ctx, tool, code)
 	if refused != nil {
 		return *refused
 	}
-	res, err := t.Manager.RunCell(ctx, t.SandboxID, sandbox.Cell{Code: code, Timeout: timeout}, nil)
+	res, err := t.Manager.RunCell(ctx, t.SandboxID, sandbox.Cell{Session: s, Code: code, Timeout: timeout}, nil)
 	if err != nil {
 		return sandboxError(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/image/manifest"
 )
 
@@ -40,6 +41,10 @@ type SandboxFacts struct {
 	// Root says the sandbox was created with "root": true, so code runs
 	// as root in the guest rather than as an unprivileged user.
 	Root bool
+	// Languages are the image's cell languages with their versions; nil
+	// is the default image's (manifest.Default). run_code is offered for
+	// those besides Python.
+	Languages []cell.LanguageInfo
 }
 
 // RunPythonDescription is the run_python tool's description. Every sentence
@@ -74,7 +79,8 @@ func RunPythonDescription(f SandboxFacts) string {
 }
 
 // Specs returns the tools offered to a model: run_python, and the
-// companions when withCompanions is set.
+// companions when withCompanions is set (run_code first among them, when
+// the image has languages besides Python).
 func Specs(f SandboxFacts, withCompanions bool) []ToolSpec {
 	specs := []ToolSpec{{
 		Name:        ToolRunPython,
@@ -86,6 +92,9 @@ func Specs(f SandboxFacts, withCompanions bool) []ToolSpec {
 	}}
 	if !withCompanions {
 		return specs
+	}
+	if rc, ok := runCodeSpec(f); ok {
+		specs = append(specs, rc)
 	}
 	return append(specs,
 		ToolSpec{

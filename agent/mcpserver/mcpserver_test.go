@@ -12,6 +12,7 @@ import (
 
 	"github.com/cellvm/cellvm/agent"
 	"github.com/cellvm/cellvm/agent/modeltest"
+	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/sandbox/sandboxtest"
 )
 
@@ -55,7 +56,7 @@ func TestSessionToolsStateAndCleanup(t *testing.T) {
 	defer cancel()
 	m := sandboxtest.New()
 	m.Script = modeltest.DefaultScriptCells()
-	srv := New(m, Options{Toolbox: agent.Toolbox{Companions: true}})
+	srv := New(m, Options{Toolbox: agent.Toolbox{Companions: true, Languages: []cell.LanguageInfo{{Name: cell.Python}, {Name: cell.JavaScript, Version: "18.19.0"}}}})
 
 	cs, served := connect(t, ctx, srv)
 	tools, err := cs.ListTools(ctx, nil)
@@ -68,8 +69,11 @@ func TestSessionToolsStateAndCleanup(t *testing.T) {
 		if tl.Name == agent.ToolRunPython && !strings.Contains(tl.Description, "persists") {
 			t.Errorf("run_python description does not say state persists: %q", tl.Description)
 		}
+		if tl.Name == agent.ToolRunCode && !strings.Contains(tl.Description, "JavaScript (Node.js) 18.19.0") {
+			t.Errorf("run_code's description does not name the image's JavaScript: %q", tl.Description)
+		}
 	}
-	if got := strings.Join(names, ","); got != "exec,list_files,read_file,restart_python,run_python,upload_file,write_file" {
+	if got := strings.Join(names, ","); got != "exec,list_files,read_file,restart_python,run_code,run_python,upload_file,write_file" {
 		t.Errorf("tools = %s", got)
 	}
 	if m.Live() != 0 {

@@ -14,11 +14,12 @@ import (
 )
 
 // The code interpreter (port 49999) is what @e2b/code-interpreter's
-// runCode and its contexts talk to. cellvm's sandbox has one Python
-// interpreter whose variables live across cells, which is E2B's default
-// context; so /execute is Manager.RunCell, and the contexts API shows
-// that one context, restarts it with Manager.Restart and refuses to make
-// more, saying so.
+// runCode and its contexts talk to. A cellvm sandbox has a persistent
+// session per language (Python, JavaScript, TypeScript, Bash) and named
+// sessions besides, which are E2B's contexts: /execute is Manager.RunCell
+// in the session its language or context_id picks, and /contexts lists,
+// creates, removes and restarts sessions with the Manager's context
+// methods (interp_contexts.go says how a context's id names a session).
 //
 // /execute answers NDJSON, one object per line, in the shape the SDK's
 // parseOutput reads: {"type":"stdout","text":...}, {"type":"result",
@@ -27,7 +28,8 @@ import (
 // "execution_count":N} and {"type":"end_of_execution"}.
 
 const (
-	// interpContextID is the one context: the sandbox's interpreter.
+	// interpContextID is Python's default context: the sandbox's first
+	// interpreter.
 	interpContextID = "default"
 	// interpCwd is where the interpreter starts, as E2B's images have it.
 	interpCwd = "/home/user"
@@ -39,9 +41,6 @@ const (
 	// interpMaxBody bounds /execute's request: the code plus its JSON.
 	interpMaxBody = sandbox.MaxCodeBytes + 64<<10
 )
-
-// interpLanguages are the languages /execute runs ("" is Python).
-var interpLanguages = map[string]bool{"": true, "python": true, "python3": true}
 
 // serveInterp answers port 49999: the code interpreter's /execute and
 // /contexts.
@@ -56,9 +55,9 @@ func serveInterp(s scope, w http.ResponseWriter, r *http.Request) {
 	case p == "/contexts":
 		switch r.Method {
 		case http.MethodGet:
-			interpJSON(w, http.StatusOK, []interpContext{interpDefault()})
+			interpListContexts(s, w, r)
 		case http.MethodPost:
-			interpCreateContext(w, r)
+			interpCreateContext(s, w, r)
 		default:
 			interpError(w, http.StatusMethodNotAllowed, "/contexts takes GET or POST")
 		}
@@ -97,13 +96,29 @@ func interpExecute(s scope, w http.ResponseWriter, r *http.Request) {
 		interpError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if req.ContextID != "" && req.ContextID != interpContextID {
-		interpError(w, http.StatusNotFound, fmt.Sprintf("context %q not found: cellvm has one context per sandbox, %q", clipCaller(req.ContextID), interpContextID))
-		return
-	}
-	if !interpLanguages[strings.ToLower(req.Language)] {
-		interpError(w, http.StatusBadRequest, fmt.Sprintf("language %q is not supported by cellvm yet: it runs python", clipCaller(req.Language)))
-		return
+	var sess sandbox.Session
+	if req.ContextID != "" {
+		c, status, msg := resolveContext(s, r, req.ContextID)
+		if status != 0 {
+			interpError(w, status, msg)
+			return
+		}
+		if req.Language != "" {
+			if l, err := interpLanguage(req.Language); err != nil || l != c.lang {
+				interpError(w, http.StatusBadRequest, fmt.Sprintf("the context %q runs %s, not %q: give the context or the language, not both", clipCaller(req.ContextID), c.lang, clipCaller(req.Language)))
+				return
+			}
+		}
+		sess = c.session()
+	} else {
+		l, err := interpLanguage(req.Language)
+		if err != nil {
+			interpError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if l != cell.Python {
+			sess.Language = l
+		}
 	}
 	if len(req.EnvVars) > 0 {
 		interpError(w, http.StatusBadRequest, "env_vars on runCode is not supported by cellvm yet: set envs when creating the sandbox")
@@ -113,7 +128,7 @@ func interpExecute(s scope, w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	// The status is written with the first event, so an error before the
 	// cell started can still be an HTTP error the SDK raises as such.
-	res, err := s.m.RunCell(r.Context(), s.id, sandbox.Cell{Code: req.Code, Timeout: interpCellTimeout}, st.event)
+	res, err := s.m.RunCell(r.Context(), s.id, sandbox.Cell{Session: sess, Code: req.Code, Timeout: interpCellTimeout}, st.event)
 	if err != nil {
 		if !st.started {
 			status, msg := interpStatus(err)
@@ -239,47 +254,6 @@ func interpErrorLine(e *cell.Error) map[string]any {
 	return map[string]any{"type": "error", "name": e.Name, "value": e.Value, "traceback": strings.Join(e.Traceback, "\n")}
 }
 
-// interpCreateContext makes a context: cellvm has only the default one,
-// so a request for Python in its directory gets that one and anything
-// else is refused with what cellvm does offer.
-func interpCreateContext(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Language string `json:"language"`
-		Cwd      string `json:"cwd"`
-	}
-	if err := interpDecode(r, 64<<10, &req); err != nil {
-		interpError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if !interpLanguages[strings.ToLower(req.Language)] {
-		interpError(w, http.StatusBadRequest, fmt.Sprintf("language %q is not supported by cellvm yet: it runs python", clipCaller(req.Language)))
-		return
-	}
-	interpError(w, http.StatusNotImplemented, fmt.Sprintf("creating code contexts is not supported by cellvm yet: each sandbox has one, %q (run code without a context)", interpContextID))
-}
-
-// interpContextOp answers DELETE /contexts/ID and POST /contexts/ID/restart.
-func interpContextOp(s scope, w http.ResponseWriter, r *http.Request, rest string) {
-	id, op, _ := strings.Cut(rest, "/")
-	if id != interpContextID || (op != "" && op != "restart") {
-		interpError(w, http.StatusNotFound, fmt.Sprintf("context %q not found: cellvm has one context per sandbox, %q", clipCaller(id), interpContextID))
-		return
-	}
-	switch {
-	case op == "restart" && r.Method == http.MethodPost:
-		if err := s.m.Restart(r.Context(), s.id, sandbox.Session{}); err != nil {
-			status, msg := interpStatus(err)
-			interpError(w, status, msg)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	case op == "" && r.Method == http.MethodDelete:
-		interpError(w, http.StatusNotImplemented, fmt.Sprintf("removing the context %q is not supported by cellvm: it is the sandbox's interpreter (restart it instead)", interpContextID))
-	default:
-		interpError(w, http.StatusMethodNotAllowed, "use DELETE /contexts/ID or POST /contexts/ID/restart")
-	}
-}
-
 // interpStatus maps a Manager error to a status the SDK's extractError
 // reads (404 is NotFoundError; 502 would read as the sandbox's timeout,
 // so a lost sandbox is 503).
@@ -297,6 +271,8 @@ func interpStatus(err error) (int, string) {
 		return http.StatusServiceUnavailable, err.Error()
 	case errors.Is(err, sandbox.ErrNotSupported):
 		return http.StatusNotImplemented, err.Error()
+	case errors.Is(err, sandbox.ErrQuota):
+		return http.StatusTooManyRequests, err.Error()
 	}
 	return http.StatusInternalServerError, "internal error"
 }

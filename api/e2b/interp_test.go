@@ -153,7 +153,8 @@ func TestExecuteRefusals(t *testing.T) {
 		code int
 		says string
 	}{
-		{`{"code":"1","language":"javascript"}`, 400, "python"},
+		{`{"code":"1","language":"cobol"}`, 400, "javascript (js)"},
+		{`{"code":"1","context_id":"default","language":"js"}`, 400, "not both"},
 		{`{"code":"1","context_id":"ctx-2"}`, 404, "not found"},
 		{`{"code":"1","env_vars":{"A":"b"}}`, 400, "env_vars"},
 		{`{"code":`, 400, "JSON"},
@@ -200,51 +201,6 @@ func TestExecuteClientGoneInterrupts(t *testing.T) {
 		waitABit()
 	}
 	t.Fatal("the cell still runs after the client went away")
-}
-
-func TestContexts(t *testing.T) {
-	m, id := interpFakeSandbox(t)
-	srv := envdTestServer(t, m, id, 49999)
-	do := func(method, path, body string) (int, string) {
-		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
-	}
-	code, body := do("GET", "/contexts", "")
-	var list []interpContext
-	if code != 200 || json.Unmarshal([]byte(body), &list) != nil || len(list) != 1 || list[0].ID != "default" || list[0].Language != "python" {
-		t.Fatalf("list: %d %s", code, body)
-	}
-	if code, body := do("POST", "/contexts", `{"language":"python"}`); code != 501 || !strings.Contains(body, "not supported by cellvm yet") {
-		t.Errorf("create: %d %s", code, body)
-	}
-	if code, body := do("POST", "/contexts", `{"language":"r"}`); code != 400 || !strings.Contains(body, "python") {
-		t.Errorf("create r: %d %s", code, body)
-	}
-	runCode(t, srv.URL, `{"code":"x = 1"}`)
-	if code, body := do("POST", "/contexts/default/restart", ""); code != 204 {
-		t.Fatalf("restart: %d %s", code, body)
-	}
-	if _, lines := runCode(t, srv.URL, `{"code":"x"}`); lines[0]["type"] != "error" {
-		t.Errorf("x after a restart: %v", lines)
-	}
-	if code, _ := do("POST", "/contexts/other/restart", ""); code != 404 {
-		t.Errorf("restart other: %d", code)
-	}
-	if code, _ := do("DELETE", "/contexts/other", ""); code != 404 {
-		t.Errorf("delete other: %d", code)
-	}
-	if code, _ := do("DELETE", "/contexts/default", ""); code != 501 {
-		t.Errorf("delete default: %d", code)
-	}
-	if code, _ := do("GET", "/nothing", ""); code != 404 {
-		t.Errorf("unknown route: %d", code)
-	}
 }
 
 func waitABit() { time.Sleep(20 * time.Millisecond) }

@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"net/http/httptest"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/api"
+	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/sandbox/tenant"
 )
 
@@ -66,6 +68,12 @@ func TestSDK(t *testing.T) {
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 
 	skip := sdkSkipFake
+	if _, err := fake.Contexts(t.Context(), "sb-probe"); errors.Is(err, sandbox.ErrNotSupported) {
+		// A double without named sessions (before issue 27's) cannot
+		// show contexts.
+		t.Log("the fake manager has no contexts: skipping them")
+		skip += ",contexts"
+	}
 	if s, ok := os.LookupEnv("E2B_TEST_SKIP"); ok {
 		skip = s
 	}

@@ -24,7 +24,8 @@ func (a *app) chatCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "chat QUESTION... | chat -",
 		Short: "ask a model a question; it answers by running Python in a sandbox",
-		Long: "Ask a model a question; it answers by running Python in a sandbox. The model API is picked by\n" +
+		Long: "Ask a model a question; it answers by running Python in a sandbox (and, with --tools, JavaScript,\n" +
+			"TypeScript and Bash where the image has them: the run_code tool). The model API is picked by\n" +
 			"ANTHROPIC_API_KEY, OPENAI_API_KEY (with OPENAI_BASE_URL) or GEMINI_API_KEY.",
 	}
 	fs := cmd.Flags()
@@ -37,7 +38,7 @@ func (a *app) chatCommand() *cobra.Command {
 	maxTokens := fs.Int("max-tokens", 0, "most output tokens per model turn (0: the adapter's default)")
 	timeout := fs.Duration("timeout", 60*time.Second, "default time limit of one tool call")
 	maxChars := fs.Int("max-chars", 8000, "characters of each output section shown to the model (cut from the middle)")
-	companions := fs.Bool("tools", true, "offer exec, read_file and write_file beside run_python")
+	companions := fs.Bool("tools", true, "offer run_code (the image's other languages), exec, read_file and write_file beside run_python")
 	conf := addConfigFlags(fs)
 	system := fs.String("system", "", "system prompt (default: cellvm's)")
 	outDir := fs.String("out-dir", ".", "where images from tool results are saved")

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cellvm/cellvm/cell"
@@ -17,6 +18,7 @@ import (
 // auth, with no VM. Only the test binary has them (CELLVM_TEST_FAKE_MANAGER).
 func fakeDeps() deps {
 	m := newScriptedFake()
+	e := sessionEcho{m, &sync.Mutex{}, new([]string)}
 	return deps{
 		// serve's --node, --max-sandboxes and lifetimes reach the fake as
 		// they reach the VM manager (the router test runs two nodes, one
@@ -24,9 +26,11 @@ func fakeDeps() deps {
 		daemonManager: func(o *serveOptions, _ *slog.Logger) (sandbox.Manager, func(), error) {
 			m.Node, m.MaxSandboxes = o.node, o.maxSandboxes
 			m.Lifetimes = o.life.lifetimes()
-			return m, func() {}, nil
+			return e, func() {}, nil
 		},
-		embeddedManager: func(*guestFlags, *slog.Logger) (sandbox.Manager, func(), error) { return m, func() {}, nil },
+		embeddedManager: func(*guestFlags, *slog.Logger) (sandbox.Manager, func(), error) {
+			return e, func() {}, nil
+		},
 	}
 }
 
@@ -43,6 +47,67 @@ const (
 	cellLog      = "log:"    // log:TEXT appends TEXT to the sandbox's console log
 	cellListen   = "listen:" // listen:PORT serves HTTP on the sandbox's PORT (files_cmds_test.go)
 )
+
+// cellSession is a cell that prints the session it was given
+// ("language=javascript context=c1") and the sessions restarted so far, in
+// order ("restart=bash/default"), so tests see what the CLI passed on
+// (each as the API passes it on: "" is python and default).
+const cellSession = "session?"
+
+// sessionEcho is the fake manager with cellSession answered and restarts'
+// sessions noted.
+type sessionEcho struct {
+	*sandboxtest.Manager
+	mu       *sync.Mutex
+	restarts *[]string
+}
+
+func (m sessionEcho) RunCell(ctx context.Context, id string, c sandbox.Cell, onEvent func(cell.Event)) (cell.Result, error) {
+	if c.Code != cellSession {
+		return m.Manager.RunCell(ctx, id, c, onEvent)
+	}
+	if _, err := m.Get(ctx, id); err != nil {
+		return cell.Result{}, err
+	}
+	m.mu.Lock()
+	out := "language=" + sessionName(c.Session, " context=") + "\n"
+	for _, r := range *m.restarts {
+		out += "restart=" + r + "\n"
+	}
+	m.mu.Unlock()
+	res := cell.Result{Status: cell.StatusOK, StateKept: true, Stdout: out}
+	if onEvent != nil {
+		onEvent(cell.Event{Type: cell.EventStdout, Text: out})
+		onEvent(cell.Event{Type: cell.EventEnd, End: &res})
+	}
+	return res, nil
+}
+
+// Restart notes s; the double restarts a default session (a named one it
+// has not seen would be not found).
+func (m sessionEcho) Restart(ctx context.Context, id string, s sandbox.Session) error {
+	if s.Context == "" || s.Context == cell.DefaultContext {
+		if err := m.Manager.Restart(ctx, id, s); err != nil {
+			return err
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	*m.restarts = append(*m.restarts, sessionName(s, "/"))
+	return nil
+}
+
+// sessionName is "language<sep>context", "" read as python and default.
+func sessionName(s sandbox.Session, sep string) string {
+	l, c := string(s.Language), s.Context
+	if l == "" {
+		l = string(cell.Python)
+	}
+	if c == "" {
+		c = cell.DefaultContext
+	}
+	return l + sep + c
+}
 
 func newScriptedFake() *sandboxtest.Manager {
 	m := sandboxtest.New()

@@ -73,6 +73,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.workspaceCommand(),
 		a.imageCommand(),
 		a.cellCommand(),
+		a.contextCommand(),
 		a.execCommand(),
 		a.shellCommand(),
 		a.psCommand(),

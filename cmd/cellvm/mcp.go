@@ -29,7 +29,7 @@ func addMCPFlags(fs *pflag.FlagSet, withConfig bool) *mcpFlags {
 	f := &mcpFlags{}
 	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "default time limit of one tool call")
 	fs.IntVar(&f.maxChars, "max-chars", 8000, "characters of each output section returned (cut from the middle)")
-	fs.BoolVar(&f.companions, "tools", true, "offer exec, read_file, write_file, list_files, upload_file and restart_python beside run_python")
+	fs.BoolVar(&f.companions, "tools", true, "offer run_code (the image's other languages: JavaScript, TypeScript, Bash), exec, read_file, write_file, list_files, upload_file and restart_python beside run_python")
 	if withConfig {
 		f.conf = addConfigFlags(fs)
 	}

@@ -19,23 +19,56 @@ import (
 
 // cellFlags are the flags of a command that runs one cell.
 type cellFlags struct {
-	code    string
-	timeout time.Duration
-	outDir  string
+	code     string
+	timeout  time.Duration
+	outDir   string
+	language string
+	context  string
+	session  sandbox.Session // from language and context, once source has checked them
 }
 
 func addCellFlags(fs *pflag.FlagSet) *cellFlags {
 	c := &cellFlags{}
-	fs.StringVarP(&c.code, "code", "c", "", "Python code to run (or give a FILE, or - for stdin)")
+	fs.StringVarP(&c.code, "code", "c", "", "code to run (or give a FILE, or - for stdin)")
 	fs.DurationVar(&c.timeout, "timeout", 60*time.Second, "cell timeout")
 	fs.StringVar(&c.outDir, "out-dir", ".", "where images from the result are saved")
+	addSessionFlags(fs, &c.language, &c.context)
 	return c
 }
 
-// source reads the cell's code and checks the timeout.
+// addSessionFlags adds --language and --context, which pick a sandbox's
+// session (sessionOf reads them).
+func addSessionFlags(fs *pflag.FlagSet, language, context *string) {
+	fs.StringVar(language, "language", "", "the cell's language: "+cell.LanguageList(cell.Languages)+" (default python); each has its own session")
+	fs.StringVar(context, "context", "", "a named session (context) of the language, with its own variables (default: the language's default one)")
+}
+
+// sessionOf checks --language and --context: a bad one is a usage error,
+// found before the daemon is reached.
+func sessionOf(language, context string) (sandbox.Session, error) {
+	l, err := cell.ParseLanguage(language)
+	if err != nil {
+		return sandbox.Session{}, usageError{fmt.Errorf("--language: %w", err)}
+	}
+	if context != "" && !cell.ValidContextName(context) {
+		return sandbox.Session{}, usagef("--context %q: 1 to %d letters, digits, '.', '_' or '-', not starting with '.' or '-'", clipArg(context), cell.MaxContextNameBytes)
+	}
+	if language == "" {
+		// Python's default session is the zero Session, as a server
+		// without languages knows it.
+		l = ""
+	}
+	return sandbox.Session{Language: l, Context: context}, nil
+}
+
+// source reads the cell's code and checks the timeout and session.
 func (c *cellFlags) source(args []string, stdin io.Reader) (string, error) {
 	if c.timeout <= 0 {
 		return "", usagef("--timeout must be positive")
+	}
+	var err error
+	if c.session, err = sessionOf(c.language, c.context); err != nil {
+		return "", err
 	}
 	src, err := codeArg(c.code, args, stdin)
 	if err != nil {
@@ -104,9 +137,10 @@ func clipArg(s string) string {
 func (a *app) runCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run [-c CODE | FILE | -]",
-		Short: "create a sandbox, run Python, print the result as it comes, destroy the sandbox",
-		Long: "Create a sandbox, run Python in it (-c CODE, a FILE, or - for stdin), stream its stdout and\n" +
-			"stderr as they come, print the result, and destroy the sandbox. Without --socket or --url the VM\n" +
+		Short: "create a sandbox, run a cell (Python, JavaScript, TypeScript or Bash), print the result as it comes, destroy the sandbox",
+		Long: "Create a sandbox, run a cell in it (-c CODE, a FILE, or - for stdin; Python unless --language\n" +
+			"says otherwise), stream its stdout and stderr as they come, print the result, and destroy the\n" +
+			"sandbox. Without --socket or --url the VM\n" +
 			"runs from this process; with one, in the daemon.\n\n" + exitCodesHelp,
 		Args: cobra.MaximumNArgs(1),
 	}
@@ -169,7 +203,7 @@ func (a *app) runCell(ctx context.Context, m sandbox.Manager, id, src string, cf
 			}
 		}
 	}
-	res, err := m.RunCell(ctx, id, sandbox.Cell{Code: src, Timeout: cf.timeout}, onEvent)
+	res, err := m.RunCell(ctx, id, sandbox.Cell{Session: cf.session, Code: src, Timeout: cf.timeout}, onEvent)
 	if err != nil {
 		return fmt.Errorf("run cell: %w", err)
 	}

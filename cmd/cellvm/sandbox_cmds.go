@@ -70,9 +70,7 @@ func (a *app) sandboxCommand() *cobra.Command {
 			}),
 		a.lifecycleCommand("pause", "pause a sandbox to disk: its VM ends and its memory goes back to the host (a cell must not be running; the next cell, exec or cp resumes it)", (*api.Client).Pause),
 		a.lifecycleCommand("resume", "resume a paused sandbox from disk, with its variables", (*api.Client).Resume),
-		a.lifecycleCommand("restart", "give a sandbox a fresh interpreter (its variables are lost)", func(c *api.Client, ctx context.Context, id string) error {
-			return c.Restart(ctx, id, sandbox.Session{})
-		}),
+		a.sandboxRestartCommand(),
 		a.lifecycleCommand("interrupt", "interrupt the cell running in a sandbox", (*api.Client).Interrupt),
 	)
 }
@@ -179,8 +177,10 @@ func (a *app) daemonCommandChecked(cmd *cobra.Command, check func(args []string)
 func (a *app) cellCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cell SANDBOX [-c CODE | FILE | -]",
-		Short: "run Python in a daemon's sandbox, streaming its output",
-		Long:  "Run Python in a daemon's sandbox (-c CODE, a FILE, or - for stdin); stdout and stderr are printed as they come, then the result.\n\n" + exitCodesHelp,
+		Short: "run a cell (Python, JavaScript, TypeScript or Bash) in a daemon's sandbox, streaming its output",
+		Long: "Run a cell in a daemon's sandbox (-c CODE, a FILE, or - for stdin); stdout and stderr are printed as they come, then the result.\n" +
+			"--language picks the language (Python by default); each language, and each --context of it, is a session of its own\n" +
+			"whose variables persist from cell to cell.\n\n" + exitCodesHelp,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 2 {
 				return usagef("usage: cellvm cell SANDBOX -c CODE | cellvm cell SANDBOX FILE")

@@ -5,9 +5,9 @@
 //
 //   E2B_TEST_OTHER_KEY  another tenant's API key (the auth checks)
 //   E2B_TEST_SKIP       comma-separated parts to skip, with the reason in
-//                       the runner's log: runCode, files, commands, pty,
-//                       ports, pause (what the daemon or fake behind the
-//                       front end cannot do yet)
+//                       the runner's log: runCode, contexts, files,
+//                       commands, pty, ports, pause (what the daemon or
+//                       fake behind the front end cannot do yet)
 //   E2B_TEST_NO_INTERNET=1  create sandboxes with allowInternetAccess
 //                       false (a daemon without egress)
 //   E2B_TEST_TIMEOUT_MS a longer request and code timeout (a nested rig's
@@ -77,6 +77,50 @@ test('runCode: state kept, text, streaming, errors, a PNG', { skip: skipped('run
   assert.equal(Buffer.from(png, 'base64').subarray(1, 4).toString(), 'PNG')
   const again = await Sandbox.connect(sbx.sandboxId, slow)
   assert.equal((await again.runCode('x', slowCode)).text, '41')
+})
+
+test('runCode in JavaScript, TypeScript and Bash: each its own session', { skip: skipped('runCode') }, async () => {
+  await sbx.runCode('x = "python"', slowCode)
+  await sbx.runCode('let x = 41', { ...slowCode, language: 'js' })
+  assert.equal((await sbx.runCode('x + 1', { ...slowCode, language: 'js' })).text, '42')
+  assert.equal((await sbx.runCode('await new Promise((r) => setTimeout(() => r(5), 10))', { ...slowCode, language: 'javascript' })).text, '5')
+  const out = []
+  await sbx.runCode('console.log("from node")', { ...slowCode, language: 'js', onStdout: (m) => out.push(m.line) })
+  assert.ok(out.join('').includes('from node'), `onStdout got ${JSON.stringify(out)}`)
+  const bad = await sbx.runCode("throw new TypeError('boom')", { ...slowCode, language: 'js' })
+  assert.equal(bad.error?.name, 'TypeError')
+  assert.equal(bad.error?.value, 'boom')
+  assert.equal((await sbx.runCode('function f(n: number): number { return n * 2 }\nf(21)', { ...slowCode, language: 'ts' })).text, '42')
+  const sh = await sbx.runCode('cd /tmp && V=7; echo $V; pwd', { ...slowCode, language: 'bash' })
+  assert.equal(sh.logs.stdout.join(''), '7\n/tmp\n')
+  assert.equal((await sbx.runCode('x', slowCode)).text, "'python'")
+  await assert.rejects(sbx.runCode('1', { ...slowCode, language: 'cobol' }), /400/)
+})
+
+test('contexts: create, list, run in, restart, remove', { skip: skipped('contexts') }, async () => {
+  const ctx = await sbx.createCodeContext({ language: 'python', cwd: '/tmp', ...slow })
+  assert.equal(ctx.language, 'python')
+  assert.equal(ctx.cwd, '/tmp')
+  const js = await sbx.createCodeContext({ language: 'js', ...slow })
+  assert.equal(js.language, 'javascript')
+  const ids = (await sbx.listCodeContexts()).map((c) => c.id)
+  assert.ok(ids.includes('default') && ids.includes(ctx.id) && ids.includes(js.id), `listCodeContexts: ${ids}`)
+  if (!skipped('runCode')) {
+    await sbx.runCode('x = 1', slowCode)
+    await sbx.runCode('x = 2', { ...slowCode, context: ctx })
+    assert.equal((await sbx.runCode('x', { ...slowCode, context: ctx })).text, '2')
+    assert.equal((await sbx.runCode('x', slowCode)).text, '1')
+    assert.equal((await sbx.runCode('import os; os.getcwd()', { ...slowCode, context: ctx })).text, "'/tmp'")
+    await sbx.restartCodeContext(ctx)
+    assert.equal((await sbx.runCode('x', { ...slowCode, context: ctx })).error?.name, 'NameError')
+    assert.equal((await sbx.runCode('x', slowCode)).text, '1')
+  } else {
+    await sbx.restartCodeContext(ctx)
+  }
+  await sbx.removeCodeContext(js.id)
+  await assert.rejects(sbx.restartCodeContext(js.id), NotFoundError)
+  assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === js.id))
+  await sbx.removeCodeContext(ctx)
 })
 
 test('files: write, read, list, watchDir', { skip: skipped('files') }, async () => {

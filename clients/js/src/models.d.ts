@@ -79,6 +79,21 @@ export interface SandboxInfo {
   raw: Record<string, unknown>;
 }
 
+/**
+ * One of a sandbox's sessions: each language's default one (name 'default', listed once used) and
+ * named ones (contexts) with their own variables and working directory. JavaScript and TypeScript
+ * share their sessions, listed as 'javascript'.
+ */
+export interface ContextInfo {
+  language: string;
+  name: string;
+  /** Its working directory ('' the sandbox's). */
+  cwd: string;
+  /** Its program runs now. */
+  running: boolean;
+  raw: Record<string, unknown>;
+}
+
 /** A snapshot of a sandbox's machine (memory, variables, files); its forks have its vcpus and memoryMiB. */
 export interface SnapshotInfo {
   snapshotId: string;

@@ -98,6 +98,14 @@ export function snapshotInfo(raw) {
   };
 }
 
+/** One of a sandbox's sessions: a language's default one ('default') or a named one (a context). */
+export function contextInfo(raw) {
+  return {
+    language: String(raw.language ?? ''), name: String(raw.name ?? ''), cwd: String(raw.cwd ?? ''),
+    running: Boolean(raw.running), raw,
+  };
+}
+
 export function workspaceInfo(raw) {
   return {
     name: String(raw.name ?? ''), sizeBytes: Number(raw.size_bytes ?? 0), diskBytes: Number(raw.disk_bytes ?? 0),

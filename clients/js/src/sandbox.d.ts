@@ -1,6 +1,6 @@
 import { CellvmError } from './errors.js';
 import { Connection } from './transport.js';
-import { CommandResult, Execution, ExecutionError, ImageInfo, Result, SandboxInfo, SnapshotInfo, WorkspaceInfo } from './models.js';
+import { CommandResult, ContextInfo, Execution, ExecutionError, ImageInfo, Result, SandboxInfo, SnapshotInfo, WorkspaceInfo } from './models.js';
 
 export const DEFAULT_CELL_TIMEOUT_MS: number;
 /** Allowed on top of a cell's limit for the guest to start its interpreter. */
@@ -67,6 +67,10 @@ export interface ListOptions extends ConnectOptions {
 export type SandboxState = 'starting' | 'running' | 'paused' | 'lost' | 'stopping';
 
 export interface RunCodeOptions {
+  /** 'python' (the default), 'javascript' ('js'), 'typescript' ('ts') or 'bash': each has its own session. */
+  language?: string;
+  /** A named session of the language (createContext); default its default session. */
+  context?: string;
   /** The cell's time limit (default 60 s). */
   timeoutMs?: number;
   onStdout?: (text: string) => unknown;
@@ -147,7 +151,14 @@ export class Sandbox {
   readonly network: { set(allow: string[]): Promise<void> };
   runCode(code: string, opts?: RunCodeOptions): Promise<Execution>;
   interrupt(): Promise<void>;
-  restart(): Promise<void>;
+  /** A fresh interpreter for one session (default Python's default one); the others keep their variables. */
+  restart(opts?: { language?: string; context?: string }): Promise<void>;
+  /** Creates a named session (context) of a language with its own variables and working directory. */
+  createContext(opts?: { language?: string; name?: string; cwd?: string }): Promise<ContextInfo>;
+  /** The sandbox's sessions: each language's default one once used, and the named ones. */
+  listContexts(): Promise<ContextInfo[]>;
+  /** Ends a named session; its variables are lost. */
+  removeContext(name: string, opts?: { language?: string }): Promise<void>;
   /** Writes the sandbox to disk and ends its VM; a resume, or any cell, command or file call, brings it back. */
   pause(opts?: { timeoutMs?: number }): Promise<void>;
   resume(opts?: { timeoutMs?: number }): Promise<void>;

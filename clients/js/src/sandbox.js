@@ -3,7 +3,7 @@
 
 import { Readable } from 'node:stream';
 import { ConnectionLost, NotFound, ProtocolError, TooLarge } from './errors.js';
-import { Execution, Result, commandResult, executionError, imageInfo, sandboxInfo, snapshotInfo, workspaceInfo } from './models.js';
+import { Execution, Result, commandResult, contextInfo, executionError, imageInfo, sandboxInfo, snapshotInfo, workspaceInfo } from './models.js';
 import {
   Connection, MAX_EVENT_LINE_BYTES, answer, filesPath, imagePath, jsonCall, readBody, sandboxPath, snapshotPath, workspacePath,
 } from './transport.js';
@@ -80,6 +80,20 @@ function startField(start) {
   if (typeof start !== 'string') throw new TypeError(`start is a string ('template' or 'cold'), not ${typeof start}`);
   if (!START_VALUES.includes(start)) throw new RangeError(`start is 'template' or 'cold' (or unset: the daemon's choice), not ${JSON.stringify(clip(start))}`);
   return start;
+}
+
+/** A session's language and context as a request's fields; the daemon checks their values. */
+function sessionBody(language, context) {
+  const out = {};
+  if (language !== undefined && language !== null) {
+    if (typeof language !== 'string') throw new TypeError('language is a string: python, javascript (js), typescript (ts) or bash');
+    if (language) out.language = language;
+  }
+  if (context !== undefined && context !== null) {
+    if (typeof context !== 'string') throw new TypeError("context is a string, a session's name");
+    if (context) out.context = context;
+  }
+  return out;
 }
 
 /** DELETE, resolving to false when there was nothing to delete. */
@@ -430,17 +444,21 @@ export class Sandbox {
   }
 
   /**
-   * Runs Python in the sandbox's interpreter (state persists between calls).
-   * timeoutMs is the cell's limit; the call as a whole may also take the
+   * Runs a cell in one of the sandbox's sessions (state persists between calls). language is
+   * 'python' (the default), 'javascript' ('js'), 'typescript' ('ts') or 'bash': each language has
+   * its own session, started by its first cell; context names another session of the language
+   * (createContext). timeoutMs is the cell's limit; the call as a whole may also take the
    * interpreter's start-up (START_ALLOWANCE_MS) unless requestTimeoutMs says
    * otherwise. Events go to the callbacks as they happen, awaited in order; a callback
    * that throws ends the call, which interrupts the cell.
    */
-  async runCode(code, { timeoutMs = DEFAULT_CELL_TIMEOUT_MS, onStdout, onStderr, onResult, onError, requestTimeoutMs } = {}) {
-    if (typeof code !== 'string') throw new TypeError('code is a string of Python source');
+  async runCode(code, { language, context, timeoutMs = DEFAULT_CELL_TIMEOUT_MS, onStdout, onStderr, onResult, onError, requestTimeoutMs } = {}) {
+    if (typeof code !== 'string') throw new TypeError('code is a string of source');
+    const session = sessionBody(language, context);
     const ms = positiveMs(timeoutMs, 'timeoutMs');
     const payload = { code };
     if (ms !== undefined) payload.timeout_ms = ms;
+    Object.assign(payload, session);
     const body = Buffer.from(JSON.stringify(payload));
     const dispatch = dispatcher({ onStdout, onStderr, onResult, onError });
     return this._conn.request({
@@ -456,9 +474,43 @@ export class Sandbox {
     return jsonCall(this._conn, 'POST', sandboxPath(this.sandboxId, 'interrupt'), undefined, { want: [204] }).then(() => undefined);
   }
 
-  /** Replaces the interpreter with a fresh one (and waits for it to start): variables are lost. */
-  restart() {
-    return jsonCall(this._conn, 'POST', sandboxPath(this.sandboxId, 'restart'), undefined, { want: [204], timeoutMs: START_ALLOWANCE_MS + this._conn.timeoutMs }).then(() => undefined);
+  /**
+   * Replaces a session's interpreter with a fresh one (and waits for it to start): its variables are
+   * lost, other sessions keep theirs. Without options, Python's default session.
+   */
+  restart({ language, context } = {}) {
+    const session = sessionBody(language, context);
+    const body = Object.keys(session).length ? session : undefined;
+    return jsonCall(this._conn, 'POST', sandboxPath(this.sandboxId, 'restart'), body, { want: [204], timeoutMs: START_ALLOWANCE_MS + this._conn.timeoutMs }).then(() => undefined);
+  }
+
+  /**
+   * Creates a named session of language (a context, as E2B calls it) with its own variables, in cwd
+   * (an absolute path in the sandbox; default the sandbox's directory); without name the daemon makes
+   * one up. Run cells in it with runCode(code, { language, context: info.name }).
+   */
+  async createContext({ language = 'python', name, cwd } = {}) {
+    const body = sessionBody(language, name);
+    if (body.context !== undefined) { body.name = body.context; delete body.context; }
+    if (cwd !== undefined) {
+      if (typeof cwd !== 'string') throw new TypeError('cwd is a string');
+      if (cwd) body.cwd = cwd;
+    }
+    return contextInfo(await jsonCall(this._conn, 'POST', sandboxPath(this.sandboxId, 'contexts'), body, { want: [200, 201] }));
+  }
+
+  /** Lists the sandbox's sessions: each language's default one once used, and the named ones. */
+  async listContexts() {
+    const v = await jsonCall(this._conn, 'GET', sandboxPath(this.sandboxId, 'contexts'));
+    return (Array.isArray(v) ? v : []).filter((c) => c && typeof c === 'object').map(contextInfo);
+  }
+
+  /** Ends a named session and its program (its variables are lost); a default one cannot be removed (restart it). */
+  async removeContext(name, { language = 'python' } = {}) {
+    if (typeof name !== 'string' || !name) throw new TypeError("a context's name is a non-empty string");
+    sessionBody(language, name);
+    const path = sandboxPath(this.sandboxId, 'contexts', name) + '?' + new URLSearchParams({ language });
+    await jsonCall(this._conn, 'DELETE', path, undefined, { want: [204] });
   }
 
   /**

@@ -27,7 +27,7 @@ from .errors import (
     NotSupported, ProtocolError, Timeout, TooLarge, Upstream, BuildFailed,
 )
 from .models import (
-    CommandResult, EntryInfo, Execution, ExecutionError, FilesystemEvent, ImageInfo, ProcessInfo, Logs, Result, SandboxInfo, SnapshotInfo, Truncated,
+    CommandResult, ContextInfo, EntryInfo, Execution, ExecutionError, FilesystemEvent, ImageInfo, ProcessInfo, Logs, Result, SandboxInfo, SnapshotInfo, Truncated,
     WorkspaceInfo,
 )
 from .sandbox import Sandbox
@@ -37,7 +37,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Sandbox", "AsyncSandbox", "Connection", "DEFAULT_SOCKET",
-    "Execution", "Result", "Logs", "ExecutionError", "Truncated", "CommandResult", "SandboxInfo", "SnapshotInfo",
+    "Execution", "ContextInfo", "Result", "Logs", "ExecutionError", "Truncated", "CommandResult", "SandboxInfo", "SnapshotInfo",
     "WorkspaceInfo", "ImageInfo", "ProcessInfo", "EntryInfo", "FilesystemEvent", "CommandHandle", "WatchHandle",
     "CommandExitError",
     "CellvmError", "Invalid", "Unauthorized", "Forbidden", "NotFound", "Busy", "Lost", "TooLarge", "Internal", "NotSupported",

@@ -183,12 +183,19 @@ def json_call(method: str, path: str, payload: Any = None, want: Tuple[int, ...]
     return (yield from _answer(parser, head, want))
 
 
-def run_cell(sandbox_id: str, code: str, timeout_ms: Optional[int], on_event: Callable[[dict], Any]) -> Exchange:
+def run_cell(sandbox_id: str, code: str, timeout_ms: Optional[int], on_event: Callable[[dict], Any],
+             language: Optional[str] = None, context: Optional[str] = None) -> Exchange:
     """Runs a cell, streaming: on_event gets each event (stdout, stderr,
-    result, error) as it arrives; the end event's result is returned."""
+    result, error) as it arrives; the end event's result is returned.
+    language and context (None: Python, the default session) pick the
+    session; the daemon checks them."""
     payload = {"code": code}
     if timeout_ms is not None:
         payload["timeout_ms"] = timeout_ms
+    if language:
+        payload["language"] = language
+    if context:
+        payload["context"] = context
     body = json.dumps(payload).encode("utf-8")
     yield SendHead("POST", sandbox_path(sandbox_id, "cells"),
                    [("Content-Type", "application/json"), ("Accept", "application/x-ndjson")], len(body))

@@ -22,8 +22,17 @@ from ._procs import CommandHandle, WatchHandle
 from ._transport import Connection
 from .errors import NotFound
 from .models import (
-    CommandResult, Execution, ExecutionError, ImageInfo, Result, SandboxInfo, SnapshotInfo, WorkspaceInfo,
+    CommandResult, ContextInfo, Execution, ExecutionError, ImageInfo, Result, SandboxInfo, SnapshotInfo, WorkspaceInfo,
 )
+
+def _session_args(language: Any, context: Any) -> None:
+    """Checks the types of a session's language and context (the daemon
+    checks their values, naming the languages the sandbox's image has)."""
+    if language is not None and not isinstance(language, str):
+        raise TypeError("language is a str: python, javascript (js), typescript (ts) or bash")
+    if context is not None and not isinstance(context, str):
+        raise TypeError("context is a str, a session's name")
+
 
 #: A cell's time limit when run_code is given none (seconds); the same as
 #: the daemon's default.
@@ -727,11 +736,16 @@ class SandboxCalls:
     def _runner(self, exchange_of: Any, timeout: float) -> Any:  # overridden
         raise NotImplementedError
 
-    def run_code(self, code: str, *, timeout: Optional[float] = DEFAULT_CELL_TIMEOUT_S,
+    def run_code(self, code: str, *, language: Optional[str] = None, context: Optional[str] = None,
+                 timeout: Optional[float] = DEFAULT_CELL_TIMEOUT_S,
                  on_stdout: Callback = None, on_stderr: Callback = None, on_result: Callback = None,
                  on_error: Callback = None, request_timeout: Optional[float] = None):
-        """Runs Python in the sandbox's interpreter (state persists between
-        calls) and returns an :class:`~cellvm.models.Execution`. ``timeout``
+        """Runs a cell in one of the sandbox's sessions (state persists
+        between calls) and returns an :class:`~cellvm.models.Execution`.
+        ``language`` is "python" (the default), "javascript" ("js"),
+        "typescript" ("ts") or "bash"; each language has its own session,
+        started by its first cell, and ``context`` names another session of
+        the language (see :meth:`create_context`). ``timeout``
         is the cell's limit (seconds); the call as a whole may also take the
         interpreter's start-up (``START_ALLOWANCE_S``), unless
         ``request_timeout`` says otherwise. Events go
@@ -740,10 +754,12 @@ class SandboxCalls:
         :class:`~cellvm.models.ExecutionError`. A callback that raises
         ends the call, which interrupts the cell."""
         if not isinstance(code, str):
-            raise TypeError("code is a str of Python source")
+            raise TypeError("code is a str of source")
+        _session_args(language, context)
         ms = _ms(timeout, "timeout")
         limit = request_timeout or (timeout or DEFAULT_CELL_TIMEOUT_S) + START_ALLOWANCE_S + self._conn.timeout
-        return self._do(Plan(ex.run_cell(self.sandbox_id, code, ms, _dispatcher(on_stdout, on_stderr, on_result, on_error)),
+        return self._do(Plan(ex.run_cell(self.sandbox_id, code, ms, _dispatcher(on_stdout, on_stderr, on_result, on_error),
+                                         language=language, context=context),
                              limit, Execution))
 
     def interrupt(self):
@@ -751,11 +767,44 @@ class SandboxCalls:
         return self._do(Plan(ex.json_call("POST", ex.sandbox_path(self.sandbox_id, "interrupt"), want=(204,)),
                              self._conn.timeout, lambda v: None))
 
-    def restart(self):
-        """Replaces the interpreter with a fresh one (and waits for it to
-        start): variables are lost."""
-        return self._do(Plan(ex.json_call("POST", ex.sandbox_path(self.sandbox_id, "restart"), want=(204,)),
+    def restart(self, *, language: Optional[str] = None, context: Optional[str] = None):
+        """Replaces a session's interpreter with a fresh one (and waits for
+        it to start): its variables are lost, other sessions keep theirs.
+        Without arguments, Python's default session."""
+        _session_args(language, context)
+        body = {k: v for k, v in (("language", language), ("context", context)) if v} or None
+        return self._do(Plan(ex.json_call("POST", ex.sandbox_path(self.sandbox_id, "restart"), body, want=(204,)),
                              START_ALLOWANCE_S + self._conn.timeout, lambda v: None))
+
+    def create_context(self, language: str = "python", *, name: Optional[str] = None, cwd: Optional[str] = None):
+        """Creates a named session of ``language`` (a context, as E2B calls
+        it) with its own variables, in ``cwd`` (an absolute path in the
+        sandbox; default the sandbox's directory), and returns its
+        :class:`~cellvm.models.ContextInfo`; without ``name`` the daemon
+        makes one up. Run cells in it with ``run_code(...,
+        language=..., context=info.name)``; its program starts with its
+        first cell."""
+        _session_args(language, name)
+        if cwd is not None and not isinstance(cwd, str):
+            raise TypeError("cwd is a str")
+        body = {k: v for k, v in (("language", language), ("name", name), ("cwd", cwd)) if v}
+        return self._do(Plan(ex.json_call("POST", ex.sandbox_path(self.sandbox_id, "contexts"), body, want=(200, 201)),
+                             self._conn.timeout, ContextInfo.from_raw))
+
+    def list_contexts(self):
+        """Lists the sandbox's sessions (:class:`~cellvm.models.ContextInfo`):
+        each language's default one once used, and the named ones."""
+        return self._do(Plan(ex.json_call("GET", ex.sandbox_path(self.sandbox_id, "contexts")), self._conn.timeout,
+                             lambda v: [ContextInfo.from_raw(c) for c in v or [] if isinstance(c, dict)]))
+
+    def remove_context(self, name: str, *, language: str = "python"):
+        """Ends a named session and its program (its variables are lost).
+        A language's default session cannot be removed: restart it."""
+        _session_args(language, name)
+        if not name:
+            raise ValueError("a context's name is a non-empty str")
+        path = ex.sandbox_path(self.sandbox_id, "contexts", name) + "?" + urllib.parse.urlencode({"language": language})
+        return self._do(Plan(ex.json_call("DELETE", path, want=(204,)), self._conn.timeout, lambda v: None))
 
     def pause(self, *, timeout: float = DEFAULT_SNAPSHOT_TIMEOUT_S):
         """Writes the sandbox to disk and ends its VM, whose memory goes back

@@ -294,6 +294,25 @@ class SnapshotInfo:
 
 
 @dataclass
+class ContextInfo:
+    """One of a sandbox's sessions: each language's default one (``name``
+    "default", listed once used) and named ones (contexts) with their own
+    variables and working directory. JavaScript and TypeScript share their
+    sessions, listed as "javascript"."""
+
+    language: str
+    name: str
+    cwd: str = ""
+    running: bool = False
+    raw: Dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def from_raw(cls, raw: Dict[str, Any]) -> "ContextInfo":
+        return cls(language=str(raw.get("language", "")), name=str(raw.get("name", "")),
+                   cwd=str(raw.get("cwd") or ""), running=bool(raw.get("running")), raw=raw)
+
+
+@dataclass
 class WorkspaceInfo:
     """A workspace, a named volume at /workspace that outlives the sandboxes
     that use it, as the daemon describes it. ``size_bytes`` is the most it
