@@ -29,8 +29,10 @@ func TestSessionsRefusedBeforeTheGuest(t *testing.T) {
 	}
 	id := info.ID
 	// The default image here has no manifest: its languages are unknown.
-	if _, err := m.RunCell(ctx, id, sandbox.Cell{Session: sandbox.Session{Language: cell.Bash}, Code: "v = 1", Timeout: time.Minute}, nil); err != nil {
-		t.Fatalf("a bash cell on an image of unknown languages: %v", err)
+	// The fake guest's interpreter has no sessions, so its agent answers
+	// for itself; what matters is that the engine let the cell through.
+	if _, err := m.RunCell(ctx, id, sandbox.Cell{Session: sandbox.Session{Language: cell.Bash}, Code: "v = 1", Timeout: time.Minute}, nil); !reachedGuest(err) {
+		t.Fatalf("a bash cell on an image of unknown languages was refused by the engine: %v", err)
 	}
 	s, err := m.get(id)
 	if err != nil {
@@ -84,10 +86,10 @@ func TestSessionsRefusedBeforeTheGuest(t *testing.T) {
 	if n := s.cells.Load(); n != cells {
 		t.Errorf("refused cells were counted: %d, then %d", cells, n)
 	}
-	if _, err := m.RunCell(ctx, id, sandbox.Cell{Session: sandbox.Session{Language: "sh", Context: "w"}, Code: "v = 2", Timeout: time.Minute}, nil); err != nil {
+	if _, err := m.RunCell(ctx, id, sandbox.Cell{Session: sandbox.Session{Language: "sh", Context: "w"}, Code: "v = 2", Timeout: time.Minute}, nil); !reachedGuest(err) {
 		t.Errorf("a bash cell on an image with bash: %v", err)
 	}
-	if err := m.Restart(ctx, id, sandbox.Session{Language: cell.Bash}); err != nil {
+	if err := m.Restart(ctx, id, sandbox.Session{Language: cell.Bash}); !reachedGuest(err) {
 		t.Errorf("restart bash on an image with bash: %v", err)
 	}
 	for _, call := range []error{
@@ -135,4 +137,12 @@ func TestImageLanguagesFromItsManifest(t *testing.T) {
 	if _, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: "v = 1", Timeout: time.Minute}, nil); err != nil {
 		t.Errorf("a python cell on slim: %v", err)
 	}
+}
+
+// reachedGuest: the engine let a call through. The fake guest's
+// interpreter has no sessions, so its agent may answer other languages'
+// calls with its own refusal ("agent: ..."), which is the guest's, not the
+// engine's.
+func reachedGuest(err error) bool {
+	return err == nil || strings.Contains(err.Error(), "agent: ")
 }
