@@ -123,6 +123,7 @@ func setup(log *slog.Logger) (cmdline.Config, error) {
 	if err := plan.ApplyLate(sys, log); err != nil {
 		return cfg, err
 	}
+	devLinks(log)
 	// PID 1 and the agent (which inherits it) are the last things the OOM
 	// killer may take; the drop step puts cell code back at 0.
 	if err := os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0); err != nil {
