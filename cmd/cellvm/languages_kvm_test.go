@@ -121,6 +121,13 @@ func TestLanguages(t *testing.T) {
 		if r.Status != cell.StatusOK || r.Stdout != "alive\n" {
 			t.Fatalf("after the fork bomb: %+v", r)
 		}
+		// The classic bomb backgrounds itself, so its cell ends at once
+		// and the bomb goes on holding the cells' pids budget (no other
+		// session could start a thread). Restarting the Bash session
+		// kills everything in its cgroup, the bomb included.
+		if err := c.Restart(ctx, id, sandbox.Session{Language: cell.Bash}); err != nil {
+			t.Fatalf("restart bash after the fork bomb: %v", err)
+		}
 		r = run(t, id, cell.JavaScript, "const hog = []; while (true) hog.push(new Array(1 << 20).fill(1.5))", 3*time.Minute)
 		if r.Status == cell.StatusOK {
 			t.Fatalf("memory bomb ended ok: %+v", r)
