@@ -53,7 +53,7 @@ func TestDefaultImageLanguages(t *testing.T) {
 		want string
 	}{
 		{[]string{"node", "--version"}, "v" + want[cell.JavaScript] + "\n"},
-		{[]string{"node", "-e", "const ts = require(process.argv[1]); process.stdout.write(ts.version + ' ' + ts.transpileModule('let x: number = 41 + 1', {}).outputText)", build.TypeScriptInImage},
+		{[]string{"node", "-e", "const ts = require(process.argv[1]); process.stdout.write(ts.version + ' ' + ts.transpileModule('let x: number = 41 + 1', {compilerOptions: {target: 'es2022'}}).outputText)", build.TypeScriptInImage},
 			want[cell.TypeScript] + " let x = 41 + 1;\n"},
 		{[]string{"bash", "-c", `echo "${BASH_VERSINFO[0]}.${BASH_VERSINFO[1]}.${BASH_VERSINFO[2]}"`}, want[cell.Bash] + "\n"},
 	} {
