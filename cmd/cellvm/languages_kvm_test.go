@@ -20,18 +20,7 @@ import (
 // those there are, and a fork bomb and a memory bomb give results after
 // which the sandbox answers. TestLanguagesFork shows a fork's sessions.
 func TestLanguages(t *testing.T) {
-	kvmtest.Require(t)
-	d := startDaemon(t, t.TempDir())
-	defer d.stop(t)
-	c := api.NewClient(d.socket)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	info, err := c.Create(ctx, sandbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := info.ID
-	defer c.Delete(context.Background(), id)
+	ctx, c, id := daemonSandbox(t, 15*time.Minute)
 
 	run := func(t *testing.T, id string, lang cell.Language, code string, timeout time.Duration) cell.Result {
 		t.Helper()
@@ -143,18 +132,7 @@ func TestLanguages(t *testing.T) {
 // there ended with the VMM's control socket closing, a failure still to
 // be found; extended tier.)
 func TestLanguagesFork(t *testing.T) {
-	kvmtest.Require(t)
-	d := startDaemon(t, t.TempDir())
-	defer d.stop(t)
-	c := api.NewClient(d.socket)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	info, err := c.Create(ctx, sandbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := info.ID
-	defer c.Delete(context.Background(), id)
+	ctx, c, id := daemonSandbox(t, 10*time.Minute)
 	want := func(id string, lang cell.Language, code, value string) {
 		t.Helper()
 		r, err := c.RunCell(ctx, id, sandbox.Cell{Session: sandbox.Session{Language: lang}, Code: code, Timeout: 3 * time.Minute}, nil)
@@ -178,4 +156,22 @@ func TestLanguagesFork(t *testing.T) {
 	defer c.Delete(context.Background(), fork.ID)
 	want(fork.ID, cell.JavaScript, "forked", "'from the parent'")
 	want(fork.ID, cell.Python, "sep", "'py'")
+}
+
+// daemonSandbox starts a daemon and one sandbox in it, both ended when t
+// is, and a context that ends after limit.
+func daemonSandbox(t *testing.T, limit time.Duration) (context.Context, *api.Client, string) {
+	t.Helper()
+	kvmtest.Require(t)
+	d := startDaemon(t, t.TempDir())
+	t.Cleanup(func() { d.stop(t) })
+	c := api.NewClient(d.socket)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	t.Cleanup(cancel)
+	info, err := c.Create(ctx, sandbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Delete(context.Background(), info.ID) })
+	return ctx, c, info.ID
 }
