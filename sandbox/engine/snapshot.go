@@ -191,6 +191,10 @@ func (m *VMManager) saveMachine(ctx context.Context, s *vmSandbox, dir string, t
 		return err
 	}
 	defer mem.Close()
+	if _, err := preallocateMemory(mem, s.cfg.MemoryMiB); err != nil {
+		// The save still runs; on a tmpfs its pages are then the VMM's.
+		m.log.Warn("memory file not preallocated; the VMM's cgroup pays for it", "sandbox", s.id, "error", err)
+	}
 	return control.Snapshot(ctx, hostControlPath(s.dir), state, mem, then)
 }
 
