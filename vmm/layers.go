@@ -146,17 +146,12 @@ func mapMemoryChain(src *memSource, layout []snapshot.MemoryRegion) (*guestmem.R
 	regs := mem.List()
 	for li, l := range src.layers {
 		for i, e := range l.ext {
-			r := -1
-			for j, lr := range layout {
-				if e.Off >= lr.FileOffset && e.Off+e.Len <= lr.FileOffset+lr.Size {
-					r = j
-				}
-			}
-			if r < 0 { // snapshot.Validate refuses it; never map outside a region
+			data, err := extentData(regs, layout, e)
+			if err != nil { // snapshot.Validate refuses it; never map outside a region
 				unmap()
-				return nil, nil, fmt.Errorf("memory layer %d: extent %#x+%#x is not inside one region", li, e.Off, e.Len)
+				return nil, nil, fmt.Errorf("memory layer %d: %w", li, err)
 			}
-			addr := unsafe.Pointer(&regs[r].Data[e.Off-layout[r].FileOffset])
+			addr := unsafe.Pointer(&data[0])
 			if _, err := unix.MmapPtr(int(l.file.Fd()), l.at[i], addr, uintptr(e.Len),
 				unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_FIXED|unix.MAP_NORESERVE); err != nil {
 				unmap()
@@ -230,14 +225,9 @@ func writeLayer(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegio
 	var sum snapshot.MemoryHash
 	var at int64
 	for _, e := range ext {
-		var data []byte
-		for i, l := range layout {
-			if e.Off >= l.FileOffset && e.Off+e.Len <= l.FileOffset+l.Size {
-				data = regs[i].Data[e.Off-l.FileOffset : e.Off-l.FileOffset+e.Len]
-			}
-		}
-		if data == nil {
-			return stats, fmt.Errorf("memory layer: extent %#x+%#x is not inside one region", e.Off, e.Len)
+		data, err := extentData(regs, layout, e)
+		if err != nil {
+			return stats, fmt.Errorf("memory layer: %w", err)
 		}
 		if _, err := f.WriteAt(data, at); err != nil {
 			return stats, fmt.Errorf("write memory layer: %w", err)
@@ -247,4 +237,15 @@ func writeLayer(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegio
 	}
 	stats.FromMemory, stats.UsedPagemap, stats.Sum = at, true, sum.Sum32()
 	return stats, nil
+}
+
+// extentData is the guest memory extent e of the image covers, in the
+// region regs[i] that layout[i] places it in.
+func extentData(regs []guestmem.Region, layout []snapshot.MemoryRegion, e snapshot.Extent) ([]byte, error) {
+	for i, l := range layout {
+		if i < len(regs) && e.Len > 0 && e.Off >= l.FileOffset && e.Off-l.FileOffset < l.Size && e.Len <= l.Size-(e.Off-l.FileOffset) {
+			return regs[i].Data[e.Off-l.FileOffset : e.Off-l.FileOffset+e.Len], nil
+		}
+	}
+	return nil, fmt.Errorf("extent %#x+%#x is not inside one region", e.Off, e.Len)
 }
