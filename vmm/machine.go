@@ -202,10 +202,10 @@ func build(cfg Config, from *restoreSource) (_ *Machine, err error) {
 		return nil, err
 	}
 	if from != nil {
-		if m.mem, m.unmap, err = mapGuestMemoryFile(m.vm, from.mem, from.state.Machine.Memory); err != nil {
+		if m.memSrc, err = newChainSource(from.state, from.mem, from.layers, from.memSum, from.hasSum); err != nil {
 			return nil, err
 		}
-		if m.memSrc, err = newMemSource(from.mem, from.state.Machine.Memory); err != nil {
+		if m.mem, m.unmap, err = mapGuestMemoryChain(m.vm, m.memSrc, from.state.Machine.Memory); err != nil {
 			return nil, err
 		}
 	} else {
@@ -595,7 +595,7 @@ func (m *Machine) Close() error {
 		m.unmap = nil
 	}
 	if m.memSrc != nil {
-		errs = append(errs, m.memSrc.file.Close())
+		errs = append(errs, m.memSrc.close())
 		m.memSrc = nil
 	}
 	if m.cfg.Pagemap != nil {

@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellvm/cellvm/guestmem"
-	"github.com/cellvm/cellvm/kvm"
 	"github.com/cellvm/cellvm/vmm/snapshot"
 )
 
@@ -56,6 +55,12 @@ func (w *regionWriter) write(f *os.File, mem *guestmem.Regions, layout []snapsho
 	}
 	if src != nil && src.file != nil && len(src.fileOffsets) != len(regs) {
 		return fmt.Errorf("memory file: %d regions, the source file has %d", len(regs), len(src.fileOffsets))
+	}
+	if src != nil && pagemap != nil {
+		// Untouched pages come from the source: where it has holes.
+		if err := src.baseExtents(); err != nil {
+			return err
+		}
 	}
 	var total uint64
 	for _, l := range layout {
@@ -110,7 +115,8 @@ const (
 
 // region writes data, region i of guest memory, at off in the file, one
 // chunk of at most writeRun bytes at a time; within a chunk, each run of
-// pages from the same place is one write.
+// pages from the same place is one write (or one copy, from one source
+// file at consecutive offsets).
 func (w *regionWriter) region(i int, data []byte, off int64) error {
 	for chunk := 0; chunk < len(data); chunk += writeRun {
 		end := min(chunk+writeRun, len(data))
@@ -122,6 +128,8 @@ func (w *regionWriter) region(i int, data []byte, off int64) error {
 			}
 		}
 		runKind, runStart := fromNone, chunk
+		var runFile *os.File // fromSrc: the file, and where the run starts in it
+		var runFrom int64
 		flush := func(at int) error {
 			switch runKind {
 			case fromNone:
@@ -135,8 +143,7 @@ func (w *regionWriter) region(i int, data []byte, off int64) error {
 				w.sum.Write(data[runStart:at])
 			case fromSrc:
 				w.stats.FromSource += int64(at - runStart)
-				from := w.src.fileOffsets[i] + int64(runStart)
-				if err := copyFileRange(w.f, off+int64(runStart), w.src.file, from, int64(at-runStart), w.buf, &w.sum); err != nil {
+				if err := copyFileRange(w.f, off+int64(runStart), runFile, runFrom, int64(at-runStart), w.buf, &w.sum); err != nil {
 					return err
 				}
 			}
@@ -145,20 +152,25 @@ func (w *regionWriter) region(i int, data []byte, off int64) error {
 		for p := 0; p < n; p++ {
 			at := chunk + p*pageSize
 			kind := fromMem
+			var file *os.File
+			var from int64
 			switch {
 			case havePM && untouched(w.flags[p]):
 				kind = fromNone
-				if w.src != nil && w.src.file != nil && w.src.hasData(w.src.fileOffsets[i]+int64(at), pageSize) {
-					kind = fromSrc
+				if w.src != nil && w.src.file != nil {
+					var data bool
+					if file, from, data = w.src.locate(w.src.fileOffsets[i] + int64(at)); data {
+						kind = fromSrc
+					}
 				}
 			case bytes.Equal(data[at:at+pageSize], w.zero):
 				kind = fromNone
 			}
-			if kind != runKind {
+			if kind != runKind || (kind == fromSrc && (file != runFile || from != runFrom+int64(at-runStart))) {
 				if err := flush(at); err != nil {
 					return err
 				}
-				runKind, runStart = kind, at
+				runKind, runStart, runFile, runFrom = kind, at, file, from
 			}
 		}
 		if err := flush(end); err != nil {
@@ -166,24 +178,6 @@ func (w *regionWriter) region(i int, data []byte, off int64) error {
 		}
 	}
 	return nil
-}
-
-// mapGuestMemoryFile maps the memory file as guest RAM (mapMemoryFile) and
-// registers each region as a KVM memory slot.
-func mapGuestMemoryFile(vm *kvm.VM, f *os.File, layout []snapshot.MemoryRegion) (*guestmem.Regions, func(), error) {
-	mem, unmap, err := mapMemoryFile(f, layout)
-	if err != nil {
-		return nil, nil, err
-	}
-	for i, r := range mem.List() {
-		if err := vm.SetUserMemoryRegion(kvm.UserspaceMemoryRegion{
-			Slot: uint32(i), GuestPhysAddr: r.GuestAddr, MemorySize: uint64(len(r.Data)), UserspaceAddr: uint64(uintptrOf(r.Data)),
-		}); err != nil {
-			unmap()
-			return nil, nil, fmt.Errorf("memory slot %d: %w", i, err)
-		}
-	}
-	return mem, unmap, nil
 }
 
 // mapMemoryFile maps the memory file's regions private and copy-on-write:

@@ -17,6 +17,13 @@ import (
 type restoreSource struct {
 	state *snapshot.State
 	mem   *os.File
+	// layers are the files under mem when the snapshot's memory is a
+	// chain, base first.
+	layers []*os.File
+	// memSum is mem's sum from the state file's header; hasSum false
+	// when it has none.
+	memSum uint32
+	hasSum bool
 }
 
 // tscTolerancePPM is how far the host's TSC frequency may be from the
@@ -33,13 +40,18 @@ const tscTolerancePPM = 250
 // from where it was saved. Restore reads state and maps memory; the caller
 // closes both when Restore returns (the mapping keeps what it needs).
 //
+// A snapshot whose memory is a chain (SaveLayer) also needs layers, the
+// files under mem in the order its state file names them, base first;
+// their count and sizes are checked, and a save of the restored machine
+// reads its untouched pages from them.
+//
 // cfg gives the restored machine its own devices, which must have the
 // snapshot's shape: the same disks (the same sizes; their contents as at
 // the save), vsock and network, in the same order. Its vsock CID and
 // socket, TAP and disk files may be new: a fork is a machine of its own.
 // cfg.VCPUs and cfg.MemoryMiB are the snapshot's when 0, and must be the
 // snapshot's otherwise; the kernel, initrd and command line are not used.
-func Restore(cfg Config, state, mem *os.File) (*Machine, error) {
+func Restore(cfg Config, state, mem *os.File, layers ...*os.File) (*Machine, error) {
 	st, err := snapshot.Decode(state)
 	if err != nil {
 		return nil, fmt.Errorf("restore: state file %s: %w", state.Name(), err)
@@ -53,8 +65,15 @@ func Restore(cfg Config, state, mem *os.File) (*Machine, error) {
 	if cfg.MemoryMiB != 0 && cfg.MemoryMiB != st.Machine.MemoryMiB {
 		return nil, fmt.Errorf("restore: the snapshot's machine has %d MiB of memory, not %d", st.Machine.MemoryMiB, cfg.MemoryMiB)
 	}
+	if err := checkChainFiles(st, mem, layers); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	from := &restoreSource{state: st, mem: mem, layers: layers}
+	if sum, err := snapshot.MemorySum(state); err == nil {
+		from.memSum, from.hasSum = sum, true
+	}
 	cfg.VCPUs, cfg.MemoryMiB = st.Machine.VCPUs, st.Machine.MemoryMiB
-	m, err := build(cfg, &restoreSource{state: st, mem: mem})
+	m, err := build(cfg, from)
 	if err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}

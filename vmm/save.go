@@ -32,7 +32,23 @@ var ErrNotPaused = errors.New("the machine is not paused (Pause it first)")
 // machine restored from the snapshot handle the same reset event. The disks'
 // contents are not in the snapshot: whoever restores it must give the
 // restored machine disks as they are now.
-func (m *Machine) Save(stateFile, memFile *os.File) error {
+func (m *Machine) Save(stateFile, memFile *os.File) error { return m.save(stateFile, memFile, false) }
+
+// SaveLayer is Save, except that the memory file may be a layer over the
+// files the machine was restored from (layers.go): only the pages the
+// guest wrote since its restore, and the state file names those files
+// under it. The caller says by calling it that those files are its own
+// and that it keeps them, unchanged, for as long as the snapshot may be
+// restored: never a snapshot's or a template's that others restore from.
+// A whole image is written instead where a layer cannot be: a machine
+// that was booted, or has no page map, a chain at snapshot.MaxLayers
+// files (the save flattens it), or changes in more than
+// snapshot.MaxLayerExtents extents.
+func (m *Machine) SaveLayer(stateFile, memFile *os.File) error {
+	return m.save(stateFile, memFile, true)
+}
+
+func (m *Machine) save(stateFile, memFile *os.File, layer bool) error {
 	m.snap.op.Lock()
 	defer m.snap.op.Unlock()
 	if _, err := m.move(evSave); err != nil {
@@ -50,7 +66,7 @@ func (m *Machine) Save(stateFile, memFile *os.File) error {
 		return fmt.Errorf("snapshot: %w", err)
 	}
 	start := time.Now()
-	stats, err := writeMemory(memFile, m.mem, st.Machine.Memory, m.cfg.Pagemap, m.memSrc)
+	stats, err := m.writeMemoryOrLayer(memFile, &st.Machine, layer)
 	if err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
@@ -59,7 +75,7 @@ func (m *Machine) Save(stateFile, memFile *os.File) error {
 		return fmt.Errorf("snapshot: sync the memory file: %w", err)
 	}
 	m.log.Info("snapshot memory written", "from_memory_mib", stats.FromMemory>>20, "from_old_file_mib", stats.FromSource>>20,
-		"holes_mib", stats.Holes>>20, "page_map", stats.UsedPagemap, "crc32c", fmt.Sprintf("%08x", stats.Sum), "write_ms", wrote.Milliseconds(), "sync_ms", (time.Since(start) - wrote).Milliseconds())
+		"holes_mib", stats.Holes>>20, "page_map", stats.UsedPagemap, "layer_over", len(st.Machine.Layers), "crc32c", fmt.Sprintf("%08x", stats.Sum), "write_ms", wrote.Milliseconds(), "sync_ms", (time.Since(start) - wrote).Milliseconds())
 	if err := stateFile.Truncate(0); err != nil {
 		return fmt.Errorf("snapshot: state file: %w", err)
 	}
@@ -74,6 +90,43 @@ func (m *Machine) Save(stateFile, memFile *os.File) error {
 	}
 	m.log.Info("snapshot saved", "vcpus", len(st.VCPUs), "devices", len(st.Devices), "memory_mib", st.Machine.MemoryMiB)
 	return nil
+}
+
+// writeMemoryOrLayer writes the machine's memory into f: as a layer over
+// the files it was restored from when layer allows it and it can (SaveLayer),
+// recording the chain in sm; as a whole image otherwise.
+func (m *Machine) writeMemoryOrLayer(f *os.File, sm *snapshot.Machine, layer bool) (memWriteStats, error) {
+	if layer {
+		why := ""
+		switch src := m.memSrc; {
+		case src == nil:
+			why = "the machine was booted, not restored"
+		case src.chain == nil:
+			why = "its memory file has no sum to name it by"
+		case m.cfg.Pagemap == nil:
+			why = "no page map"
+		case len(src.chain)+1 > snapshot.MaxLayers:
+			why = fmt.Sprintf("its memory is a chain of %d files already: flattened", len(src.chain))
+		}
+		if why == "" {
+			ext, err := layerExtents(m.mem, sm.Memory, m.cfg.Pagemap, snapshot.MaxLayerExtents)
+			switch {
+			case err == nil:
+				stats, err := writeLayer(f, m.mem, sm.Memory, ext)
+				if err == nil {
+					sm.Layers = append([]snapshot.Layer(nil), m.memSrc.chain...)
+					sm.Extents = ext
+				}
+				return stats, err
+			case errors.Is(err, errScattered):
+				why = err.Error()
+			default:
+				return memWriteStats{}, err
+			}
+		}
+		m.log.Info("snapshot memory written whole, not as a layer", "why", why)
+	}
+	return writeMemory(f, m.mem, sm.Memory, m.cfg.Pagemap, m.memSrc)
 }
 
 // captureState reads the paused machine's state: the vCPUs on their own

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -37,41 +38,93 @@ import (
 const (
 	pagemapPresent = 1 << 63
 	pagemapSwapped = 1 << 62
+	// pagemapFile: the present page is a file's (or shared anonymous),
+	// not a private copy. For a private mapping of a memory file that
+	// means the guest did not write it: it reads the file's page.
+	pagemapFile = 1 << 61
 )
 
 // memSource is what a machine's memory is mapped from: nothing (anonymous)
-// or a memory file whose regions lie at layout's offsets.
+// or a memory file whose regions lie at layout's offsets, with the layers
+// of a chain over it (layers.go).
 type memSource struct {
-	file *os.File // nil: anonymous memory
-	// fileOffsets[i] is where region i starts in file.
+	file *os.File // the base; nil: anonymous memory
+	// fileOffsets[i] is where region i starts in the image.
 	fileOffsets []int64
-	// extents are file's data extents, sorted (nil when anonymous).
-	extents []extent
+	// extents are file's data extents, sorted; read once, by the first
+	// save that needs them (baseExtents), not at restore: a restore that
+	// is never saved again (most forks) would walk the file for nothing,
+	// and the walk of a large image's thousands of extents costs tens of
+	// milliseconds.
+	extents     []extent
+	extentsRead bool
+	// layers are the chain's files over the base, bottom to top.
+	layers []srcLayer
+	// chain is what a save that writes a layer over this memory names as
+	// the files under it (snapshot.Machine.Layers); nil when no layer may
+	// be written over it (the memory file has no sum to name it by).
+	chain []snapshot.Layer
 }
 
 type extent struct{ start, end int64 }
 
+// extentWalks counts fileExtents' walks, for the test that a restore
+// walks none.
+var extentWalks atomic.Int64
+
 // newMemSource describes memory mapped from f at layout's offsets. It keeps
-// a descriptor of its own (the caller may close f) and reads f's extents
-// now: a memory file does not change while a machine runs from it.
+// a descriptor of its own (the caller may close f). f's extents are read
+// later, by the first save that needs them (baseExtents): a memory file
+// does not change while a machine runs from it.
 func newMemSource(f *os.File, layout []snapshot.MemoryRegion) (*memSource, error) {
-	fd, err := unix.Dup(int(f.Fd()))
+	file, err := dupFile(f)
 	if err != nil {
-		return nil, fmt.Errorf("memory file: %w", err)
+		return nil, err
 	}
-	src := &memSource{file: os.NewFile(uintptr(fd), f.Name())}
-	if src.extents, err = fileExtents(src.file); err != nil {
-		src.file.Close()
-		return nil, fmt.Errorf("memory file %s: %w", f.Name(), err)
-	}
+	src := &memSource{file: file}
 	for _, l := range layout {
 		src.fileOffsets = append(src.fileOffsets, int64(l.FileOffset))
 	}
 	return src, nil
 }
 
+// dupFile is a descriptor of f's own, under f's name.
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		return nil, fmt.Errorf("memory file %s: %w", f.Name(), err)
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+// close closes the source's files.
+func (s *memSource) close() error {
+	var errs []error
+	if s.file != nil {
+		errs = append(errs, s.file.Close())
+	}
+	for _, l := range s.layers {
+		errs = append(errs, l.file.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// baseExtents reads the base file's extents, once.
+func (s *memSource) baseExtents() error {
+	if s.extentsRead || s.file == nil {
+		return nil
+	}
+	ext, err := fileExtents(s.file)
+	if err != nil {
+		return fmt.Errorf("memory file %s: %w", s.file.Name(), err)
+	}
+	s.extents, s.extentsRead = ext, true
+	return nil
+}
+
 // fileExtents lists f's data extents with SEEK_DATA and SEEK_HOLE.
 func fileExtents(f *os.File) ([]extent, error) {
+	extentWalks.Add(1)
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
@@ -96,10 +149,23 @@ func fileExtents(f *os.File) ([]extent, error) {
 	return out, nil
 }
 
-// hasData reports whether [off, off+n) of the source file holds any data.
+// hasData reports whether [off, off+n) of the base file holds any data
+// (baseExtents must have run).
 func (s *memSource) hasData(off, n int64) bool {
 	i := sort.Search(len(s.extents), func(i int) bool { return s.extents[i].end > off })
 	return i < len(s.extents) && s.extents[i].start < off+n
+}
+
+// locate says where the page at off in the image comes from when the
+// guest never wrote it: the top layer that holds it, or else the
+// base. data is false for a hole of the base (zeros).
+func (s *memSource) locate(off int64) (f *os.File, at int64, data bool) {
+	for i := len(s.layers) - 1; i >= 0; i-- {
+		if at, ok := s.layers[i].find(off); ok {
+			return s.layers[i].file, at, true
+		}
+	}
+	return s.file, off, s.hasData(off, pageSize)
 }
 
 // pageFlags reads the page map entries of the n pages from addr into

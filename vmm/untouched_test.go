@@ -146,6 +146,9 @@ func TestSaveOfARestoredMachineCopiesUntouchedPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ms.file.Close()
+	if err := ms.baseExtents(); err != nil {
+		t.Fatal(err)
+	}
 	if len(ms.extents) == 0 {
 		t.Skip("this file system reports no extents (SEEK_DATA)")
 	}

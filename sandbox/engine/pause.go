@@ -14,6 +14,7 @@ import (
 	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/vmm/control"
+	"github.com/cellvm/cellvm/vmm/snapshot"
 )
 
 // Pause to disk. A paused sandbox has no VMM process: its VMM wrote the
@@ -35,6 +36,9 @@ import (
 //	backing/         the image a resumed VMM restored from: it maps the
 //	                 memory file copy-on-write, so the file stays until the
 //	                 next pause replaces it or the sandbox is deleted
+//	paused/layer.N   the files under a pause's memory file when it is a
+//	                 layer over the image the sandbox last resumed from
+//	                 (pausechain.go)
 //	paused/used      written just before a VMM starts from the image: from
 //	                 then on the guest may run on from it (and write its
 //	                 workspace), so the image is never resumed again. A
@@ -114,6 +118,11 @@ func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 			os.RemoveAll(tmp)
 		}
 	}()
+	// A sandbox resumed from its own image pauses as a layer over it.
+	linked, err := linkChain(s.dir, tmp)
+	if err != nil {
+		m.log.Warn("a pause writes a whole image: its chain could not be kept", "id", s.id, "error", err)
+	}
 	start := time.Now()
 	p := s.proc
 	// From here the VMM's exit is the pause's, not a lost VM (markLost),
@@ -132,7 +141,7 @@ func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 	slow := time.AfterFunc(pausePatience, func() {
 		m.log.Warn("a pause is taking long; waiting for the VMM's save", "id", s.id, "waited", pausePatience)
 	})
-	err = m.saveMachine(saveCtx, s, tmp, control.ThenStop)
+	err = m.saveMachine(saveCtx, s, tmp, control.ThenStop, linked)
 	slow.Stop()
 	var answered *control.Error
 	if err != nil && saveCtx.Err() == nil && !errors.As(err, &answered) && vmGone(s, lostGrace) && savedThenStopped(s.dir) {
@@ -172,6 +181,12 @@ func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 		m.log.Warn("remove a paused sandbox's VMM cgroup", "id", s.id, "error", err)
 	}
 	s.cgroup = nil
+	if err := settleChain(tmp, linked); err != nil {
+		// The VM is gone and its image cannot be restored: it is lost.
+		settled = true
+		m.loseOnPurpose(s, fmt.Sprintf("its pause image is incomplete: %v", err))
+		return fmt.Errorf("pause sandbox %s: %w", s.id, err)
+	}
 	if err := os.RemoveAll(filepath.Join(s.dir, backingDir)); err != nil {
 		m.log.Warn("remove the image a resumed VMM restored from", "id", s.id, "error", err)
 	}
@@ -408,7 +423,8 @@ func (m *VMManager) loseResume(s *vmSandbox, why error) {
 }
 
 // openImage opens the two files of an image (a snapshot's, a paused
-// sandbox's) into st's restore slots and makes st's spec a restore.
+// sandbox's) into st's restore slots, and the chain under its memory file
+// into the layer slots (pausechain.go), and makes st's spec a restore.
 func openImage(dir string, st *vmStart) error {
 	for _, f := range []struct{ slot, name string }{
 		{control.SlotRestoreState, snapStateFile},
@@ -420,11 +436,17 @@ func openImage(dir string, st *vmStart) error {
 		}
 		st.files[f.slot] = file
 	}
-	if err := verifyImage(st.files[control.SlotRestoreState], st.files[control.SlotRestoreMemory]); err != nil {
+	state, mem := st.files[control.SlotRestoreState], st.files[control.SlotRestoreMemory]
+	if err := verifyImage(state, mem); err != nil {
 		return err
 	}
+	if sum, err := snapshot.MemorySum(state); err == nil {
+		// Verified: when a pause makes it a chain's file, it is not
+		// summed again (layerChecks).
+		layerChecks.remember(mem, sum)
+	}
 	st.spec.Restore = &control.Restore{}
-	return nil
+	return openChain(dir, st)
 }
 
 // pausePatience is how long a pause waits for the VMM's save before it

@@ -81,7 +81,7 @@ func fakePausableVMM(args []string) int {
 			fmt.Fprintln(os.Stderr, "fake vmm: control:", err)
 			return 1
 		}
-		go control.Serve(cln, func(state, mem *os.File, then control.Then) error {
+		go control.Serve(cln, func(state, mem *os.File, req control.Request) error {
 			in.mu.Lock()
 			defer in.mu.Unlock()
 			if _, fail := in.img.Vars["failsave"]; fail {
@@ -100,7 +100,7 @@ func fakePausableVMM(args []string) int {
 			if _, err := io.CopyN(mem, zeroes{}, int64(spec.MemoryMiB)<<19); err != nil {
 				return err
 			}
-			if _, drop := in.img.Vars["dropreply"]; drop && then == control.ThenStop {
+			if _, drop := in.img.Vars["dropreply"]; drop && req.Then == control.ThenStop {
 				// The machine is written and the VMM ends as asked, but
 				// its reply never reaches the daemon.
 				control.WriteEnd(files[control.SlotEnd], control.End{Reason: control.ReasonSnapshotStop})

@@ -175,12 +175,15 @@ func (m *VMManager) Snapshot(ctx context.Context, id string) (sandbox.SnapshotIn
 func (m *VMManager) takeSnapshot(ctx context.Context, s *vmSandbox, dir string, then control.Then) error {
 	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
 	defer cancel()
-	return m.saveMachine(ctx, s, dir, then)
+	return m.saveMachine(ctx, s, dir, then, false)
 }
 
 // saveMachine has the sandbox's VMM write its machine into dir and then
-// carry on or end (then), for as long as ctx allows.
-func (m *VMManager) saveMachine(ctx context.Context, s *vmSandbox, dir string, then control.Then) error {
+// carry on or end (then), for as long as ctx allows. With layer, the VMM
+// may write the memory as a layer over the image it was restored from
+// (pausechain.go: only a pause of a sandbox resumed from its own image
+// asks); a snapshot is always a whole image, which forks may share.
+func (m *VMManager) saveMachine(ctx context.Context, s *vmSandbox, dir string, then control.Then, layer bool) error {
 	state, err := os.OpenFile(filepath.Join(dir, snapStateFile), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
 		return err
@@ -194,6 +197,9 @@ func (m *VMManager) saveMachine(ctx context.Context, s *vmSandbox, dir string, t
 	if _, err := preallocateMemory(mem, s.cfg.MemoryMiB); err != nil {
 		// The save still runs; on a tmpfs its pages are then the VMM's.
 		m.log.Warn("memory file not preallocated; the VMM's cgroup pays for it", "sandbox", s.id, "error", err)
+	}
+	if layer {
+		return control.SnapshotLayer(ctx, hostControlPath(s.dir), state, mem, then)
 	}
 	return control.Snapshot(ctx, hostControlPath(s.dir), state, mem, then)
 }

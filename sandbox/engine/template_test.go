@@ -68,7 +68,7 @@ func fakeControl(path string) error {
 	if err != nil {
 		return err
 	}
-	go control.Serve(ln, func(state, memory *os.File, then control.Then) error {
+	go control.Serve(ln, func(state, memory *os.File, _ control.Request) error {
 		if _, err := state.WriteString(fakeVMState); err != nil {
 			return err
 		}

@@ -36,6 +36,11 @@ const OpSnapshot Op = "snapshot"
 type Request struct {
 	Op   Op   `json:"op"`
 	Then Then `json:"then"`
+	// Layer lets the VMM write the memory as a layer over the files its
+	// machine was restored from (vmm.Machine.SaveLayer): the requester
+	// says the files are its own and it keeps them while the snapshot
+	// lives (a sandbox's pause chain, never a snapshot's or a template's).
+	Layer bool `json:"layer,omitempty"`
 }
 
 // Reply is the VMM's answer: OK, or a Code and the error's text.
@@ -46,11 +51,11 @@ type Reply struct {
 }
 
 // Handler takes a snapshot of the VM into state and memory (which it must
-// not close; the server does) and then does what then says, except that
-// for ThenStop it leaves the VM paused: Serve ends it (stop) only once the
-// reply is sent, so that a VMM process ending at once cannot lose the
-// answer its requester waits for.
-type Handler func(state, memory *os.File, then Then) error
+// not close; the server does), as a layer if req.Layer allows, and then
+// does what req.Then says, except that for ThenStop it leaves the VM
+// paused: Serve ends it (stop) only once the reply is sent, so that a VMM
+// process ending at once cannot lose the answer its requester waits for.
+type Handler func(state, memory *os.File, req Request) error
 
 // maxRequest bounds a request line.
 const maxRequest = 4096
@@ -104,8 +109,8 @@ func serveOne(c *net.UnixConn, h Handler, log *slog.Logger) (stop bool) {
 		return false
 	}
 	start := time.Now()
-	err = h(files[0], files[1], req.Then)
-	log.Info("control socket: snapshot", "then", req.Then, "took_ms", time.Since(start).Milliseconds(), "error", err)
+	err = h(files[0], files[1], req)
+	log.Info("control socket: snapshot", "then", req.Then, "layer", req.Layer, "took_ms", time.Since(start).Milliseconds(), "error", err)
 	reply(err)
 	return err == nil && req.Then == ThenStop
 }
@@ -163,6 +168,18 @@ const MaxReplyBytes = 64 << 10
 // memory (open for writing) and waits for it to be written. ctx bounds the
 // whole exchange.
 func Snapshot(ctx context.Context, socket string, state, memory *os.File, then Then) error {
+	return request(ctx, socket, state, memory, Request{Op: OpSnapshot, Then: then})
+}
+
+// SnapshotLayer is Snapshot, but the VMM may write the memory as a layer
+// over the files its machine was restored from (Request.Layer): the
+// caller owns those files and keeps them, unchanged, while the snapshot
+// lives. The state file says which it wrote.
+func SnapshotLayer(ctx context.Context, socket string, state, memory *os.File, then Then) error {
+	return request(ctx, socket, state, memory, Request{Op: OpSnapshot, Then: then, Layer: true})
+}
+
+func request(ctx context.Context, socket string, state, memory *os.File, req Request) error {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
@@ -175,7 +192,7 @@ func Snapshot(ctx context.Context, socket string, state, memory *os.File, then T
 	}
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
 	defer stop()
-	b, _ := json.Marshal(Request{Op: OpSnapshot, Then: then})
+	b, _ := json.Marshal(req)
 	rights := unix.UnixRights(int(state.Fd()), int(memory.Fd()))
 	if _, _, err := c.WriteMsgUnix(append(b, '\n'), rights, nil); err != nil {
 		return fmt.Errorf("VMM control socket: send request: %w", err)

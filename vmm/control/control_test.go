@@ -59,8 +59,8 @@ func ctx(t *testing.T) context.Context {
 
 func TestSnapshotRequest(t *testing.T) {
 	var gotThen Then
-	sock := serve(t, func(state, memory *os.File, then Then) error {
-		gotThen = then
+	sock := serve(t, func(state, memory *os.File, req Request) error {
+		gotThen = req.Then
 		if _, err := state.WriteString("the state"); err != nil {
 			return err
 		}
@@ -94,7 +94,7 @@ func TestHandlerError(t *testing.T) {
 		{fmt.Errorf("snapshot: %w", &os.PathError{Op: "write", Path: "vm.mem", Err: syscall.ENOSPC}), CodeNoSpace},
 		{WithCode(CodeNotRunning, errors.New("the machine is not running")), CodeNotRunning},
 	} {
-		sock := serve(t, func(*os.File, *os.File, Then) error { return c.err })
+		sock := serve(t, func(*os.File, *os.File, Request) error { return c.err })
 		state, memory := files(t)
 		err := Snapshot(ctx(t), sock, state, memory, ThenResume)
 		if err == nil || !strings.Contains(err.Error(), c.err.Error()) {
@@ -115,7 +115,7 @@ func TestHandlerError(t *testing.T) {
 // or then, is answered with an error and never reaches the handler.
 func TestBadRequests(t *testing.T) {
 	called := false
-	sock := serve(t, func(*os.File, *os.File, Then) error { called = true; return nil })
+	sock := serve(t, func(*os.File, *os.File, Request) error { called = true; return nil })
 	state, memory := files(t)
 	for _, c := range []struct {
 		name string
@@ -176,7 +176,7 @@ func TestStopComesAfterTheReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	go Serve(ln, func(*os.File, *os.File, Then) error {
+	go Serve(ln, func(*os.File, *os.File, Request) error {
 		if fail.Load() {
 			return errors.New("disk full")
 		}

@@ -28,6 +28,10 @@ const (
 	SlotEnd = "end"
 )
 
+// LayerSlot is the slot of memory file i under a restored snapshot's own
+// (Restore.Layers), base first.
+func LayerSlot(i int) string { return "restore.layer." + strconv.Itoa(i) }
+
 // DiskSlot is the slot of disk i of Spec.Disks, when it is Passed.
 func DiskSlot(i int) string { return "disk." + strconv.Itoa(i) }
 
@@ -57,6 +61,9 @@ func (s Spec) Slots() []string {
 	}
 	if s.Restore != nil {
 		out = append(out, SlotRestoreState, SlotRestoreMemory)
+		for i := range max(s.Restore.Layers, 0) {
+			out = append(out, LayerSlot(i))
+		}
 	}
 	slices.Sort(out)
 	return out

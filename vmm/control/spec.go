@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/cellvm/cellvm/jail"
+	"github.com/cellvm/cellvm/vmm/snapshot"
 )
 
 // Spec is one VMM process: the machine it runs and the files it is
@@ -102,8 +103,14 @@ type Net struct {
 // come open in SlotRestoreState and SlotRestoreMemory (a jailed VMM's uid
 // could not open the daemon's snapshot files, and the descriptors of one
 // file shared by many forks are what lets them share its pages); the
-// machine's shape is in the state file, so it has no fields of its own.
-type Restore struct{}
+// machine's shape is in the state file.
+type Restore struct {
+	// Layers is how many memory files lie under the snapshot's own when
+	// its memory is a chain (vmm/snapshot's layers.go): they come open in
+	// LayerSlot(0), ... base first, as its state file names them. At most
+	// snapshot.MaxLayers-1.
+	Layers int `json:"layers,omitempty"`
+}
 
 // maxSpecBytes bounds a spec file.
 const maxSpecBytes = 1 << 20
@@ -137,6 +144,9 @@ func (s Spec) Validate() error {
 	}
 	if _, err := s.Level(); err != nil {
 		return fmt.Errorf("vmm spec: %w", err)
+	}
+	if r := s.Restore; r != nil && (r.Layers < 0 || r.Layers >= snapshot.MaxLayers) {
+		return fmt.Errorf("vmm spec: a snapshot's memory in %d layers over a base: at most %d files in all", r.Layers, snapshot.MaxLayers)
 	}
 	if s.ConsoleMaxBytes < 0 {
 		return fmt.Errorf("vmm spec: console cap of %d bytes", s.ConsoleMaxBytes)

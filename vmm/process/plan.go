@@ -13,8 +13,10 @@ import (
 type Plan struct {
 	Config vmm.Config
 	// State and Memory are the snapshot to restore (nil when the machine
-	// boots); the caller closes them once the machine is built.
+	// boots), and Layers the memory files under Memory, base first; the
+	// caller closes them once the machine is built.
 	State, Memory *os.File
+	Layers        []*os.File
 }
 
 // NewPlan turns a spec and the files in its slots into the machine's
@@ -47,6 +49,9 @@ func NewPlan(spec control.Spec, files control.Files) (Plan, error) {
 	}
 	if spec.Restore != nil {
 		p.State, p.Memory = files[control.SlotRestoreState], files[control.SlotRestoreMemory]
+		for i := range spec.Restore.Layers {
+			p.Layers = append(p.Layers, files[control.LayerSlot(i)])
+		}
 	}
 	return p, nil
 }
@@ -59,5 +64,8 @@ func (p Plan) build(cfg vmm.Config) (*vmm.Machine, error) {
 	}
 	defer p.State.Close()
 	defer p.Memory.Close()
-	return vmm.Restore(cfg, p.State, p.Memory)
+	for _, f := range p.Layers {
+		defer f.Close()
+	}
+	return vmm.Restore(cfg, p.State, p.Memory, p.Layers...)
 }

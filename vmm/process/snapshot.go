@@ -25,8 +25,8 @@ func serveControl(m *vmm.Machine, path string, ends *ending, log *slog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	go control.Serve(ln, func(state, memory *os.File, then control.Then) error {
-		return snapshot(m, state, memory, then, log)
+	go control.Serve(ln, func(state, memory *os.File, req control.Request) error {
+		return snapshot(m, state, memory, req, log)
 	}, func() {
 		ends.snapshotStop()
 		m.Stop()
@@ -35,22 +35,27 @@ func serveControl(m *vmm.Machine, path string, ends *ending, log *slog.Logger) (
 }
 
 // snapshot is the control socket's handler: it pauses m, saves it into
-// state and memory, and resumes it unless then is ThenStop (Serve stops
-// it once the reply is sent). A machine that ended answers not_running.
-func snapshot(m *vmm.Machine, state, memory *os.File, then control.Then, log *slog.Logger) error {
+// state and memory (as a layer where the request allows: SaveLayer), and
+// resumes it unless the request says ThenStop (Serve stops it once the
+// reply is sent). A machine that ended answers not_running.
+func snapshot(m *vmm.Machine, state, memory *os.File, req control.Request, log *slog.Logger) error {
 	if err := m.Pause(); err != nil {
 		if errors.Is(err, vmm.ErrNotRunning) {
 			return control.WithCode(control.CodeNotRunning, err)
 		}
 		return err
 	}
-	if err := m.Save(state, memory); err != nil {
+	save := m.Save
+	if req.Layer {
+		save = m.SaveLayer
+	}
+	if err := save(state, memory); err != nil {
 		if rerr := m.Resume(); rerr != nil {
 			log.Error("resume after a failed snapshot", "err", rerr)
 		}
 		return err
 	}
-	if then == control.ThenStop {
+	if req.Then == control.ThenStop {
 		return nil // paused until Serve has replied and stops it
 	}
 	return m.Resume()

@@ -15,10 +15,15 @@ import (
 // Magic opens every state file.
 const Magic = "CELLVMST"
 
-// FormatVersion is the state file format this cellvm writes and the only
-// one it reads. It changes whenever a field changes meaning or a restore
-// would need something an older file lacks.
+// FormatVersion is the state file format this cellvm writes for a
+// snapshot whose memory file is a whole image. It changes whenever a field
+// changes meaning or a restore would need something an older file lacks.
+// A layered snapshot's is LayeredFormatVersion (layers.go); this cellvm
+// reads both and no other.
 const FormatVersion = 1
+
+// knownVersion reports whether this cellvm reads state files of version v.
+func knownVersion(v uint32) bool { return v == FormatVersion || v == LayeredFormatVersion }
 
 // headerSize is the fixed header: magic, version, flags, body length,
 // CRC-32C of the body, CRC-32C of the memory file (memdigest.go; the flags
@@ -82,7 +87,11 @@ func encodeFile(w io.Writer, st *State, flags, memSum uint32) error {
 	}
 	h := make([]byte, headerSize)
 	copy(h, Magic)
-	binary.LittleEndian.PutUint32(h[8:], FormatVersion)
+	version := uint32(FormatVersion)
+	if st.Machine.Layered() {
+		version = LayeredFormatVersion
+	}
+	binary.LittleEndian.PutUint32(h[8:], version)
 	binary.LittleEndian.PutUint32(h[hdrFlags:], flags)
 	binary.LittleEndian.PutUint32(h[hdrMemSum:], memSum)
 	binary.LittleEndian.PutUint64(h[16:], uint64(len(body)))
@@ -110,9 +119,10 @@ func Decode(r io.Reader) (*State, error) {
 	if string(h[:len(Magic)]) != Magic {
 		return nil, fmt.Errorf("%w (it does not start with %q)", ErrNotStateFile, Magic)
 	}
-	if v := binary.LittleEndian.Uint32(h[8:]); v != FormatVersion {
-		return nil, fmt.Errorf("%w: the file is format version %d, this cellvm (%s) reads version %d only: take the snapshot again with this cellvm",
-			ErrVersion, v, VMMVersion(), FormatVersion)
+	v := binary.LittleEndian.Uint32(h[8:])
+	if !knownVersion(v) {
+		return nil, fmt.Errorf("%w: the file is format version %d, this cellvm (%s) reads versions %d and %d only: take the snapshot again with this cellvm",
+			ErrVersion, v, VMMVersion(), FormatVersion, LayeredFormatVersion)
 	}
 	n := binary.LittleEndian.Uint64(h[16:])
 	if n > MaxBody {
@@ -139,6 +149,9 @@ func Decode(r io.Reader) (*State, error) {
 	}
 	if err := st.Validate(); err != nil {
 		return nil, err
+	}
+	if layered := v == LayeredFormatVersion; layered != st.Machine.Layered() {
+		return nil, fmt.Errorf("%w: a version %d file whose memory layered=%v", ErrCorrupt, v, st.Machine.Layered())
 	}
 	return st, nil
 }

@@ -103,13 +103,13 @@ func TestRoundTrip(t *testing.T) {
 
 func TestRefusesAnotherVersion(t *testing.T) {
 	b := encode(t, sample())
-	for _, v := range []uint32{0, FormatVersion + 1, 1 << 31} {
+	for _, v := range []uint32{0, LayeredFormatVersion + 1, 1 << 31} {
 		binary.LittleEndian.PutUint32(b[8:], v)
 		_, err := Decode(bytes.NewReader(b))
 		if !errors.Is(err, ErrVersion) {
 			t.Fatalf("version %d: %v, want ErrVersion", v, err)
 		}
-		for _, want := range []string{"format version", "reads version 1", "take the snapshot again"} {
+		for _, want := range []string{"format version", "reads versions 1 and 2", "take the snapshot again"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("version %d: %q does not say %q", v, err, want)
 			}

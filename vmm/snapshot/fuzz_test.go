@@ -12,6 +12,7 @@ import (
 // truncated one, one of another version and garbage.
 func FuzzDecode(f *testing.F) {
 	f.Add(encode(f, sample()))
+	f.Add(encode(f, layeredSample()))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		st, err := Decode(bytes.NewReader(data))
 		if err != nil {
@@ -40,6 +41,31 @@ func FuzzDecodeBody(f *testing.F) {
 		st, err := Decode(bytes.NewReader(withBody(FormatVersion, body)))
 		if err != nil {
 			return
+		}
+		var b bytes.Buffer
+		if err := Encode(&b, st); err != nil {
+			t.Fatalf("a decoded state does not encode: %v", err)
+		}
+		if _, err := Decode(&b); err != nil {
+			t.Fatalf("a re-encoded state does not decode: %v", err)
+		}
+	})
+}
+
+// FuzzDecodeLayeredBody is FuzzDecodeBody for a layered state file
+// (version 2): the fuzzer works on the chain's fields and their checks.
+func FuzzDecodeLayeredBody(f *testing.F) {
+	f.Add(encode(f, layeredSample())[headerSize:])
+	f.Fuzz(func(t *testing.T, body []byte) {
+		st, err := Decode(bytes.NewReader(withBody(LayeredFormatVersion, body)))
+		if err != nil {
+			return
+		}
+		if !st.Machine.Layered() {
+			t.Fatal("a version 2 file with no layers was accepted")
+		}
+		if st.Machine.MemoryFileSize() < 0 {
+			t.Fatal("a layer of negative size was accepted")
 		}
 		var b bytes.Buffer
 		if err := Encode(&b, st); err != nil {

@@ -202,8 +202,8 @@ func MemorySum(r io.ReaderAt) (uint32, error) {
 	if string(h[:len(Magic)]) != Magic {
 		return 0, fmt.Errorf("%w (it does not start with %q)", ErrNotStateFile, Magic)
 	}
-	if v := binary.LittleEndian.Uint32(h[8:]); v != FormatVersion {
-		return 0, fmt.Errorf("%w: format version %d, this cellvm reads %d", ErrVersion, v, FormatVersion)
+	if v := binary.LittleEndian.Uint32(h[8:]); !knownVersion(v) {
+		return 0, fmt.Errorf("%w: format version %d, this cellvm reads %d and %d", ErrVersion, v, FormatVersion, LayeredFormatVersion)
 	}
 	if binary.LittleEndian.Uint32(h[hdrFlags:])&flagMemSum == 0 {
 		return 0, ErrNoMemorySum

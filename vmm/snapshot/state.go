@@ -44,8 +44,14 @@ type State struct {
 type Machine struct {
 	VCPUs     int
 	MemoryMiB uint64
-	// Memory says where each guest RAM region is in the memory file.
+	// Memory says where each guest RAM region is in the memory image.
 	Memory []MemoryRegion
+	// Layers are the files under the snapshot's memory file, base first,
+	// when its memory is a chain (layers.go); none when the memory file
+	// is a whole image.
+	Layers []Layer `json:",omitempty"`
+	// Extents say where the memory file's pages go when it is a layer.
+	Extents []Extent `json:",omitempty"`
 }
 
 // MemoryRegion is one guest RAM region and its place in the memory file.

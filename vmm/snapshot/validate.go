@@ -48,6 +48,9 @@ func (st *State) validate() error {
 			return fmt.Errorf("memory region %d is %+v, want %+v", i, m.Memory[i], want[i])
 		}
 	}
+	if err := m.validateChain(); err != nil {
+		return err
+	}
 	if len(st.VCPUs) != m.VCPUs {
 		return fmt.Errorf("%d vCPU states for %d vCPUs", len(st.VCPUs), m.VCPUs)
 	}
