@@ -271,3 +271,57 @@ func (d *Driver) load16(addr uint64) uint16 {
 	}
 	return v
 }
+
+// Buf is a buffer the caller has already placed in guest memory, for a
+// driver that posts the same buffers again and again (a benchmark), where
+// Post would exhaust the heap.
+type Buf struct {
+	Addr  uint64
+	Len   uint32
+	Write bool
+}
+
+// PostBufs builds a direct chain over bufs, makes it available and returns
+// its head. It allocates no guest memory.
+func (d *Driver) PostBufs(bufs ...Buf) uint16 {
+	ids := make([]uint16, len(bufs))
+	for i := range bufs {
+		ids[i] = d.take()
+	}
+	var wr []queue.Buffer
+	for i, b := range bufs {
+		var flags, next uint16
+		if b.Write {
+			flags = queue.DescFlagWrite
+			wr = append(wr, queue.Buffer{Addr: b.Addr, Len: b.Len})
+		}
+		if i+1 < len(bufs) {
+			flags |= queue.DescFlagNext
+			next = ids[i+1]
+		}
+		d.WriteDesc(d.Desc, ids[i], b.Addr, b.Len, flags, next)
+	}
+	d.writable[ids[0]] = wr
+	d.descs[ids[0]] = ids
+	d.Publish(ids[0])
+	return ids[0]
+}
+
+// Reclaim is Next without reading the written bytes back: it takes the
+// next used entry, if there is one, and frees its descriptors.
+func (d *Driver) Reclaim() (id uint16, n uint32, ok bool) {
+	if d.UsedIdx() == d.lastUsed {
+		return 0, 0, false
+	}
+	var e [8]byte
+	if err := d.Mem.ReadAt(e[:], d.Used+4+8*uint64(d.lastUsed%d.Size)); err != nil {
+		d.tb.Fatalf("read used ring: %v", err)
+	}
+	d.lastUsed++
+	d.SetUsedEvent(d.lastUsed)
+	id = uint16(binary.LittleEndian.Uint32(e[0:]))
+	d.free = append(d.free, d.descs[id]...)
+	delete(d.descs, id)
+	delete(d.writable, id)
+	return id, binary.LittleEndian.Uint32(e[4:]), true
+}
