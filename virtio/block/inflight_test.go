@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellvm/cellvm/virtio/queue"
 	"github.com/cellvm/cellvm/virtio/virtiotest"
 )
 
@@ -190,5 +191,66 @@ func TestPauseDrainsRequestsInFlight(t *testing.T) {
 	}
 	if u := h.Wait(0, 5*time.Second); u.ID != later || u.Data[0] != 3 {
 		t.Fatalf("after resume: completion %d (want %d), data %d", u.ID, later, u.Data[0])
+	}
+}
+
+// TestEventIdxSuppression is virtio 1.2, 2.7.10 at the device: while the
+// device works through its ring it leaves avail_event behind, so a driver
+// posting more does not notify (and loses nothing: the device looks at the
+// ring after each completion); once the ring is empty it sets avail_event to
+// ask for the next notification. Interrupts follow used_event: a batch of
+// completions that does not pass it raises none.
+func TestEventIdxSuppression(t *testing.T) {
+	b, s := gatedDisk(t)
+	h := virtiotest.Start(t, b, ^uint64(0), 128)
+	d := h.Queues[0]
+	const first, extra = maxInFlight + 2, 4
+	d.SetUsedEvent(first + extra - 1) // one interrupt, at the last completion
+	for i := range first {
+		d.Post(readReq(uint64(i))...)
+	}
+	h.Kick(0)
+	for range maxInFlight {
+		s.waitStarted(t)
+	}
+	ev := d.AvailEvent()
+	for i := range extra {
+		old := uint16(first + i)
+		d.Post(readReq(uint64(first + i))...)
+		if queue.NeedEvent(d.AvailEvent(), old+1, old) {
+			t.Fatalf("avail_event %d asks for a notification of entry %d while the device is busy", d.AvailEvent(), old)
+		}
+	}
+	if d.AvailEvent() != ev {
+		t.Fatalf("avail_event moved from %d to %d while the device was busy", ev, d.AvailEvent())
+	}
+	irqs := h.Irq.Count()
+	for i := range first + extra {
+		close(s.gate(int64(i) * SectorSize))
+	}
+	// Taking used entries moves used_event (as Linux does), so wait for
+	// all of them to be pushed before taking any.
+	eventually(t, "all completions pushed", func() bool { return d.Pending() == first+extra })
+	if got := h.Irq.Count() - irqs; got != 1 {
+		t.Fatalf("%d interrupts for %d completions with used_event at the last, want 1", got, first+extra)
+	}
+	for range first + extra {
+		if u, _ := d.Next(); u.Data[SectorSize] != StatusOK {
+			t.Fatalf("completion %d: status %d", u.ID, u.Data[SectorSize])
+		}
+	}
+	// The ring is empty: the next entry must be notified.
+	eventually(t, "avail_event at the next entry", func() bool { return d.AvailEvent() == first+extra })
+}
+
+// eventually waits for cond, which the device's goroutines make true.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not %s within 5s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
