@@ -140,6 +140,8 @@ func TestInFlightIsBounded(t *testing.T) {
 		}
 		seen[u.ID] = true
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.max != maxInFlight {
 		t.Fatalf("%d reads at the disk at once, want the bound %d", s.max, maxInFlight)
 	}
