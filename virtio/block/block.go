@@ -1,7 +1,10 @@
 // Package block is virtio-blk (virtio 1.x, 5.2) over a host file: the guest
 // root image (read-only) and its writable layer (read-write). Requests are
-// served on the device's own goroutine with pread/pwrite straight into and
-// out of guest memory, never on the vCPU thread that kicked the queue.
+// served on the device's own goroutines with preadv/pwritev straight into
+// and out of guest memory, never on the vCPU thread that kicked the queue.
+// Several requests are in flight at once (inflight.go): a guest's readahead
+// keeps more than one outstanding, and serving them one by one left the
+// host's other CPUs idle while the guest waited.
 //
 // Every request is checked before the file is touched: the sector range must
 // lie inside the disk (a request past the end completes with IOERR, as does a
@@ -19,7 +22,6 @@ import (
 
 	"github.com/cellvm/cellvm/ratelog"
 	"github.com/cellvm/cellvm/virtio"
-	"github.com/cellvm/cellvm/virtio/queue"
 )
 
 // Feature bits (virtio 1.x, 5.2.3).
@@ -57,6 +59,7 @@ const (
 // Block is a virtio block device backed by a file.
 type Block struct {
 	file     *os.File
+	store    store // file, or a test's double
 	readOnly bool
 	sectors  uint64
 	id       [IDLen]byte
@@ -79,6 +82,7 @@ func New(f *os.File, readOnly bool, id string, log *slog.Logger) (*Block, error)
 	}
 	b := &Block{
 		file:     f,
+		store:    newFileStore(f),
 		readOnly: readOnly,
 		sectors:  uint64(st.Size()) / SectorSize,
 		log:      ratelog.Wrap(log).With("device", "virtio-blk", "file", f.Name()),
@@ -128,7 +132,7 @@ func (b *Block) Activate(a *virtio.Activation) error {
 	return nil
 }
 
-// Reset implements virtio.Device. It waits for the request in progress.
+// Reset implements virtio.Device. It waits for the requests in flight.
 func (b *Block) Reset() {
 	b.workers.Stop()
 }
@@ -143,45 +147,4 @@ func (b *Block) Close() error {
 		b.closeErr = b.file.Close()
 	})
 	return b.closeErr
-}
-
-func (b *Block) run(a *virtio.Activation, stop <-chan struct{}) {
-	q := a.Queues[0]
-	for {
-		select {
-		case <-stop:
-			return
-		case <-a.Kicks[0]:
-		}
-		if err := b.serve(a, q, stop); err != nil {
-			a.Irq.NeedsReset(err)
-			return
-		}
-	}
-}
-
-// serve completes every available request.
-func (b *Block) serve(a *virtio.Activation, q *queue.Queue, stop <-chan struct{}) error {
-	defer a.SignalUsed(q)
-	for n := 0; ; n++ {
-		if n%16 == 15 {
-			a.SignalUsed(q) // let the guest see progress on a long batch
-			select {
-			case <-stop:
-				return nil
-			default:
-			}
-		}
-		c, err := q.Pop(a.Mem)
-		if err != nil {
-			return fmt.Errorf("virtio-blk: %w", err)
-		}
-		if c == nil {
-			return nil
-		}
-		written := b.handle(a, c)
-		if err := q.Push(a.Mem, c.Head, written); err != nil {
-			return fmt.Errorf("virtio-blk: %w", err)
-		}
-	}
 }

@@ -108,7 +108,7 @@ func (b *Block) execute(mem guestmem.Memory, c *queue.Chain, r request, w *queue
 		if b.readOnly {
 			return StatusOK
 		}
-		if err := b.file.Sync(); err != nil {
+		if err := b.store.sync(); err != nil {
 			b.log.Warn("flush", "err", err)
 			return StatusIOErr
 		}
@@ -126,45 +126,39 @@ func (b *Block) execute(mem guestmem.Memory, c *queue.Chain, r request, w *queue
 	}
 }
 
-// read fills the request's data buffers from the file.
+// read fills the request's data buffers from the disk, in one vectored
+// read.
 func (b *Block) read(w *queue.Writer, r request) error {
-	off := int64(r.sector * SectorSize)
+	bufs := make([][]byte, 0, 8)
 	for left := r.dataLen; left > 0; {
 		s, err := w.Next(int(left))
 		if err != nil {
 			return err
 		}
-		if _, err := b.file.ReadAt(s, off); err != nil {
-			return err // io.EOF too: the file shrank under us
-		}
-		off += int64(len(s))
+		bufs = append(bufs, s)
 		left -= uint32(len(s))
 	}
-	return nil
+	return b.store.readv(bufs, int64(r.sector*SectorSize))
 }
 
-// write stores the request's data buffers to the file.
+// write stores the request's data buffers to the disk, in one vectored
+// write.
 func (b *Block) write(mem guestmem.Memory, c *queue.Chain, r request) error {
 	rd := c.NewReader(mem)
-	if _, err := rd.Next(headerLen); err != nil { // header, already parsed
-		return err
-	}
-	// The header may span buffers; Next stops at a buffer's end.
+	// Skip the header, already parsed; it may span buffers, and Next
+	// stops at a buffer's end.
 	for rd.Remaining() > r.dataLen {
 		if _, err := rd.Next(int(rd.Remaining() - r.dataLen)); err != nil {
 			return err
 		}
 	}
-	off := int64(r.sector * SectorSize)
+	bufs := make([][]byte, 0, 8)
 	for rd.Remaining() > 0 {
 		s, err := rd.Next(int(rd.Remaining()))
 		if err != nil {
 			return err
 		}
-		if _, err := b.file.WriteAt(s, off); err != nil {
-			return err
-		}
-		off += int64(len(s))
+		bufs = append(bufs, s)
 	}
-	return nil
+	return b.store.writev(bufs, int64(r.sector*SectorSize))
 }

@@ -14,8 +14,9 @@ type State struct {
 	ID       string
 }
 
-// Pause implements virtio.Pauser: it waits for the request in progress,
-// which completes (requests are popped and pushed in one go).
+// Pause implements virtio.Pauser: it waits for every request in flight
+// and pushes it (run), so no chain is left popped and not pushed, and the
+// saved queue position is exact.
 func (b *Block) Pause() { b.workers.Stop() }
 
 // Resume implements virtio.Pauser.

@@ -23,6 +23,8 @@ type Chain struct {
 	Writable    []Buffer
 	ReadableLen uint32 // total bytes the device may read
 	WritableLen uint32 // total bytes the device may write
+
+	inline [4]Buffer // backs Readable and Writable for short chains
 }
 
 type desc struct {
@@ -32,9 +34,11 @@ type desc struct {
 	next  uint16
 }
 
+// readDesc reads descriptor i of the table once, through Slice (which is
+// what ReadAt does, without the copy escaping to the heap).
 func readDesc(mem guestmem.Memory, table uint64, i uint16) (desc, error) {
-	var b [DescSize]byte
-	if err := mem.ReadAt(b[:], table+DescSize*uint64(i)); err != nil {
+	b, err := mem.Slice(table+DescSize*uint64(i), DescSize)
+	if err != nil {
 		return desc{}, err
 	}
 	return desc{
@@ -55,6 +59,11 @@ func ReadChain(mem guestmem.Memory, cfg Config, head uint16) (*Chain, error) {
 		return nil, fmt.Errorf("%w: chain head %d >= queue size %d", ErrMalformed, head, cfg.Size)
 	}
 	c := &Chain{Head: head}
+	// Readable buffers come before writable ones, so both are slices of
+	// one list, which starts in the chain itself: a short chain (a vsock
+	// packet, a small block request) costs one allocation.
+	all := c.inline[:0]
+	nr := 0
 	var readable, writable uint64
 	add := func(d desc) error {
 		if d.len == 0 {
@@ -66,14 +75,14 @@ func ReadChain(mem guestmem.Memory, cfg Config, head uint16) (*Chain, error) {
 		b := Buffer{Addr: d.addr, Len: d.len}
 		if d.flags&DescFlagWrite != 0 {
 			writable += uint64(d.len)
-			c.Writable = append(c.Writable, b)
 		} else {
-			if len(c.Writable) != 0 {
+			if len(all) != nr {
 				return fmt.Errorf("%w: readable buffer after a writable one", ErrMalformed)
 			}
 			readable += uint64(d.len)
-			c.Readable = append(c.Readable, b)
+			nr++
 		}
+		all = append(all, b)
 		if readable > maxChainBytes || writable > maxChainBytes {
 			return fmt.Errorf("%w: chain longer than 4 GiB", ErrMalformed)
 		}
@@ -107,6 +116,12 @@ func ReadChain(mem guestmem.Memory, cfg Config, head uint16) (*Chain, error) {
 		i = d.next
 	}
 	c.ReadableLen, c.WritableLen = uint32(readable), uint32(writable)
+	if nr > 0 {
+		c.Readable = all[:nr:nr]
+	}
+	if len(all) > nr {
+		c.Writable = all[nr:]
+	}
 	return c, nil
 }
 

@@ -156,9 +156,9 @@ func (q *Queue) Pop(mem guestmem.Memory) (*Chain, error) {
 	if err != nil || n == 0 {
 		return nil, err
 	}
-	var b [2]byte
 	slot := uint64(q.lastAvail % q.cfg.Size)
-	if err := mem.ReadAt(b[:], q.availRingAddr()+2*slot); err != nil {
+	b, err := mem.Slice(q.availRingAddr()+2*slot, 2)
+	if err != nil {
 		return nil, fmt.Errorf("%w: avail ring: %w", ErrMalformed, err)
 	}
 	q.lastAvail++
@@ -169,13 +169,13 @@ func (q *Queue) Pop(mem guestmem.Memory) (*Chain, error) {
 // Push returns a chain to the driver: it writes the used element (head,
 // written bytes) and then publishes the new used idx.
 func (q *Queue) Push(mem guestmem.Memory, head uint16, written uint32) error {
-	var e [usedElemSize]byte
-	putLE32(e[0:], uint32(head))
-	putLE32(e[4:], written)
 	slot := uint64(q.usedIdx % q.cfg.Size)
-	if err := mem.WriteAt(e[:], q.usedRingAddr()+usedElemSize*slot); err != nil {
+	e, err := mem.Slice(q.usedRingAddr()+usedElemSize*slot, usedElemSize)
+	if err != nil {
 		return fmt.Errorf("%w: used ring: %w", ErrMalformed, err)
 	}
+	putLE32(e[0:], uint32(head))
+	putLE32(e[4:], written)
 	q.usedIdx++
 	if err := Store16(mem, q.usedIdxAddr(), q.usedIdx); err != nil {
 		return fmt.Errorf("%w: used idx: %w", ErrMalformed, err)

@@ -136,27 +136,12 @@ func (d *Driver) take() uint16 {
 // Post builds a direct chain of segs, makes it available and returns its
 // head.
 func (d *Driver) Post(segs ...Seg) uint16 {
-	ids := make([]uint16, len(segs))
-	for i := range segs {
-		ids[i] = d.take()
-	}
-	var wr []queue.Buffer
+	bufs := make([]Buf, len(segs))
 	for i, s := range segs {
-		addr, flags := d.buffer(s)
-		if s.Write {
-			wr = append(wr, queue.Buffer{Addr: addr, Len: s.Len})
-		}
-		var next uint16
-		if i+1 < len(segs) {
-			flags |= queue.DescFlagNext
-			next = ids[i+1]
-		}
-		d.WriteDesc(d.Desc, ids[i], addr, s.Len, flags, next)
+		addr, _ := d.buffer(s)
+		bufs[i] = Buf{Addr: addr, Len: s.Len, Write: s.Write}
 	}
-	d.writable[ids[0]] = wr
-	d.descs[ids[0]] = ids
-	d.Publish(ids[0])
-	return ids[0]
+	return d.PostBufs(bufs...)
 }
 
 // PostIndirect builds segs in an indirect table referenced by one
@@ -227,8 +212,29 @@ func (d *Driver) Pending() uint16 { return d.UsedIdx() - d.lastUsed }
 // Next takes the next used entry, if there is one, and frees its
 // descriptors.
 func (d *Driver) Next() (Used, bool) {
-	if d.UsedIdx() == d.lastUsed {
+	id, n, wr, ok := d.reclaim()
+	if !ok {
 		return Used{}, false
+	}
+	u := Used{ID: id, Len: n, Data: []byte{}}
+	left := n
+	for _, b := range wr {
+		k := min(left, b.Len)
+		p := make([]byte, k)
+		if err := d.Mem.ReadAt(p, b.Addr); err != nil {
+			d.tb.Fatalf("read used buffer: %v", err)
+		}
+		u.Data = append(u.Data, p...)
+		left -= k
+	}
+	return u, true
+}
+
+// reclaim takes the next used entry, if there is one, frees its
+// descriptors and returns its writable buffers.
+func (d *Driver) reclaim() (id uint16, n uint32, wr []queue.Buffer, ok bool) {
+	if d.UsedIdx() == d.lastUsed {
+		return 0, 0, nil, false
 	}
 	var e [8]byte
 	if err := d.Mem.ReadAt(e[:], d.Used+4+8*uint64(d.lastUsed%d.Size)); err != nil {
@@ -238,24 +244,12 @@ func (d *Driver) Next() (Used, bool) {
 	// Ask for an interrupt at the next used entry, as Linux's
 	// virtqueue_enable_cb does (ignored without EVENT_IDX).
 	d.SetUsedEvent(d.lastUsed)
-	u := Used{ID: uint16(binary.LittleEndian.Uint32(e[0:])), Len: binary.LittleEndian.Uint32(e[4:])}
-	left := u.Len
-	for _, b := range d.writable[u.ID] {
-		n := min(left, b.Len)
-		p := make([]byte, n)
-		if err := d.Mem.ReadAt(p, b.Addr); err != nil {
-			d.tb.Fatalf("read used buffer: %v", err)
-		}
-		u.Data = append(u.Data, p...)
-		left -= n
-	}
-	if u.Data == nil {
-		u.Data = []byte{}
-	}
-	d.free = append(d.free, d.descs[u.ID]...)
-	delete(d.descs, u.ID)
-	delete(d.writable, u.ID)
-	return u, true
+	id = uint16(binary.LittleEndian.Uint32(e[0:]))
+	wr = d.writable[id]
+	d.free = append(d.free, d.descs[id]...)
+	delete(d.descs, id)
+	delete(d.writable, id)
+	return id, binary.LittleEndian.Uint32(e[4:]), wr, true
 }
 
 func (d *Driver) store16(addr uint64, v uint16) {
@@ -270,4 +264,46 @@ func (d *Driver) load16(addr uint64) uint16 {
 		d.tb.Fatalf("load16 %#x: %v", addr, err)
 	}
 	return v
+}
+
+// Buf is a buffer the caller has already placed in guest memory, for a
+// driver that posts the same buffers again and again (a benchmark), where
+// Post would exhaust the heap.
+type Buf struct {
+	Addr  uint64
+	Len   uint32
+	Write bool
+}
+
+// PostBufs builds a direct chain over bufs, makes it available and returns
+// its head. It allocates no guest memory.
+func (d *Driver) PostBufs(bufs ...Buf) uint16 {
+	ids := make([]uint16, len(bufs))
+	for i := range bufs {
+		ids[i] = d.take()
+	}
+	var wr []queue.Buffer
+	for i, b := range bufs {
+		var flags, next uint16
+		if b.Write {
+			flags = queue.DescFlagWrite
+			wr = append(wr, queue.Buffer{Addr: b.Addr, Len: b.Len})
+		}
+		if i+1 < len(bufs) {
+			flags |= queue.DescFlagNext
+			next = ids[i+1]
+		}
+		d.WriteDesc(d.Desc, ids[i], b.Addr, b.Len, flags, next)
+	}
+	d.writable[ids[0]] = wr
+	d.descs[ids[0]] = ids
+	d.Publish(ids[0])
+	return ids[0]
+}
+
+// Reclaim is Next without reading the written bytes back: it takes the
+// next used entry, if there is one, and frees its descriptors.
+func (d *Driver) Reclaim() (id uint16, n uint32, ok bool) {
+	id, n, _, ok = d.reclaim()
+	return id, n, ok
 }

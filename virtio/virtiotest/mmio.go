@@ -179,3 +179,16 @@ func (h *Harness) TryWait(q int, timeout time.Duration) (Used, bool) {
 func (h *Harness) NeedsReset() bool {
 	return h.Read32(mmio.RegStatus)&virtio.StatusDeviceNeedsReset != 0
 }
+
+// WaitIrq blocks until the device raises an interrupt (or one was raised
+// since the last WaitIrq), or timeout passes; it reports which.
+func (h *Harness) WaitIrq(timeout time.Duration) bool {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-h.Irq.wake:
+		return true
+	case <-t.C:
+		return false
+	}
+}

@@ -187,7 +187,10 @@ func (c *conn) guestShutdown(flags uint32) {
 }
 
 // hostReader moves host socket data towards the guest, reading no more
-// than the guest has credit for.
+// than the guest has credit for. It reads into one buffer of its own and
+// hands it to the rx goroutine as toGuest, without a copy; it reads again
+// only once toGuest is empty, so the buffer is never written while the rx
+// goroutine copies from it.
 func (c *conn) hostReader() {
 	s := c.s
 	defer s.wg.Done()
@@ -209,7 +212,9 @@ func (c *conn) hostReader() {
 			return
 		}
 		if k > 0 {
-			c.toGuest = append(c.toGuest[:0], buf[:k]...)
+			// No copy: buf is read again only once toGuest is empty,
+			// and fillRx copies toGuest into guest memory under mu.
+			c.toGuest = buf[:k:k]
 			s.schedule(c)
 		}
 		if err != nil {

@@ -379,7 +379,7 @@ func (s *session) fillRx(q *queue.Queue) error {
 			s.rsts = s.rsts[1:]
 		} else {
 			data = c.took(&h, w.Remaining()-HeaderLen)
-			if len(s.ready) > 0 && s.ready[0] == c {
+			if len(s.ready) > 1 && s.ready[0] == c {
 				s.ready = append(s.ready[1:], c) // round robin
 			}
 		}
