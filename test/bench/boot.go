@@ -54,6 +54,8 @@ func init() {
 	flag.Var(&bootVariants, "boot-variant", "`NAME=ARGS`: also boot cellvm's bzImage quietly with ARGS added to the kernel command line (repeatable)")
 }
 
+var dmesgBoots = flag.Int("dmesg", 3, "boots of each bzImage guest whose dmesg the boot bench compares (0: none)")
+
 var dmesgAll = flag.Bool("dmesg-all", false, "print every line of the two guests' dmesg side by side, not only the lines where the gap moved")
 
 type variantFlag []struct{ name, args string }
@@ -79,6 +81,7 @@ type sample struct {
 	// "vm ended" (the guest reset; what follows is the VMM's teardown);
 	// 0 for QEMU, which says neither.
 	vmReady, vmEnded time.Duration
+	setup            string   // cellvm's setup steps (its "vm starting" line's setup=)
 	dmesg            []string // BENCH-DMESG lines, when asked for
 }
 
@@ -127,15 +130,21 @@ func benchBoot(cellvm, qemu, vmlinux, bzImage, tmp string, n int) error {
 			printBreakdown(runs, med)
 		}
 	}
-	// One more boot of each bzImage guest, its dmesg printed side by side.
+	// More boots of each bzImage guest, their dmesg side by side.
 	quiet := bootCmdline + " quiet bench.dmesg"
-	c, cerr := boot(cellvmArgs(bzImage, quiet))
-	q, qerr := boot(qemuArgs(bzImage, quiet))
-	if cerr != nil || qerr != nil {
-		fmt.Printf("bench: dmesg boots failed: cellvm: %v; qemu: %v\n", cerr, qerr)
-		return nil
+	var pairs [][2][]dmesgLine
+	for i := 0; i < *dmesgBoots; i++ {
+		c, cerr := boot(cellvmArgs(bzImage, quiet))
+		q, qerr := boot(qemuArgs(bzImage, quiet))
+		if cerr != nil || qerr != nil {
+			fmt.Printf("bench: dmesg boot %d failed: cellvm: %v; qemu: %v\n", i+1, cerr, qerr)
+			continue
+		}
+		pairs = append(pairs, [2][]dmesgLine{parseDmesg(c.dmesg), parseDmesg(q.dmesg)})
 	}
-	compareDmesg(parseDmesg(c.dmesg), parseDmesg(q.dmesg), *dmesgAll)
+	if len(pairs) > 0 {
+		compareDmesg(pairs, *dmesgAll)
+	}
 	return nil
 }
 
@@ -218,6 +227,11 @@ func printBreakdown(runs []vmmRun, med map[string]sample) {
 		}
 		fmt.Printf("%-34s %12s %12.0f %12.0f %12.0f %12s\n", r.name, dash(setup), ms(preKernel), ms(up), ms(m.toExit-m.toMarker), dash(teardown))
 	}
+	for _, r := range runs {
+		if m, ok := med[r.name]; ok && m.setup != "" {
+			fmt.Printf("%s: VMM setup steps (the median boot): %s\n", r.name, m.setup)
+		}
+	}
 }
 
 func median(ss []sample) sample {
@@ -234,12 +248,20 @@ func median(ss []sample) sample {
 		sort.Float64s(v)
 		return v[len(v)/2]
 	}
+	ready := time.Duration(pick(func(s sample) float64 { return float64(s.vmReady) }))
+	setup := ""
+	for _, s := range ss {
+		if s.vmReady == ready {
+			setup = s.setup
+		}
+	}
 	return sample{
+		setup:    setup,
 		toMarker: time.Duration(pick(func(s sample) float64 { return float64(s.toMarker) })),
 		uptime:   pick(func(s sample) float64 { return s.uptime }),
 		toExit:   time.Duration(pick(func(s sample) float64 { return float64(s.toExit) })),
 		maxRSSKB: int64(pick(func(s sample) float64 { return float64(s.maxRSSKB) })),
-		vmReady:  time.Duration(pick(func(s sample) float64 { return float64(s.vmReady) })),
+		vmReady:  ready,
 		vmEnded:  time.Duration(pick(func(s sample) float64 { return float64(s.vmEnded) })),
 	}
 }
@@ -274,6 +296,9 @@ func boot(argv []string) (sample, error) {
 			switch {
 			case s.vmReady == 0 && strings.Contains(line, `msg="vm starting"`):
 				s.vmReady = time.Since(start)
+				if _, after, ok := strings.Cut(line, ` setup="`); ok {
+					s.setup, _, _ = strings.Cut(after, `"`)
+				}
 			case s.vmEnded == 0 && strings.Contains(line, `msg="vm ended"`):
 				s.vmEnded = time.Since(start)
 			}

@@ -9,6 +9,7 @@ package main
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,48 +83,88 @@ func alignDmesg(c, q []dmesgLine) []dmesgRow {
 	return rows
 }
 
-// compareDmesg prints the aligned logs: both timestamps, and how much the
-// gap (cellvm's minus QEMU's) grew since the previous shared message. all
-// prints every row; otherwise only the rows where the gap moved by 5 ms or
-// more, and the messages of one guest alone. Then each guest's largest
-// steps (the time before a message since the one before it).
-func compareDmesg(c, q []dmesgLine, all bool) {
-	if len(c) == 0 || len(q) == 0 {
-		fmt.Printf("bench: dmesg: no kernel log (cellvm %d lines, qemu %d)\n", len(c), len(q))
-		return
+// compareDmesg prints the guests' logs side by side, from n boots of each
+// (pairs[i] is one cellvm boot's log and one QEMU boot's): for each message
+// both print, the median step before it (the time since the previous
+// shared message) in each guest, and their difference. A median over boots
+// keeps a stall of the rig (the host descheduling a vCPU, which the
+// guest's clock counts) from reading as a step of the boot. all prints
+// every message; otherwise only those whose steps differ by 5 ms or more,
+// and the messages of one guest alone (from the first pair).
+func compareDmesg(pairs [][2][]dmesgLine, all bool) {
+	type steps struct {
+		c, q []float64
+		ts   float64 // cellvm's timestamp in the first pair that has it
 	}
-	fmt.Printf("\nthe guests' dmesg side by side (bzImage, quiet console, one boot each; seconds of each guest's clock)\n")
-	fmt.Printf("%9s %9s %9s  %s\n", "cellvm", "qemu", "gap-grew", "message")
-	gap := 0.0
-	shown := 0
-	for _, r := range alignDmesg(c, q) {
-		switch {
-		case r.c >= 0 && r.q >= 0:
-			g := c[r.c].ts - q[r.q].ts
-			grew := g - gap
-			gap = g
-			if all || grew >= 0.005 || grew <= -0.005 {
-				fmt.Printf("%9.3f %9.3f %+9.3f  %s\n", c[r.c].ts, q[r.q].ts, grew, clip(c[r.c].text))
-				shown++
+	var order []string
+	byKey := map[string]*steps{}
+	for _, p := range pairs {
+		c, q := p[0], p[1]
+		seen := map[string]int{}
+		prevC, prevQ := 0.0, 0.0
+		for _, r := range alignDmesg(c, q) {
+			if r.c < 0 || r.q < 0 {
+				continue
 			}
-		case r.c >= 0:
-			fmt.Printf("%9.3f %9s %9s  cellvm only: %s\n", c[r.c].ts, "", "", clip(c[r.c].text))
-			shown++
-		default:
-			fmt.Printf("%9s %9.3f %9s  qemu only: %s\n", "", q[r.q].ts, "", clip(q[r.q].text))
+			k := dmesgKey(c[r.c].text)
+			seen[k]++
+			k = fmt.Sprintf("%s\x00%d", k, seen[k])
+			st := byKey[k]
+			if st == nil {
+				st = &steps{ts: c[r.c].ts}
+				byKey[k] = st
+				order = append(order, k)
+			}
+			st.c = append(st.c, c[r.c].ts-prevC)
+			st.q = append(st.q, q[r.q].ts-prevQ)
+			prevC, prevQ = c[r.c].ts, q[r.q].ts
+		}
+	}
+	fmt.Printf("\nthe guests' dmesg side by side (bzImage, quiet console, %d boots each): median step before each message, ms\n", len(pairs))
+	fmt.Printf("%9s %9s %9s %9s  %s\n", "at", "cellvm", "qemu", "diff", "message")
+	var sumC, sumQ float64
+	shown := 0
+	for _, k := range order {
+		st := byKey[k]
+		if len(st.c) < (len(pairs)+1)/2 {
+			continue
+		}
+		mc, mq := medianF(st.c), medianF(st.q)
+		sumC, sumQ = sumC+mc, sumQ+mq
+		if d := mc - mq; all || d >= 0.005 || d <= -0.005 {
+			text, _, _ := strings.Cut(k, "\x00")
+			fmt.Printf("%9.3f %9.1f %9.1f %+9.1f  %s\n", st.ts, mc*1000, mq*1000, d*1000, clip(text))
 			shown++
 		}
 	}
-	fmt.Printf("(%d of %d rows shown; the gap at the end: %+.3f s)\n", shown, len(alignDmesg(c, q)), gap)
+	fmt.Printf("(%d of %d shared messages shown; the medians' sums: cellvm %.3f s, qemu %.3f s)\n", shown, len(order), sumC, sumQ)
+	if len(pairs) == 0 {
+		return
+	}
+	c, q := pairs[0][0], pairs[0][1]
+	for _, r := range alignDmesg(c, q) {
+		switch {
+		case r.c >= 0 && r.q < 0:
+			fmt.Printf("%9.3f  cellvm only: %s\n", c[r.c].ts, clip(c[r.c].text))
+		case r.q >= 0 && r.c < 0:
+			fmt.Printf("%9.3f  qemu only: %s\n", q[r.q].ts, clip(q[r.q].text))
+		}
+	}
 	for _, g := range []struct {
 		name string
 		l    []dmesgLine
 	}{{"cellvm", c}, {"qemu", q}} {
-		fmt.Printf("%s's largest steps:\n", g.name)
+		fmt.Printf("%s's largest steps (first boot):\n", g.name)
 		for _, s := range largestSteps(g.l, 8) {
 			fmt.Printf("  %7.3f s before [%9.3f] %s\n", s.ts, g.l[s.i].ts, clip(g.l[s.i].text))
 		}
 	}
+}
+
+func medianF(v []float64) float64 {
+	v = slices.Clone(v)
+	sort.Float64s(v)
+	return v[len(v)/2]
 }
 
 type step struct {
