@@ -4,7 +4,7 @@ package main
 // initramfs, alternating, with a quiet console (what users run) and with a
 // full one (every kernel message on the 8250, where each character is a
 // trip through the VMM). Next to the medians it prints where the time goes
-// (breakdown), and one boot of each guest's dmesg side by side
+// (breakdown), and each guest's dmesg side by side over several boots
 // (bootdmesg.go), since the guest kernel's own uptime at init is what
 // tells the guest's speed in the machine apart from the VMM's own work.
 
