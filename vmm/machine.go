@@ -107,6 +107,7 @@ type Machine struct {
 	nextMMIO uint64
 	nextIRQ  uint32
 	started  time.Time // when Run started the vCPU threads
+	setup    setupTimes
 
 	// life is the machine's state (built, running, pausing, paused, ended,
 	// closed) and what goes with it (state.go).
@@ -169,6 +170,7 @@ func build(cfg Config, from *restoreSource) (_ *Machine, err error) {
 		cmdline:  cfg.Cmdline,
 	}
 	m.life.ended = make(chan struct{})
+	m.setup.mark("")
 	defer func() {
 		if err != nil {
 			m.Close()
@@ -201,6 +203,7 @@ func build(cfg Config, from *restoreSource) (_ *Machine, err error) {
 	if err = m.vm.CreatePIT2(); err != nil {
 		return nil, err
 	}
+	m.setup.mark("kvm")
 	if from != nil {
 		if m.memSrc, err = newChainSource(from.state, from.mem, from.layers, from.memSum, from.hasSum); err != nil {
 			return nil, err
@@ -208,14 +211,17 @@ func build(cfg Config, from *restoreSource) (_ *Machine, err error) {
 		if m.mem, m.unmap, err = mapGuestMemoryChain(m.vm, m.memSrc, from.state.Machine.Memory); err != nil {
 			return nil, err
 		}
+		m.setup.mark("memory")
 	} else {
 		if m.mem, m.unmap, err = allocGuestMemory(m.vm, cfg.MemoryMiB<<20); err != nil {
 			return nil, err
 		}
+		m.setup.mark("memory")
 		if m.kernel, err = loader.LoadKernelFile(m.mem, cfg.Kernel); err != nil {
 			return nil, err
 		}
 		m.log.Debug("kernel loaded", "format", m.kernel.Format, "entry", fmt.Sprintf("%#x", m.kernel.Entry))
+		m.setup.mark("kernel")
 	}
 
 	// The console is the guest's to write: what it says never ends the VM
@@ -236,6 +242,7 @@ func build(cfg Config, from *restoreSource) (_ *Machine, err error) {
 	if err = m.addDevices(); err != nil {
 		return nil, err
 	}
+	m.setup.mark("devices")
 	return m, nil
 }
 
@@ -327,10 +334,12 @@ func (m *Machine) Run() error {
 	if m.life.restored != nil {
 		return m.runVCPUs("resumed from a snapshot", nil)
 	}
+	m.setup.mark("")
 	gdtLimit, err := m.boot()
 	if err != nil {
 		return err
 	}
+	m.setup.mark("boot")
 	supported, err := m.sys.SupportedCPUID()
 	if err != nil {
 		return err
@@ -353,7 +362,8 @@ func (m *Machine) Run() error {
 			return fmt.Errorf("set up vcpu %d: %w", i, err)
 		}
 	}
-	return m.runVCPUs("starting", []any{"tsc_deadline_timer", features.tscDeadline, "pmu", pmu, "xcr0", fmt.Sprintf("%#x", features.xcr0),
+	m.setup.mark("vcpus")
+	return m.runVCPUs("starting", []any{"setup", m.setup.String(), "tsc_deadline_timer", features.tscDeadline, "pmu", pmu, "xcr0", fmt.Sprintf("%#x", features.xcr0),
 		"kernel", m.cfg.Kernel, "format", m.kernel.Format, "cmdline", m.cmdline})
 }
 
