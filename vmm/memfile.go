@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -28,14 +29,16 @@ const writeRun = 2 << 20
 // sized, and every page that is not all zero written at its place. With
 // pagemap (the process's page map, or nil), pages the guest never touched
 // are not read but taken from src (untouched.go). The stats carry the
-// file's CRC-32C.
-func writeMemory(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegion, pagemap *os.File, src *memSource) (memWriteStats, error) {
+// file's CRC-32C. progress, when not nil, is called every progressEvery
+// with the bytes of guest memory done so far: a save of a large guest
+// under load takes minutes, and its log says how far it got.
+func writeMemory(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegion, pagemap *os.File, src *memSource, progress func(done int64, stats memWriteStats)) (memWriteStats, error) {
 	var pm io.ReaderAt
 	if pagemap != nil {
 		pm = pagemap
 	}
 	var w regionWriter
-	err := w.write(f, mem, layout, pm, src)
+	err := w.write(f, mem, layout, pm, src, progress)
 	w.stats.Sum = w.sum.Sum32()
 	return w.stats, err
 }
@@ -48,7 +51,7 @@ type memWriteStats struct {
 	Sum                           uint32
 }
 
-func (w *regionWriter) write(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegion, pagemap io.ReaderAt, src *memSource) error {
+func (w *regionWriter) write(f *os.File, mem *guestmem.Regions, layout []snapshot.MemoryRegion, pagemap io.ReaderAt, src *memSource, progress func(int64, memWriteStats)) error {
 	regs := mem.List()
 	if len(regs) != len(layout) {
 		return fmt.Errorf("memory file: %d regions, the layout has %d", len(regs), len(layout))
@@ -66,14 +69,24 @@ func (w *regionWriter) write(f *os.File, mem *guestmem.Regions, layout []snapsho
 	for _, l := range layout {
 		total += l.Size
 	}
-	if err := f.Truncate(0); err != nil {
-		return fmt.Errorf("memory file: %w", err)
-	}
-	if err := f.Truncate(int64(total)); err != nil {
-		return fmt.Errorf("memory file: size it to %d MiB: %w", total>>20, err)
+	// A file the daemon handed over already allocated at the memory's
+	// size (a tmpfs's, whose pages it pays for: sandbox/engine's
+	// memcharge.go) is written in place, and every run of zero pages is
+	// punched out, so that every byte of it is written or a hole, as in
+	// a file emptied first. Any other file is emptied and sized.
+	prealloc := false
+	if fi, err := f.Stat(); err == nil && fi.Size() == int64(total) && total > 0 {
+		prealloc = true
+	} else {
+		if err := f.Truncate(0); err != nil {
+			return fmt.Errorf("memory file: %w", err)
+		}
+		if err := f.Truncate(int64(total)); err != nil {
+			return fmt.Errorf("memory file: size it to %d MiB: %w", total>>20, err)
+		}
 	}
 	*w = regionWriter{f: f, pagemap: pagemap, src: src, zero: make([]byte, pageSize), buf: make([]byte, writeRun),
-		flags: make([]uint64, writeRun/pageSize)}
+		flags: make([]uint64, writeRun/pageSize), punch: prealloc, progress: progress, lastProgress: time.Now()}
 	w.stats.UsedPagemap = pagemap != nil
 	var next uint64
 	for i, r := range regs {
@@ -104,7 +117,16 @@ type regionWriter struct {
 	flags   []uint64
 	stats   memWriteStats
 	sum     snapshot.MemoryHash // of what was written so far, holes as zeros
+	// punch: the file came allocated, and its holes must be punched.
+	punch bool
+	// progress is told of the bytes done every progressEvery (nil: not).
+	progress     func(int64, memWriteStats)
+	lastProgress time.Time
+	done         int64
 }
+
+// progressEvery is how often a save in progress says how far it got.
+const progressEvery = 10 * time.Second
 
 // Where a page's bytes come from.
 const (
@@ -135,6 +157,11 @@ func (w *regionWriter) region(i int, data []byte, off int64) error {
 			case fromNone:
 				w.stats.Holes += int64(at - runStart)
 				w.sum.Zeros(int64(at - runStart))
+				if w.punch && at > runStart {
+					if err := unix.Fallocate(int(w.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off+int64(runStart), int64(at-runStart)); err != nil {
+						return fmt.Errorf("punch a hole in the memory file: %w", err)
+					}
+				}
 			case fromMem:
 				w.stats.FromMemory += int64(at - runStart)
 				if _, err := w.f.WriteAt(data[runStart:at], off+int64(runStart)); err != nil {
@@ -175,6 +202,11 @@ func (w *regionWriter) region(i int, data []byte, off int64) error {
 		}
 		if err := flush(end); err != nil {
 			return err
+		}
+		w.done += int64(end - chunk)
+		if w.progress != nil && time.Since(w.lastProgress) >= progressEvery {
+			w.lastProgress = time.Now()
+			w.progress(w.done, w.stats)
 		}
 	}
 	return nil

@@ -28,7 +28,7 @@ func BenchmarkWriteMemory(b *testing.B) {
 	b.SetBytes(mib << 20)
 	b.ResetTimer()
 	for range b.N {
-		if _, err := writeMemory(f, mem, layout, nil, nil); err != nil {
+		if _, err := writeMemory(f, mem, layout, nil, nil, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

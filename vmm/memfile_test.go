@@ -37,7 +37,7 @@ func TestMemoryFileRoundTrip(t *testing.T) {
 	if _, err := f.Write(bytes.Repeat([]byte{0xff}, 1<<20)); err != nil { // stale contents
 		t.Fatal(err)
 	}
-	stats, err := writeMemory(f, mem, layout, nil, nil)
+	stats, err := writeMemory(f, mem, layout, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

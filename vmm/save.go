@@ -126,7 +126,15 @@ func (m *Machine) writeMemoryOrLayer(f *os.File, sm *snapshot.Machine, layer boo
 		}
 		m.log.Info("snapshot memory written whole, not as a layer", "why", why)
 	}
-	return writeMemory(f, m.mem, sm.Memory, m.cfg.Pagemap, m.memSrc)
+	var total int64
+	for _, r := range sm.Memory {
+		total += int64(r.Size)
+	}
+	start := time.Now()
+	return writeMemory(f, m.mem, sm.Memory, m.cfg.Pagemap, m.memSrc, func(done int64, st memWriteStats) {
+		m.log.Info("snapshot memory: in progress", "done_mib", done>>20, "total_mib", total>>20, "from_memory_mib", st.FromMemory>>20,
+			"from_old_file_mib", st.FromSource>>20, "holes_mib", st.Holes>>20, "elapsed_ms", time.Since(start).Milliseconds())
+	})
 }
 
 // captureState reads the paused machine's state: the vCPUs on their own

@@ -50,7 +50,7 @@ func writeAndRead(t *testing.T, mem *guestmem.Regions, layout []snapshot.MemoryR
 		t.Fatal(err)
 	}
 	defer f.Close()
-	stats, err := writeMemory(f, mem, layout, pm, src)
+	stats, err := writeMemory(f, mem, layout, pm, src, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestShortPagemapReadIsRefused(t *testing.T) {
 	}
 	defer f.Close()
 	var w regionWriter
-	err = w.write(f, mem, layout, shortPagemap{entries: 4}, nil)
+	err = w.write(f, mem, layout, shortPagemap{entries: 4}, nil, nil)
 	if err == nil {
 		b := make([]byte, 20)
 		f.ReadAt(b, 12*pageSize)
