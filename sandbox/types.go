@@ -69,6 +69,12 @@ var (
 	// (ImageStepError names it, with the end of its output); the image
 	// there was before is unchanged.
 	ErrBuildFailed = errors.New("image build failed")
+	// ErrQueueFull: every slot for starting a VM is taken and the line
+	// of starts waiting for one is full (a burst of creates, resumes or
+	// forks beyond what the host's CPUs boot at once). It is an ErrFull
+	// (503 with Retry-After): the error says when to retry (RetryAfter).
+	// ErrBusy is not used for it: that is 409, about one sandbox's state.
+	ErrQueueFull = fmt.Errorf("%w: VM start queue full", ErrFull)
 )
 
 // RetryAfter returns how long err says to wait before retrying, when it
@@ -464,6 +470,10 @@ type Info struct {
 	// answer (0: not known, as for a sandbox taken back from an earlier
 	// daemon).
 	BootMS int64 `json:"boot_ms,omitempty"`
+	// QueuedMS is how long the create waited for a slot to start its VM
+	// (the host bounds the VMs starting at once) before its boot began;
+	// BootMS does not include it.
+	QueuedMS int64 `json:"queued_ms,omitempty"`
 	// StartedFrom is how the VM started: StartedFromTemplate,
 	// StartedFromBoot or StartedFromSnapshot ("" when not known).
 	StartedFrom string `json:"started_from,omitempty"`
