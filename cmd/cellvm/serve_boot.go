@@ -34,9 +34,9 @@ func addServeBootFlags(fs *pflag.FlagSet) *serveBoot {
 	if d := bootTimeoutFromEnv(); d > 0 {
 		def = d // CELLVM_BOOT_TIMEOUT, for tests and the rig
 	}
-	fs.DurationVar(&b.timeout, "boot-timeout", def, "how long a new or restored VM's agent has to answer, counted from the start's admission (default 60s, or $CELLVM_BOOT_TIMEOUT)")
-	fs.IntVar(&b.concurrency, "boot-concurrency", engine.DefaultBootConcurrency(), "VMs that may start at once (boots, restores, resumes); default: one per CPU")
-	fs.IntVar(&b.queue, "boot-queue", -1, "VM starts that may wait for a slot; one more is refused at once with 503 and Retry-After (default -1: 4 per slot; 0: none wait)")
+	fs.DurationVar(&b.timeout, "boot-timeout", def, "how long a new or restored VM's agent has to answer, counted from the start's admission ($CELLVM_BOOT_TIMEOUT sets the default)")
+	fs.IntVar(&b.concurrency, "boot-concurrency", engine.DefaultBootConcurrency(), "VMs that may start at once (boots, restores, resumes): one per CPU by default")
+	fs.IntVar(&b.queue, "boot-queue", -1, "VM starts that may wait for a slot; one more is refused at once with 503 and Retry-After (-1: 4 per slot; 0: none wait)")
 	return b
 }
 
