@@ -322,3 +322,34 @@ func TestManagerCloseEndsTheLine(t *testing.T) {
 	}
 	assertNothingLeft(t, m, state)
 }
+
+// TestResumeRefusedForAFullLineStaysPaused: a resume that finds the slot
+// taken and no room in the line is refused with ErrQueueFull before its
+// image is used, so the sandbox stays paused and resumes once a slot is
+// free, its variables intact.
+func TestResumeRefusedForAFullLineStaysPaused(t *testing.T) {
+	m, _ := newPausableManager(t, func(o *Options) { o.BootConcurrency, o.BootQueue = 1, -1 })
+	ctx := context.Background()
+	info, err := m.Create(ctx, sandbox.Config{MemoryMiB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cellText(t, m, info.ID, "x = 42")
+	if err := m.Pause(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	release := holdSlots(t, m)
+	if err := m.Resume(ctx, info.ID); !errors.Is(err, sandbox.ErrQueueFull) || !strings.Contains(err.Error(), "stays paused") {
+		t.Fatalf("resume with the line full: %v, want ErrQueueFull saying it stays paused", err)
+	}
+	if st := stateOf(t, m, info.ID); st != sandbox.StatePaused {
+		t.Fatalf("state after a refused resume: %s, want paused", st)
+	}
+	release()
+	if err := m.Resume(ctx, info.ID); err != nil {
+		t.Fatalf("resume once the slot is free: %v", err)
+	}
+	if got := cellText(t, m, info.ID, "x"); got != "42" {
+		t.Errorf("after the resume x = %q, want 42", got)
+	}
+}
