@@ -11,20 +11,12 @@ import (
 	"github.com/cellvm/cellvm/sandbox"
 )
 
-// queueFull is a manager's refusal for a full line of VM starts, as the
-// engine makes it: it wraps sandbox.ErrQueueFull and says when to retry.
-type queueFull struct{ retry time.Duration }
-
-func (q queueFull) Error() string             { return sandbox.ErrQueueFull.Error() + ": retry after 7s" }
-func (q queueFull) Unwrap() error             { return sandbox.ErrQueueFull }
-func (q queueFull) RetryAfter() time.Duration { return q.retry }
-
 // TestQueueFullIs503WithItsRetryAfter: a create refused for a full line
 // of VM starts is 503 "full" with the Retry-After the manager gave, and
 // the client reads it back as ErrFull.
 func TestQueueFullIs503WithItsRetryAfter(t *testing.T) {
 	e := newTestEnv(t)
-	e.fake.Fail("Create", queueFull{7 * time.Second})
+	e.fake.Fail("Create", &sandbox.QueueFullError{Starting: 2, Waiting: 8, Retry: 7 * time.Second})
 	status, hdr, body := e.do(t, "POST", "/v1/sandboxes", jsonBody(`{}`))
 	wantAPIError(t, "queue full", status, body, http.StatusServiceUnavailable, CodeFull)
 	if got := hdr.Get("Retry-After"); got != "7" {

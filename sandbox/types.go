@@ -87,6 +87,24 @@ func RetryAfter(err error) (time.Duration, bool) {
 	return 0, false
 }
 
+// QueueFullError is the refusal of a VM start (a create, a fork, a
+// resume) that found every slot taken and the line of starts waiting for
+// one full: an ErrQueueFull that says when to retry.
+type QueueFullError struct {
+	// Starting and Waiting are the starts under way and in line.
+	Starting, Waiting int
+	// Retry is when a start is likely to be admitted soon.
+	Retry time.Duration
+}
+
+func (e *QueueFullError) Error() string {
+	return fmt.Sprintf("%v: %d VMs starting and %d waiting; retry after %ds",
+		ErrQueueFull, e.Starting, e.Waiting, int((e.Retry+time.Second-1)/time.Second))
+}
+
+func (e *QueueFullError) Unwrap() error             { return ErrQueueFull }
+func (e *QueueFullError) RetryAfter() time.Duration { return e.Retry }
+
 // Limits on requests. They bound what a caller can make the daemon hold in
 // memory or ask of a guest.
 const (

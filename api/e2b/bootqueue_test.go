@@ -7,19 +7,11 @@ import (
 	"github.com/cellvm/cellvm/sandbox"
 )
 
-// queueFull is a manager's refusal for a full line of VM starts, as the
-// engine makes it: it wraps sandbox.ErrQueueFull and says when to retry.
-type queueFull struct{ retry time.Duration }
-
-func (q queueFull) Error() string             { return sandbox.ErrQueueFull.Error() + ": retry after 7s" }
-func (q queueFull) Unwrap() error             { return sandbox.ErrQueueFull }
-func (q queueFull) RetryAfter() time.Duration { return q.retry }
-
 // TestCreateQueueFull: a create refused for a full line of VM starts is
 // E2B's 503 (the SDK's busy class) with a Retry-After, and leaves nothing.
 func TestCreateQueueFull(t *testing.T) {
 	r := newRig(t)
-	r.fake.Fail("Create", queueFull{7 * time.Second})
+	r.fake.Fail("Create", &sandbox.QueueFullError{Starting: 2, Waiting: 8, Retry: 7 * time.Second})
 	res := r.api("POST", "/sandboxes", keyAlpha, map[string]any{}, nil)
 	if ra := res.Header.Get("Retry-After"); ra == "" {
 		t.Error("no Retry-After on a queue-full refusal")

@@ -54,21 +54,6 @@ const (
 // errAdmissionClosed is a wait's error when the manager shuts down.
 var errAdmissionClosed = fmt.Errorf("%w: the manager is shutting down", sandbox.ErrBusy)
 
-// queueFullError is the refusal of a start that finds every slot taken and
-// the line full. It wraps sandbox.ErrQueueFull and says when to retry.
-type queueFullError struct {
-	slots, waiting int
-	retry          time.Duration
-}
-
-func (e *queueFullError) Error() string {
-	return fmt.Sprintf("%v: %d VMs starting and %d waiting; retry after %ds",
-		sandbox.ErrQueueFull, e.slots, e.waiting, int(e.retry/time.Second))
-}
-
-func (e *queueFullError) Unwrap() error             { return sandbox.ErrQueueFull }
-func (e *queueFullError) RetryAfter() time.Duration { return e.retry }
-
 // admitWaiter is one start in the line. granted is closed when it has a
 // slot (under admission.mu, which also sets ok).
 type admitWaiter struct {
@@ -112,7 +97,7 @@ func newAdmission(slots, maxLine int) *admission {
 // admit waits for a slot: at once when one is free and no one waits
 // before it, else in the line until one frees, ctx ends (the start then
 // leaves nothing in the line) or the manager closes. A start that finds
-// the line full is refused at once (*queueFullError). release gives the
+// the line full is refused at once (*sandbox.QueueFullError). release gives the
 // slot back (once; later calls do nothing); waited is the time spent in
 // the line.
 func (a *admission) admit(ctx context.Context, priority bool) (release func(), waited time.Duration, err error) {
@@ -130,7 +115,7 @@ func (a *admission) admit(ctx context.Context, priority bool) (release func(), w
 	}
 	if !priority && a.plainLocked() >= a.maxLine {
 		a.refused++
-		err := &queueFullError{slots: a.running, waiting: len(a.line), retry: a.retryLocked()}
+		err := &sandbox.QueueFullError{Starting: a.running, Waiting: len(a.line), Retry: a.retryLocked()}
 		a.mu.Unlock()
 		return nil, 0, err
 	}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"log/slog"
 	"strings"
 	"testing"
@@ -41,23 +40,12 @@ func TestTemplateRetryDelays(t *testing.T) {
 func TestTemplateFailedBuildRetriedSoon(t *testing.T) {
 	t.Setenv("CELLVM_TEST_FAKE_WARM", "fail")
 	m, _, _ := newTemplateManager(t, func(o *Options) { o.Templates.RetryMin = 20 * time.Millisecond })
-	deadline := time.Now().Add(time.Minute)
-	var last []sandbox.TemplateInfo
-	for time.Now().Before(deadline) {
-		c, err := m.Capacity(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = c.Templates
-		if len(last) == 1 && last[0].State == sandbox.TemplateFailed && last[0].Failures >= 3 {
-			if last[0].RetryInMS > time.Hour.Milliseconds() || last[0].ReadyAfterMS != nil {
-				t.Errorf("failed template %+v: retry_in_ms past the cap, or ready_after_ms set", last[0])
-			}
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	tpl := waitTemplateWhere(t, m, "template failed 3 times", func(in sandbox.TemplateInfo) bool {
+		return in.State == sandbox.TemplateFailed && in.Failures >= 3
+	})
+	if tpl.RetryInMS > time.Hour.Milliseconds() || tpl.ReadyAfterMS != nil {
+		t.Errorf("failed template %+v: retry_in_ms past the cap, or ready_after_ms set", tpl)
 	}
-	t.Fatalf("the failed build was not tried 3 times within a minute: %+v", last)
 }
 
 // TestTemplateReadyAfter: a template built after the start says when it
