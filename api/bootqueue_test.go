@@ -16,7 +16,7 @@ import (
 // the client reads it back as ErrFull.
 func TestQueueFullIs503WithItsRetryAfter(t *testing.T) {
 	e := newTestEnv(t)
-	e.fake.Fail("Create", &sandbox.QueueFullError{Starting: 2, Waiting: 8, Retry: 7 * time.Second})
+	e.fake.Fail("Create", &sandbox.QueueFullError{Retry: 7 * time.Second})
 	status, hdr, body := e.do(t, "POST", "/v1/sandboxes", jsonBody(`{}`))
 	wantAPIError(t, "queue full", status, body, http.StatusServiceUnavailable, CodeFull)
 	if got := hdr.Get("Retry-After"); got != "7" {

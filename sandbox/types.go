@@ -89,17 +89,16 @@ func RetryAfter(err error) (time.Duration, bool) {
 
 // QueueFullError is the refusal of a VM start (a create, a fork, a
 // resume) that found every slot taken and the line of starts waiting for
-// one full: an ErrQueueFull that says when to retry.
+// one full: an ErrQueueFull that says when to retry. It says nothing of
+// the starts under way: they may be other tenants'.
 type QueueFullError struct {
-	// Starting and Waiting are the starts under way and in line.
-	Starting, Waiting int
 	// Retry is when a start is likely to be admitted soon.
 	Retry time.Duration
 }
 
 func (e *QueueFullError) Error() string {
-	return fmt.Sprintf("%v: %d VMs starting and %d waiting; retry after %ds",
-		ErrQueueFull, e.Starting, e.Waiting, int((e.Retry+time.Second-1)/time.Second))
+	return fmt.Sprintf("%v: every slot to start a VM is taken and the line waiting for one is full; retry after %ds",
+		ErrQueueFull, int((e.Retry+time.Second-1)/time.Second))
 }
 
 func (e *QueueFullError) Unwrap() error             { return ErrQueueFull }

@@ -11,7 +11,7 @@ import (
 // E2B's 503 (the SDK's busy class) with a Retry-After, and leaves nothing.
 func TestCreateQueueFull(t *testing.T) {
 	r := newRig(t)
-	r.fake.Fail("Create", &sandbox.QueueFullError{Starting: 2, Waiting: 8, Retry: 7 * time.Second})
+	r.fake.Fail("Create", &sandbox.QueueFullError{Retry: 7 * time.Second})
 	res := r.api("POST", "/sandboxes", keyAlpha, map[string]any{}, nil)
 	if ra := res.Header.Get("Retry-After"); ra == "" {
 		t.Error("no Retry-After on a queue-full refusal")

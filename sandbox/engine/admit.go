@@ -115,7 +115,7 @@ func (a *admission) admit(ctx context.Context, priority bool) (release func(), w
 	}
 	if !priority && a.plainLocked() >= a.maxLine {
 		a.refused++
-		err := &sandbox.QueueFullError{Starting: a.running, Waiting: len(a.line), Retry: a.retryLocked()}
+		err := &sandbox.QueueFullError{Retry: a.retryLocked()}
 		a.mu.Unlock()
 		return nil, 0, err
 	}
