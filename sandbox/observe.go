@@ -153,6 +153,22 @@ type Capacity struct {
 	// machine shape asked for (none when templates are off). A template
 	// build's VM counts in MemoryMiBUsed and VCPUsUsed, not in Sandboxes.
 	Templates []TemplateInfo `json:"templates,omitempty"`
+	// Boots is the queue of VM starts (boots, restores, resumes), when
+	// the manager bounds them.
+	Boots *BootQueue `json:"boots,omitempty"`
+}
+
+// BootQueue is the state of the host's VM starts: at most Slots start at
+// once, at most MaxWaiting more wait for a slot, and a start beyond that
+// is refused at once (ErrQueueFull).
+type BootQueue struct {
+	Slots      int `json:"slots"`
+	Starting   int `json:"starting"`
+	Waiting    int `json:"waiting"`
+	MaxWaiting int `json:"max_waiting"`
+	// Admitted and Refused count starts since the manager began.
+	Admitted uint64 `json:"admitted"`
+	Refused  uint64 `json:"refused"`
 }
 
 // TemplateState is where a template is in its life: pending (asked for,
@@ -183,6 +199,14 @@ type TemplateInfo struct {
 	SizeBytes int64      `json:"size_bytes,omitempty"`
 	// Error says why the last build or restore failed.
 	Error string `json:"error,omitempty"`
+	// ReadyAfterMS is how long after the manager's start the template
+	// last became ready (0: it was on disk at the start); absent while
+	// it is not ready.
+	ReadyAfterMS *int64 `json:"ready_after_ms,omitempty"`
+	// Failures counts the builds that failed since the last one that
+	// worked; RetryInMS is how long until the next is tried (failed).
+	Failures  int   `json:"failures,omitempty"`
+	RetryInMS int64 `json:"retry_in_ms,omitempty"`
 }
 
 // MaxNodeLen bounds a node name in sandbox ids.

@@ -69,6 +69,12 @@ var (
 	// (ImageStepError names it, with the end of its output); the image
 	// there was before is unchanged.
 	ErrBuildFailed = errors.New("image build failed")
+	// ErrQueueFull: every slot for starting a VM is taken and the line
+	// of starts waiting for one is full (a burst of creates, resumes or
+	// forks beyond what the host's CPUs boot at once). It is an ErrFull
+	// (503 with Retry-After): the error says when to retry (RetryAfter).
+	// ErrBusy is not used for it: that is 409, about one sandbox's state.
+	ErrQueueFull = fmt.Errorf("%w: VM start queue full", ErrFull)
 )
 
 // RetryAfter returns how long err says to wait before retrying, when it
@@ -80,6 +86,23 @@ func RetryAfter(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// QueueFullError is the refusal of a VM start (a create, a fork, a
+// resume) that found every slot taken and the line of starts waiting for
+// one full: an ErrQueueFull that says when to retry. It says nothing of
+// the starts under way: they may be other tenants'.
+type QueueFullError struct {
+	// Retry is when a start is likely to be admitted soon.
+	Retry time.Duration
+}
+
+func (e *QueueFullError) Error() string {
+	return fmt.Sprintf("%v: every slot to start a VM is taken and the line waiting for one is full; retry after %ds",
+		ErrQueueFull, int((e.Retry+time.Second-1)/time.Second))
+}
+
+func (e *QueueFullError) Unwrap() error             { return ErrQueueFull }
+func (e *QueueFullError) RetryAfter() time.Duration { return e.Retry }
 
 // Limits on requests. They bound what a caller can make the daemon hold in
 // memory or ask of a guest.
@@ -464,6 +487,10 @@ type Info struct {
 	// answer (0: not known, as for a sandbox taken back from an earlier
 	// daemon).
 	BootMS int64 `json:"boot_ms,omitempty"`
+	// QueuedMS is how long the create waited for a slot to start its VM
+	// (the host bounds the VMs starting at once) before its boot began;
+	// BootMS does not include it.
+	QueuedMS int64 `json:"queued_ms,omitempty"`
 	// StartedFrom is how the VM started: StartedFromTemplate,
 	// StartedFromBoot or StartedFromSnapshot ("" when not known).
 	StartedFrom string `json:"started_from,omitempty"`

@@ -43,6 +43,7 @@ type serveOptions struct {
 	consoleMiB   int64
 	resultMiB    int64
 	life         *serveLifetimes // lifetimes and the snapshot disk cap (serve_lifetimes.go)
+	boot         *serveBoot      // VM starts: deadline, slots, line (serve_boot.go)
 	workspaceMiB int64
 	maxWorkspace int
 	images       *serveImages // serve_images.go
@@ -127,6 +128,7 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.Int64Var(&o.workspaceMiB, "workspace-mib", sandbox.DefaultWorkspaceBytes>>20, "size in MiB of a workspace made from now on: the most its files can take (the file on the host is sparse)")
 	fs.IntVar(&o.maxWorkspace, "max-workspaces", 64, "cap on the number of workspaces (0: none); a create that would make one more is refused with 503")
 	o.life = addServeLifetimeFlags(fs)
+	o.boot = addServeBootFlags(fs)
 	o.images = addServeImageFlags(fs)
 	fs.Var(&o.publicRanges, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses); one that --egress-deny holds stays closed unless --egress-allow-private names it too")
 	o.egress.addFlags(fs)
@@ -222,6 +224,9 @@ func (o *serveOptions) check() error {
 		return err
 	}
 	if err := o.life.check(); err != nil {
+		return err
+	}
+	if err := o.boot.check(); err != nil {
 		return err
 	}
 	if err := o.images.check(); err != nil {
@@ -402,21 +407,23 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		return nil, nil, err
 	}
 	engine.SetResultMemory(o.resultMiB<<20, log)
-	m, err := engine.NewVMManager(engine.Options{
+	opt := engine.Options{
 		Exe: exe, ExeEnv: vmmExeEnv, Kernel: k, Initrd: i, RootFS: r, StateDir: o.stateDir, ImagesDir: o.imagesDir,
 		MaxSandboxes: o.maxSandboxes, MaxMemoryMiB: o.maxMemory, Log: log,
-		BootTimeout: bootTimeoutFromEnv(), Net: netHost, Jail: jailOpt, ConsoleMaxBytes: o.consoleMiB << 20,
+		Net: netHost, Jail: jailOpt, ConsoleMaxBytes: o.consoleMiB << 20,
 		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node, MaxImageBytes: maxImage,
 		WorkspaceBytes: o.workspaceMiB << 20, MaxWorkspaces: o.maxWorkspace,
 		AllowPrivate: func(t string) []netip.Prefix { return o.tenants.file.For(t).AllowPrivate() },
 		DefaultTTL:   o.life.ttl, DefaultIdleTimeout: o.life.idle, MaxTTL: o.life.maxTTL,
 		Templates: engine.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20}, ImageBuild: o.images.options(o.publicRanges),
-	})
+	}
+	o.boot.apply(&opt)
+	m, err := engine.NewVMManager(opt)
 	if err != nil {
 		closeNet()
 		return nil, nil, err
 	}
-	log.Info("VM manager ready", "kernel", k, "rootfs", r)
+	log.Info("VM manager ready", "kernel", k, "rootfs", r, "boot_timeout", opt.BootTimeout, "boot_concurrency", opt.BootConcurrency)
 	return m, func() { m.Close(); closeNet() }, nil
 }
 

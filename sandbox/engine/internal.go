@@ -24,6 +24,9 @@ type internalLaunch struct {
 	// fsize, when above the jail's, is the largest file the jailed VMM
 	// may write: an image build's out disk can pass jailFSize.
 	fsize uint64
+	// priority takes the next free slot to start the VM before any
+	// create waiting for one (admit.go): a template build's.
+	priority bool
 }
 
 // extraDisk is a disk of an internal VM, passed open: a jailed VMM could

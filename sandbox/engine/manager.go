@@ -50,8 +50,16 @@ type Options struct {
 	// MaxSandboxes and MaxMemoryMiB cap the host; 0 means no cap.
 	MaxSandboxes int
 	MaxMemoryMiB int
-	// BootTimeout bounds the wait for a new guest's agent (default 60 s).
+	// BootTimeout bounds the wait for a new guest's agent (default 60 s),
+	// counted from the start's admission (admit.go), not the request.
 	BootTimeout time.Duration
+	// BootConcurrency bounds the VMs starting at once (boots, restores,
+	// resumes; admit.go); 0 means DefaultBootConcurrency.
+	BootConcurrency int
+	// BootQueue bounds the starts waiting for a slot; one more is refused
+	// at once (sandbox.ErrQueueFull). 0 means DefaultBootQueuePerSlot per
+	// slot; below 0, none wait.
+	BootQueue int
 	// MaxUploadBytes bounds one upload (default 1 GiB).
 	MaxUploadBytes int64
 	// MaxDownloadBytes bounds one download (default 4 GiB): a file the
@@ -133,6 +141,8 @@ type VMManager struct {
 	disk   diskCap // reservations under Options.MaxImageBytes
 	// imageLocks are the image entries being made or deleted (m.mu).
 	imageLocks map[string]bool
+	// admit bounds the VMs starting at once (admit.go).
+	admit *admission
 }
 
 type vmSandbox struct {
@@ -168,6 +178,7 @@ type vmSandbox struct {
 	cells     atomic.Int64
 	lastUsed  atomic.Int64 // unix nanoseconds
 	bootMS    atomic.Int64 // how long Create took to boot the VM
+	queuedMS  atomic.Int64 // how long its start waited for a slot (admit.go)
 	// startedFrom is Info.StartedFrom.
 	startedFrom string
 	// internal: a template build's or an image build's VM, which no
@@ -185,6 +196,7 @@ func (s *vmSandbox) State() sandbox.State { return s.lc.phase().State() }
 // NewVMManager returns a manager and takes back (or cleans up) what an
 // earlier manager left in opt.StateDir.
 func NewVMManager(opt Options) (*VMManager, error) {
+	started := time.Now()
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
@@ -227,6 +239,7 @@ func NewVMManager(opt Options) (*VMManager, error) {
 	m := &VMManager{
 		opt: opt, log: opt.Log, sandboxes: map[string]*vmSandbox{}, nextCID: 3,
 		stopReap: make(chan struct{}), reapDone: make(chan struct{}),
+		admit: newAdmission(opt.BootConcurrency, opt.BootQueue),
 	}
 	if err := m.checkNetworkState(); err != nil {
 		return nil, err
@@ -235,6 +248,7 @@ func NewVMManager(opt Options) (*VMManager, error) {
 	m.sweepImageBuilds()
 	if opt.Templates.Enabled {
 		m.templates = newTemplates(m, opt.Templates, opt.StateDir, m.log)
+		m.templates.started = started
 		m.templates.start()
 	}
 	go m.reapLoop()
@@ -383,7 +397,7 @@ func (m *VMManager) Create(ctx context.Context, cfg sandbox.Config) (info sandbo
 	if err != nil {
 		return sandbox.Info{}, err
 	}
-	m.log.Info("sandbox created", "id", s.id, "vcpus", cfg.VCPUs, "memory_mib", cfg.MemoryMiB, "started_from", s.startedFrom, "boot_ms", s.bootMS.Load())
+	m.log.Info("sandbox created", "id", s.id, "vcpus", cfg.VCPUs, "memory_mib", cfg.MemoryMiB, "started_from", s.startedFrom, "boot_ms", s.bootMS.Load(), "queued_ms", s.queuedMS.Load())
 	m.events.Publish(sandbox.Event{Type: sandbox.EventCreated, Sandbox: s.id, Tenant: s.cfg.Tenant})
 	return m.info(s), nil
 }
@@ -418,6 +432,16 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 	if from != nil {
 		s.startedFrom = from.startedFrom
 	}
+	// A slot to start the VM in (admit.go) before anything is made: a
+	// start refused or given up while it waits leaves only the
+	// reservation, which destroy drops. The boot's deadline (bootCtx,
+	// startVMM's) is set after this, so it counts from the admission.
+	release, waited, err := m.admit.admit(ctx, in != nil && in.priority)
+	s.queuedMS.Store(waited.Milliseconds())
+	if err != nil {
+		return nil, err
+	}
+	defer release() // the VM has started (its agent answered) or failed
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox directory: %w", err)
 	}
@@ -780,7 +804,7 @@ func (m *VMManager) info(s *vmSandbox) sandbox.Info {
 	in := sandbox.Info{
 		ID: s.id, State: s.State(), Config: cfg, CreatedAt: s.created,
 		UptimeS: time.Since(s.created).Seconds(), Cells: int(s.cells.Load()), CellRunning: s.lc.phase() == phaseCell,
-		BootMS: s.bootMS.Load(), StartedFrom: s.startedFrom,
+		BootMS: s.bootMS.Load(), QueuedMS: s.queuedMS.Load(), StartedFrom: s.startedFrom,
 	}
 	if proc != nil && proc.alive() {
 		in.Usage = procUsage(proc.pid)
@@ -1160,6 +1184,7 @@ func (m *VMManager) Close() error {
 	}
 	m.closed = true
 	m.mu.Unlock()
+	m.admit.close() // starts waiting for a slot end now
 	close(m.stopReap)
 	<-m.reapDone
 	// The template builder ends its build, if any, and removes its VM.

@@ -59,5 +59,7 @@ func (m *VMManager) Capacity(ctx context.Context) (sandbox.Capacity, error) {
 	}
 	m.mu.Unlock()
 	c.Templates = m.templates.list()
+	q := m.admit.stats()
+	c.Boots = &q
 	return c, nil
 }

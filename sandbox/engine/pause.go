@@ -266,6 +266,14 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	if err := m.memoryForResume(s); err != nil {
 		return err
 	}
+	// A slot to start the VM in (admit.go), before the image is used: a
+	// resume refused or given up while it waits stays paused. Its boot
+	// deadline (bootCtx, startVMM's) counts from here.
+	release, queued, err := m.admit.admit(ctx, false)
+	if err != nil {
+		return fmt.Errorf("resume sandbox %s (it stays paused): %w", s.id, err)
+	}
+	defer release()
 	image := filepath.Join(s.dir, pausedDir)
 	spec, err := control.ReadSpec(filepath.Join(s.dir, specFile))
 	if err != nil {
@@ -372,7 +380,7 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	s.lastUsed.Store(time.Now().UnixNano())
 	s.lc.move(evResumed)
 	go m.watch(s)
-	m.log.Info("sandbox resumed from disk", "id", s.id, "took_ms", time.Since(start).Milliseconds(), "pid", p.pid)
+	m.log.Info("sandbox resumed from disk", "id", s.id, "took_ms", time.Since(start).Milliseconds(), "queued_ms", queued.Milliseconds(), "pid", p.pid)
 	m.events.Publish(sandbox.Event{Type: sandbox.EventResumed, Sandbox: s.id, Tenant: s.cfg.Tenant})
 	return nil
 }

@@ -58,9 +58,14 @@ type TemplateOptions struct {
 	MaxTemplates int
 	// MaxBytes bounds their disk use (default 8 GiB).
 	MaxBytes int64
-	// Retry is how long after a failure a template is built again
-	// (default 10 min).
-	Retry time.Duration
+	// RetryMin is how long after a first failure a template is built
+	// again (default 5 s); each further failure in a row doubles it, up
+	// to Retry (default 2 min). A build fails mostly for the host's load
+	// at the daemon's start (a burst of creates booting beside it), so
+	// the next try comes soon; a template that keeps failing costs a
+	// build every Retry at most.
+	RetryMin time.Duration
+	Retry    time.Duration
 	// BuildTimeout bounds one build (default 10 min).
 	BuildTimeout time.Duration
 }
@@ -151,17 +156,40 @@ func sumTemplateFiles(dir string) (templateFiles, error) {
 }
 
 // template is one shape's entry. Its state says what its fields mean:
-// ready: key, builtAt and size are its files'; building: key is what is
-// being built; failed: err and failedAt say why and when.
+// ready: key, builtAt and size are its files', readyAfter when they became
+// ready (since the manager's start; 0 for files found at the start);
+// building: key is what is being built; failed: err and failedAt say why
+// and when. failures counts the failures in a row (retryDelay).
 type template struct {
-	shape    templateShape
-	state    sandbox.TemplateState
-	key      string
-	builtAt  time.Time
-	size     int64
-	err      string
-	failedAt time.Time
-	lastUsed time.Time
+	shape      templateShape
+	state      sandbox.TemplateState
+	key        string
+	builtAt    time.Time
+	size       int64
+	err        string
+	failedAt   time.Time
+	failures   int
+	readyAfter time.Duration
+	lastUsed   time.Time
+}
+
+// retryDelay is how long after its last failure a template that failed n
+// times in a row is built again: RetryMin, doubling, capped at Retry.
+func (o TemplateOptions) retryDelay(n int) time.Duration {
+	d := o.RetryMin
+	for i := 1; i < n && d < o.Retry; i++ {
+		if d > o.Retry/2 {
+			return o.Retry
+		}
+		d *= 2
+	}
+	return min(d, o.Retry)
+}
+
+// failLocked marks t failed now, for why, one failure more in a row.
+func (t *template) failLocked(why string, now time.Time) {
+	t.state, t.err, t.failedAt = sandbox.TemplateFailed, why, now
+	t.failures++
 }
 
 // templateUse is a create restoring from a ready template.
@@ -205,6 +233,8 @@ type templates struct {
 	// lastLog and unlogged rate-limit the fallback log.
 	lastLog  time.Time
 	unlogged int
+	// started is the manager's start, which readyAfter counts from.
+	started time.Time
 
 	wake      chan struct{}
 	ctx       context.Context
@@ -224,15 +254,20 @@ func newTemplates(host templateHost, opt TemplateOptions, stateDir string, log *
 	if opt.MaxBytes <= 0 {
 		opt.MaxBytes = 8 << 30
 	}
-	if opt.Retry <= 0 {
-		opt.Retry = 10 * time.Minute
+	if opt.RetryMin <= 0 {
+		opt.RetryMin = 5 * time.Second
 	}
+	if opt.Retry <= 0 {
+		opt.Retry = 2 * time.Minute
+	}
+	opt.RetryMin = min(opt.RetryMin, opt.Retry)
 	if opt.BuildTimeout <= 0 {
 		opt.BuildTimeout = 10 * time.Minute
 	}
 	ts := &templates{
 		host: host, opt: opt, dir: filepath.Join(stateDir, "templates"), log: log,
 		byShape: map[templateShape]*template{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		started: time.Now(),
 	}
 	ts.ctx, ts.cancel = context.WithCancel(context.Background())
 	if err := os.MkdirAll(ts.dir, 0o700); err != nil {
@@ -403,7 +438,7 @@ func (ts *templates) broken(u *templateUse, err error) {
 	defer ts.mu.Unlock()
 	if t := ts.byShape[u.t.shape]; t == u.t && t.state == sandbox.TemplateReady && t.key == u.key {
 		ts.dropFilesLocked(t)
-		t.state, t.err, t.failedAt = sandbox.TemplateFailed, clip("restore: "+err.Error(), 2048), now
+		t.failLocked(clip("restore: "+err.Error(), 2048), now)
 	}
 	if now.Sub(ts.lastLog) < templateLogEvery {
 		ts.unlogged++
@@ -470,31 +505,40 @@ func (ts *templates) kick() {
 	}
 }
 
-// run is the builder: one template at a time, until Close.
+// run is the builder: one template at a time, until Close. It looks
+// again when asked (kick), when a failed one's retry is due, and every
+// minute (for files that went stale).
 func (ts *templates) run() {
 	defer close(ts.done)
-	tick := time.NewTicker(time.Minute)
-	defer tick.Stop()
 	for {
-		if t, key := ts.next(); t != nil {
+		t, key, due := ts.next()
+		if t != nil {
 			ts.build(t, key)
 			continue
 		}
+		wait := time.Minute
+		if !due.IsZero() {
+			wait = min(wait, max(0, time.Until(due)))
+		}
+		timer := time.NewTimer(wait)
 		select {
 		case <-ts.ctx.Done():
+			timer.Stop()
 			return
 		case <-ts.wake:
-		case <-tick.C:
+		case <-timer.C:
 		}
+		timer.Stop()
 	}
 }
 
 // next picks the template to build now, if any, and marks it building:
 // one asked for and not built, one whose files went stale, or one that
-// failed long enough ago.
-func (ts *templates) next() (*template, string) {
+// failed long enough ago (retryDelay). Otherwise due is when the soonest
+// failed one may be built again (zero: none failed).
+func (ts *templates) next() (_ *template, _ string, due time.Time) {
 	if ts.ctx.Err() != nil {
-		return nil, ""
+		return nil, "", due
 	}
 	now := time.Now()
 	ts.mu.Lock()
@@ -513,20 +557,26 @@ func (ts *templates) next() (*template, string) {
 			}
 			ts.dropFilesLocked(t)
 		case sandbox.TemplateFailed:
-			if now.Sub(t.failedAt) < ts.opt.Retry {
+			if at := t.failedAt.Add(ts.opt.retryDelay(t.failures)); now.Before(at) {
+				if due.IsZero() || at.Before(due) {
+					due = at
+				}
 				continue
 			}
 		case sandbox.TemplateBuilding:
 			continue
 		}
 		if err != nil {
-			t.state, t.err, t.failedAt = sandbox.TemplateFailed, err.Error(), now
+			t.failLocked(err.Error(), now)
+			if at := now.Add(ts.opt.retryDelay(t.failures)); due.IsZero() || at.Before(due) {
+				due = at
+			}
 			continue
 		}
 		t.state, t.key, t.err = sandbox.TemplateBuilding, key, ""
-		return t, key
+		return t, key, time.Time{}
 	}
-	return nil, ""
+	return nil, "", due
 }
 
 // build builds t's template under key.
@@ -547,13 +597,16 @@ func (ts *templates) build(t *template, key string) {
 		if ts.ctx.Err() != nil {
 			return // shutting down
 		}
-		t.state, t.err, t.failedAt = sandbox.TemplateFailed, clip(err.Error(), 2048), time.Now()
-		ts.log.Warn("template build failed; sandboxes of its shape boot cold", "shape", t.shape, "error", t.err, "retry_in", ts.opt.Retry)
+		t.failLocked(clip(err.Error(), 2048), time.Now())
+		ts.log.Warn("template build failed; sandboxes of its shape boot cold", "shape", t.shape, "error", t.err,
+			"failures", t.failures, "retry_in", ts.opt.retryDelay(t.failures))
 		return
 	}
 	trustImage(ts.templateDir(key))
-	t.state, t.builtAt, t.size = sandbox.TemplateReady, meta.BuiltAt, meta.SizeBytes
-	ts.log.Info("template ready", "shape", t.shape, "key", key, "size_bytes", t.size, "took_ms", time.Since(start).Milliseconds())
+	t.state, t.builtAt, t.size, t.failures = sandbox.TemplateReady, meta.BuiltAt, meta.SizeBytes, 0
+	t.readyAfter = time.Since(ts.started)
+	ts.log.Info("template ready", "shape", t.shape, "key", key, "size_bytes", t.size, "took_ms", time.Since(start).Milliseconds(),
+		"ready_after_ms", t.readyAfter.Milliseconds())
 	ts.boundBytesLocked(t)
 }
 
@@ -634,8 +687,9 @@ func (ts *templates) boundBytesLocked(keep *template) {
 		}
 		if lru == nil {
 			ts.dropFilesLocked(keep)
-			keep.state, keep.failedAt = sandbox.TemplateFailed, time.Now()
-			keep.err = fmt.Sprintf("the template takes %d bytes, more than the cap of %d", keep.size, ts.opt.MaxBytes)
+			// Its next build would be as large: it waits the longest.
+			keep.failLocked(fmt.Sprintf("the template takes %d bytes, more than the cap of %d", keep.size, ts.opt.MaxBytes), time.Now())
+			keep.failures = max(keep.failures, 64)
 			ts.log.Warn("template over the disk cap", "shape", keep.shape, "size_bytes", keep.size, "cap_bytes", ts.opt.MaxBytes)
 			return
 		}
@@ -657,9 +711,13 @@ func (ts *templates) list() []sandbox.TemplateInfo {
 		if in.Image == "" {
 			in.Image = sandbox.DefaultImage
 		}
-		if t.state == sandbox.TemplateReady {
-			at := t.builtAt
-			in.BuiltAt, in.SizeBytes = &at, t.size
+		switch t.state {
+		case sandbox.TemplateReady:
+			at, after := t.builtAt, t.readyAfter.Milliseconds()
+			in.BuiltAt, in.SizeBytes, in.ReadyAfterMS = &at, t.size, &after
+		case sandbox.TemplateFailed:
+			in.Failures = t.failures
+			in.RetryInMS = max(0, time.Until(t.failedAt.Add(ts.opt.retryDelay(t.failures))).Milliseconds())
 		}
 		out = append(out, in)
 	}

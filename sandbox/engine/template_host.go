@@ -21,7 +21,7 @@ func (m *VMManager) templateInputs(image string) ([]string, error) {
 }
 
 func (m *VMManager) bootTemplateVM(ctx context.Context, cfg sandbox.Config) (templateVM, error) {
-	s, err := m.launch(ctx, cfg, egress.Policy{}, nil, &internalLaunch{dir: m.templates.buildDir})
+	s, err := m.launch(ctx, cfg, egress.Policy{}, nil, &internalLaunch{dir: m.templates.buildDir, priority: true})
 	if err != nil {
 		return nil, err
 	}

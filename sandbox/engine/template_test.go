@@ -114,6 +114,15 @@ func newTemplateManager(t *testing.T, opt func(*Options)) (*VMManager, string, *
 // state with a key other than notKey, and returns it.
 func waitTemplate(t *testing.T, m *VMManager, vcpus, memory int, state sandbox.TemplateState, notKey string) sandbox.TemplateInfo {
 	t.Helper()
+	return waitTemplateWhere(t, m, fmt.Sprintf("%s template of %d vCPUs and %d MiB", state, vcpus, memory), func(in sandbox.TemplateInfo) bool {
+		return in.VCPUs == vcpus && in.MemoryMiB == memory && in.State == state && in.Key != notKey
+	})
+}
+
+// waitTemplateWhere waits until a template for which ok holds is listed
+// in Capacity (what names it, for the failure), and returns it.
+func waitTemplateWhere(t *testing.T, m *VMManager, what string, ok func(sandbox.TemplateInfo) bool) sandbox.TemplateInfo {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	var last []sandbox.TemplateInfo
 	for time.Now().Before(deadline) {
@@ -123,13 +132,13 @@ func waitTemplate(t *testing.T, m *VMManager, vcpus, memory int, state sandbox.T
 		}
 		last = c.Templates
 		for _, in := range c.Templates {
-			if in.VCPUs == vcpus && in.MemoryMiB == memory && in.State == state && in.Key != notKey {
+			if ok(in) {
 				return in
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("no %s template of %d vCPUs and %d MiB within a minute; templates: %+v", state, vcpus, memory, last)
+	t.Fatalf("no %s within a minute; templates: %+v", what, last)
 	return sandbox.TemplateInfo{}
 }
 

@@ -25,6 +25,7 @@ type Manager struct {
 	exec   prometheus.Histogram
 	cells  *prometheus.CounterVec
 	boot   prometheus.Histogram
+	queued prometheus.Histogram
 }
 
 // latencyBuckets span a quick cell (1 ms) to a long one (about 17 min).
@@ -53,7 +54,11 @@ func Instrument(m sandbox.Manager, reg prometheus.Registerer) *Manager {
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
 		}),
 	}
-	reg.MustRegister(w.create, w.cell, w.exec, w.cells, w.boot, &stateCollector{m: m, seen: map[string]sandbox.NetworkCounters{}})
+	w.queued = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "cellvm_boot_queue_seconds", Help: "Time a created sandbox's VM waited for a slot to start in (the host bounds the VMs starting at once), before its boot.",
+		Buckets: append([]float64{0}, prometheus.ExponentialBuckets(0.05, 2, 12)...),
+	})
+	reg.MustRegister(w.create, w.cell, w.exec, w.cells, w.boot, w.queued, &stateCollector{m: m, seen: map[string]sandbox.NetworkCounters{}})
 	return w
 }
 
@@ -64,8 +69,11 @@ func (w *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 	outcome := "ok"
 	if err != nil {
 		outcome = "error"
-	} else if info.BootMS > 0 {
-		w.boot.Observe(float64(info.BootMS) / 1000)
+	} else {
+		if info.BootMS > 0 {
+			w.boot.Observe(float64(info.BootMS) / 1000)
+		}
+		w.queued.Observe(float64(info.QueuedMS) / 1000)
 	}
 	w.create.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
 	return info, err
@@ -119,12 +127,17 @@ var (
 	descMemUsed   = prometheus.NewDesc("cellvm_host_memory_mib_used", "Guest memory given to sandboxes, MiB.", nil, nil)
 	descMemFree   = prometheus.NewDesc("cellvm_host_memory_mib_free", "Guest memory that may still be given, MiB (only with a cap).", nil, nil)
 	descVCPUs     = prometheus.NewDesc("cellvm_host_vcpus_used", "vCPUs given to sandboxes.", nil, nil)
+	descBootSlots = prometheus.NewDesc("cellvm_boot_slots", "VMs that may start at once (boots, restores, resumes).", nil, nil)
+	descBooting   = prometheus.NewDesc("cellvm_boot_starting", "VMs starting now, each in a slot.", nil, nil)
+	descBootLine  = prometheus.NewDesc("cellvm_boot_queue_length", "VM starts waiting for a slot.", nil, nil)
+	descBootRefd  = prometheus.NewDesc("cellvm_boot_queue_refused_total", "VM starts refused because the line of starts waiting for a slot was full (503).", nil, nil)
 )
 
 var allStates = []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateLost, sandbox.StateStopping}
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSandboxes, descEgress, descSbUsed, descSbFree, descMemUsed, descMemFree, descVCPUs} {
+	for _, d := range []*prometheus.Desc{descSandboxes, descEgress, descSbUsed, descSbFree, descMemUsed, descMemFree, descVCPUs,
+		descBootSlots, descBooting, descBootLine, descBootRefd} {
 		ch <- d
 	}
 }
@@ -153,6 +166,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if cp.MaxMemoryMiB > 0 {
 			ch <- prometheus.MustNewConstMetric(descMemFree, prometheus.GaugeValue, float64(max(cp.MaxMemoryMiB-cp.MemoryMiBUsed, 0)))
+		}
+		if b := cp.Boots; b != nil {
+			ch <- prometheus.MustNewConstMetric(descBootSlots, prometheus.GaugeValue, float64(b.Slots))
+			ch <- prometheus.MustNewConstMetric(descBooting, prometheus.GaugeValue, float64(b.Starting))
+			ch <- prometheus.MustNewConstMetric(descBootLine, prometheus.GaugeValue, float64(b.Waiting))
+			ch <- prometheus.MustNewConstMetric(descBootRefd, prometheus.CounterValue, float64(b.Refused))
 		}
 	}
 }

@@ -143,3 +143,37 @@ func TestMetricsMove(t *testing.T) {
 		t.Error("a deleted sandbox's packets went from the total")
 	}
 }
+
+// bootQueueManager reports a queue of VM starts and a create that waited.
+type bootQueueManager struct{ *sandboxtest.Manager }
+
+func (b bootQueueManager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info, error) {
+	info, err := b.Manager.Create(ctx, cfg)
+	info.QueuedMS = 1500
+	return info, err
+}
+
+func (b bootQueueManager) Capacity(ctx context.Context) (sandbox.Capacity, error) {
+	c, err := b.Manager.Capacity(ctx)
+	c.Boots = &sandbox.BootQueue{Slots: 3, Starting: 2, Waiting: 5, MaxWaiting: 12, Admitted: 9, Refused: 4}
+	return c, err
+}
+
+// TestBootQueueMetrics: a create's wait for a slot is a histogram, and the
+// queue's slots, starts, line and refusals are read at each scrape.
+func TestBootQueueMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := Instrument(bootQueueManager{sandboxtest.New()}, reg)
+	if _, err := m.Create(context.Background(), sandbox.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := value(t, reg, "cellvm_boot_queue_seconds"); got != 1 {
+		t.Errorf("queue wait observations: %v, want 1", got)
+	}
+	for name, want := range map[string]float64{"cellvm_boot_slots": 3, "cellvm_boot_starting": 2,
+		"cellvm_boot_queue_length": 5, "cellvm_boot_queue_refused_total": 4} {
+		if got := value(t, reg, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+}
