@@ -38,7 +38,13 @@ func DialVsock(ctx context.Context, uds string, port uint32) (net.Conn, error) {
 		deadline = dl
 	}
 	nc.SetDeadline(deadline)
-	if err := handshake(nc, port); err != nil {
+	// A cancelled ctx ends the handshake too, not only its deadline.
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })
+	err = handshake(nc, port)
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("vsock %s port %d: %w", uds, port, err)
 	}
@@ -93,6 +99,64 @@ func dial(ctx context.Context, uds string, attempt time.Duration) (*Client, erro
 		return nil, err
 	}
 	return c, nil
+}
+
+// DialSignalled is Dial for a VM whose agent announces itself on ready
+// (a ReadyListener's Ready): it dials once the signal arrives, and
+// meanwhile tries once every fallback, for an agent that never signals (a
+// snapshot made by an older one). A try in flight when the signal arrives
+// is abandoned for a fresh dial. After the signal, a failed dial is retried
+// as WaitReady does: the agent says it listens.
+func DialSignalled(ctx context.Context, uds string, ready <-chan struct{}, fallback time.Duration) (*Client, error) {
+	c := New(func(ctx context.Context) (net.Conn, error) {
+		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		defer cancel()
+		return DialVsock(actx, uds, proto.AgentPort)
+	})
+	if err := c.waitSignalled(ctx, ready, fallback); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// waitSignalled is DialSignalled's wait, over c's dialer.
+func (c *Client) waitSignalled(ctx context.Context, ready <-chan struct{}, fallback time.Duration) error {
+	t := time.NewTimer(fallback)
+	defer t.Stop()
+	tries := 0
+	var last error
+	for {
+		select {
+		case <-ready:
+			return c.WaitReady(ctx)
+		case <-ctx.Done():
+			return fmt.Errorf("agent not ready (no signal, %d tries): %w (last error: %v)", tries, ctx.Err(), last)
+		case <-t.C:
+		}
+		tries++
+		actx, cancel := context.WithCancel(ctx)
+		stop := make(chan struct{})
+		go func() {
+			select {
+			case <-ready:
+				cancel()
+			case <-stop:
+			}
+		}()
+		s, err := c.open(actx)
+		close(stop)
+		cancel()
+		if err == nil {
+			c.put(s)
+			return nil
+		}
+		last = err
+		var pe *proto.Error
+		if errors.As(err, &pe) && pe.Code == proto.CodeUnsupported {
+			return err // retrying will not help
+		}
+		t.Reset(fallback)
+	}
 }
 
 // WaitReady opens a connection and does the hello, retrying with a short
