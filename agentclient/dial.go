@@ -87,18 +87,23 @@ func Dial(ctx context.Context, uds string) (*Client, error) {
 
 // dial is Dial with each connect attempt bounded by attempt.
 func dial(ctx context.Context, uds string, attempt time.Duration) (*Client, error) {
-	c := New(func(ctx context.Context) (net.Conn, error) {
-		// One attempt never takes the whole boot deadline: a connect the
-		// guest lost (its driver was still starting) is retried, not
-		// waited on.
-		actx, cancel := context.WithTimeout(ctx, attempt)
-		defer cancel()
-		return DialVsock(actx, uds, proto.AgentPort)
-	})
+	c := New(agentDialer(uds, attempt))
 	if err := c.WaitReady(ctx); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// agentDialer dials the agent through the VMM's socket uds, each attempt
+// bounded by attempt: one never takes the whole boot deadline, so a
+// connect the guest lost (its driver was still starting) is retried, not
+// waited on.
+func agentDialer(uds string, attempt time.Duration) DialFunc {
+	return func(ctx context.Context) (net.Conn, error) {
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		defer cancel()
+		return DialVsock(actx, uds, proto.AgentPort)
+	}
 }
 
 // DialSignalled is Dial for a VM whose agent announces itself on ready
@@ -108,11 +113,7 @@ func dial(ctx context.Context, uds string, attempt time.Duration) (*Client, erro
 // is abandoned for a fresh dial. After the signal, a failed dial is retried
 // as WaitReady does: the agent says it listens.
 func DialSignalled(ctx context.Context, uds string, ready <-chan struct{}, fallback time.Duration) (*Client, error) {
-	c := New(func(ctx context.Context) (net.Conn, error) {
-		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
-		defer cancel()
-		return DialVsock(actx, uds, proto.AgentPort)
-	})
+	c := New(agentDialer(uds, AttemptTimeout))
 	if err := c.waitSignalled(ctx, ready, fallback); err != nil {
 		return nil, err
 	}
@@ -143,18 +144,13 @@ func (c *Client) waitSignalled(ctx context.Context, ready <-chan struct{}, fallb
 			case <-stop:
 			}
 		}()
-		s, err := c.open(actx)
+		final, err := c.try(actx)
 		close(stop)
 		cancel()
-		if err == nil {
-			c.put(s)
-			return nil
+		if err == nil || final {
+			return err
 		}
 		last = err
-		var pe *proto.Error
-		if errors.As(err, &pe) && pe.Code == proto.CodeUnsupported {
-			return err // retrying will not help
-		}
 		t.Reset(fallback)
 	}
 }
@@ -166,16 +162,11 @@ func (c *Client) WaitReady(ctx context.Context) error {
 	backoff := 5 * time.Millisecond
 	var last error
 	for attempt := 1; ; attempt++ {
-		s, err := c.open(ctx)
-		if err == nil {
-			c.put(s)
-			return nil
+		final, err := c.try(ctx)
+		if err == nil || final {
+			return err
 		}
 		last = err
-		var pe *proto.Error
-		if errors.As(err, &pe) && pe.Code == proto.CodeUnsupported {
-			return err // retrying will not help
-		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -185,4 +176,17 @@ func (c *Client) WaitReady(ctx context.Context) error {
 		}
 		backoff = min(backoff*2, 100*time.Millisecond)
 	}
+}
+
+// try opens a connection and does the hello, keeping the connection. An
+// error is final when retrying will not help (the agent does not speak
+// this version).
+func (c *Client) try(ctx context.Context) (final bool, err error) {
+	s, err := c.open(ctx)
+	if err == nil {
+		c.put(s)
+		return false, nil
+	}
+	var pe *proto.Error
+	return errors.As(err, &pe) && pe.Code == proto.CodeUnsupported, err
 }

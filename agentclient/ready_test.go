@@ -169,7 +169,7 @@ func TestReadyListenerGivesUp(t *testing.T) {
 
 // countingVMM is a fake VMM vsock socket that counts CONNECTs: until up
 // is set it closes them (the guest refused: nobody listens on the port);
-// then it serves srv. swallow swallows the first one (no answer, not
+// then it serves an agent. swallow swallows the first one (no answer, not
 // closed: a connect the guest lost).
 type countingVMM struct {
 	connects atomic.Int32
@@ -180,14 +180,19 @@ type countingVMM struct {
 	held []net.Conn
 }
 
-func (v *countingVMM) start(t *testing.T, sock string, srv *agent.Server) {
+// startCountingVMM starts v with an agent over newFake at a socket of
+// its own, and returns the socket's path.
+func startCountingVMM(t *testing.T, v *countingVMM) string {
 	t.Helper()
+	sock := filepath.Join(t.TempDir(), "vsock.sock")
+	srv := agent.NewServer(agent.Config{Interp: newFake(), Software: "test-agent", Logger: quiet()})
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ln.Close()
+		srv.Close()
 		v.mu.Lock()
 		for _, c := range v.held {
 			c.Close()
@@ -218,17 +223,15 @@ func (v *countingVMM) start(t *testing.T, sock string, srv *agent.Server) {
 			}()
 		}
 	}()
+	return sock
 }
 
 // TestDialSignalledWakesWithoutPolling: the agent comes up 300 ms after
 // the dial begins; the signal wakes the dial, which connects exactly once.
 // (The polling Dial connects about ten times meanwhile.)
 func TestDialSignalledWakesWithoutPolling(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "vsock.sock")
-	srv := agent.NewServer(agent.Config{Interp: newFake(), Software: "test-agent", Logger: quiet()})
-	defer srv.Close()
 	v := &countingVMM{}
-	v.start(t, sock, srv)
+	sock := startCountingVMM(t, v)
 	ready := make(chan struct{})
 	go func() {
 		time.Sleep(300 * time.Millisecond)
@@ -254,11 +257,8 @@ func TestDialSignalledWakesWithoutPolling(t *testing.T) {
 // TestDialSignalledFallback: an agent that never signals (a snapshot of
 // an older one) is found by the fallback poll, one try per interval.
 func TestDialSignalledFallback(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "vsock.sock")
-	srv := agent.NewServer(agent.Config{Interp: newFake(), Software: "test-agent", Logger: quiet()})
-	defer srv.Close()
 	v := &countingVMM{}
-	v.start(t, sock, srv)
+	sock := startCountingVMM(t, v)
 	go func() {
 		for v.connects.Load() < 3 {
 			time.Sleep(5 * time.Millisecond)
@@ -286,12 +286,9 @@ func TestDialSignalledFallback(t *testing.T) {
 // TestDialSignalledAbandonsALostTry: a fallback try that the guest lost
 // (no answer) is abandoned when the signal arrives, not waited out.
 func TestDialSignalledAbandonsALostTry(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "vsock.sock")
-	srv := agent.NewServer(agent.Config{Interp: newFake(), Software: "test-agent", Logger: quiet()})
-	defer srv.Close()
 	v := &countingVMM{swallow: true}
 	v.up.Store(true)
-	v.start(t, sock, srv)
+	sock := startCountingVMM(t, v)
 	ready := make(chan struct{})
 	go func() {
 		for v.connects.Load() < 1 {
