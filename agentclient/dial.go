@@ -38,7 +38,13 @@ func DialVsock(ctx context.Context, uds string, port uint32) (net.Conn, error) {
 		deadline = dl
 	}
 	nc.SetDeadline(deadline)
-	if err := handshake(nc, port); err != nil {
+	// A cancelled ctx ends the handshake too, not only its deadline.
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })
+	err = handshake(nc, port)
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("vsock %s port %d: %w", uds, port, err)
 	}
@@ -81,18 +87,72 @@ func Dial(ctx context.Context, uds string) (*Client, error) {
 
 // dial is Dial with each connect attempt bounded by attempt.
 func dial(ctx context.Context, uds string, attempt time.Duration) (*Client, error) {
-	c := New(func(ctx context.Context) (net.Conn, error) {
-		// One attempt never takes the whole boot deadline: a connect the
-		// guest lost (its driver was still starting) is retried, not
-		// waited on.
-		actx, cancel := context.WithTimeout(ctx, attempt)
-		defer cancel()
-		return DialVsock(actx, uds, proto.AgentPort)
-	})
+	c := New(agentDialer(uds, attempt))
 	if err := c.WaitReady(ctx); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// agentDialer dials the agent through the VMM's socket uds, each attempt
+// bounded by attempt: one never takes the whole boot deadline, so a
+// connect the guest lost (its driver was still starting) is retried, not
+// waited on.
+func agentDialer(uds string, attempt time.Duration) DialFunc {
+	return func(ctx context.Context) (net.Conn, error) {
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		defer cancel()
+		return DialVsock(actx, uds, proto.AgentPort)
+	}
+}
+
+// DialSignalled is Dial for a VM whose agent announces itself on ready
+// (a ReadyListener's Ready): it dials once the signal arrives, and
+// meanwhile tries once every fallback, for an agent that never signals (a
+// snapshot made by an older one). A try in flight when the signal arrives
+// is abandoned for a fresh dial. After the signal, a failed dial is retried
+// as WaitReady does: the agent says it listens.
+func DialSignalled(ctx context.Context, uds string, ready <-chan struct{}, fallback time.Duration) (*Client, error) {
+	c := New(agentDialer(uds, AttemptTimeout))
+	if err := c.waitSignalled(ctx, ready, fallback); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// waitSignalled is DialSignalled's wait, over c's dialer.
+func (c *Client) waitSignalled(ctx context.Context, ready <-chan struct{}, fallback time.Duration) error {
+	t := time.NewTimer(fallback)
+	defer t.Stop()
+	tries := 0
+	var last error
+	for {
+		select {
+		case <-ready:
+			return c.WaitReady(ctx)
+		case <-ctx.Done():
+			return fmt.Errorf("agent not ready (no signal, %d tries): %w (last error: %v)", tries, ctx.Err(), last)
+		case <-t.C:
+		}
+		tries++
+		actx, cancel := context.WithCancel(ctx)
+		stop := make(chan struct{})
+		go func() {
+			select {
+			case <-ready:
+				cancel()
+			case <-stop:
+			}
+		}()
+		final, err := c.try(actx)
+		close(stop)
+		cancel()
+		if err == nil || final {
+			return err
+		}
+		last = err
+		t.Reset(fallback)
+	}
 }
 
 // WaitReady opens a connection and does the hello, retrying with a short
@@ -102,16 +162,11 @@ func (c *Client) WaitReady(ctx context.Context) error {
 	backoff := 5 * time.Millisecond
 	var last error
 	for attempt := 1; ; attempt++ {
-		s, err := c.open(ctx)
-		if err == nil {
-			c.put(s)
-			return nil
+		final, err := c.try(ctx)
+		if err == nil || final {
+			return err
 		}
 		last = err
-		var pe *proto.Error
-		if errors.As(err, &pe) && pe.Code == proto.CodeUnsupported {
-			return err // retrying will not help
-		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -121,4 +176,17 @@ func (c *Client) WaitReady(ctx context.Context) error {
 		}
 		backoff = min(backoff*2, 100*time.Millisecond)
 	}
+}
+
+// try opens a connection and does the hello, keeping the connection. An
+// error is final when retrying will not help (the agent does not speak
+// this version).
+func (c *Client) try(ctx context.Context) (final bool, err error) {
+	s, err := c.open(ctx)
+	if err == nil {
+		c.put(s)
+		return false, nil
+	}
+	var pe *proto.Error
+	return errors.As(err, &pe) && pe.Code == proto.CodeUnsupported, err
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -109,6 +110,13 @@ func agentMain(args []string) int {
 	signalReady(log)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	announce, stopAnnounce := context.WithCancel(context.Background())
+	defer stopAnnounce()
+	if *listen == "vsock" {
+		// Tell the host the agent listens, rather than have it poll.
+		a := &agent.Announcer{Dial: dialReady, Line: agent.ReadyLine(), Log: log}
+		go a.Run(announce)
+	}
 	select {
 	case <-shutdown:
 		ln.Close()
@@ -139,6 +147,11 @@ func listenOn(spec string) (net.Listener, error) {
 		return net.Listen("unix", path)
 	}
 	return nil, fmt.Errorf("bad -listen %q", spec)
+}
+
+// dialReady connects to the host's ready port (proto.ReadyPort).
+func dialReady() (net.Conn, error) {
+	return vsock.Dial(vsock.Host, proto.ReadyPort, nil)
 }
 
 // signalReady tells PID 1 the agent listens (one byte on the fd it named).

@@ -235,3 +235,21 @@ func FitEvent(e *cell.Event) bool {
 // dials. It lives here, beside the frames, so that the host side needs
 // only the protocol, not the agent's implementation.
 const AgentPort = 1024
+
+// ReadyPort is the host vsock port the agent connects to once it listens
+// on AgentPort, so that the host need not poll for it: the VMM dials the
+// host's Unix socket "<vsock uds>_<ReadyPort>" (Firecracker's rule for
+// guest-initiated connections), where the daemon listens while the VM
+// starts. The agent writes one line, ReadyPrefix and an identifier of its
+// boot, and keeps the connection open: a restored or forked machine's
+// vsock transport is reset, which ends it, and the agent connects again at
+// once, which is that machine's signal. The host trusts the line no
+// further than "something answered" and reads at most MaxReadyLine bytes
+// of it.
+const ReadyPort = 1025
+
+// ReadyPrefix starts the line the agent writes on its ready connection.
+const ReadyPrefix = "READY"
+
+// MaxReadyLine bounds the ready line, its newline included.
+const MaxReadyLine = 64

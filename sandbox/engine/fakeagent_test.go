@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/guestinit/agent"
+	"github.com/cellvm/cellvm/guestinit/proto"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/vmm/control"
 )
@@ -82,7 +84,23 @@ func fakeVMMStart(args []string) (control.Spec, control.Files, net.Listener, err
 		return spec, nil, nil, fmt.Errorf("a spec without vsock")
 	}
 	ln, err := net.Listen("unix", spec.Vsock.UDS)
+	if err == nil && os.Getenv(envNoReady) == "" {
+		fakeAnnounce(spec.Vsock.UDS)
+	}
 	return spec, files, ln, err
+}
+
+// envNoReady set keeps a fake VMM's guest from announcing itself, as an
+// older agent's does not.
+const envNoReady = "CELLVM_TEST_NO_READY"
+
+// fakeAnnounce runs the agent's Announcer in the fake VMM as the real
+// VMM carries it: connects to "<uds>_<ReadyPort>".
+func fakeAnnounce(uds string) {
+	a := &agent.Announcer{Line: "READY fake\n", Dial: func() (net.Conn, error) {
+		return net.Dial("unix", uds+"_"+strconv.Itoa(proto.ReadyPort))
+	}}
+	go a.Run(context.Background())
 }
 
 // fakeVMMServe accepts host connections on ln, does Firecracker's CONNECT

@@ -46,8 +46,10 @@ func (m *VMManager) recover() {
 		}
 		if err == nil && spec.Vsock != nil {
 			// spec.Vsock.UDS is the VMM's own path (the jail's, if
-			// jailed); the daemon's is in the sandbox's directory.
-			s.agent, err = awaitAgent(context.Background(), s.proc, dir, 10*time.Second, "being taken back")
+			// jailed); the daemon's is in the sandbox's directory. The
+			// agent announced itself to the daemon that started it, so
+			// no signal comes: it is dialled directly.
+			s.agent, err = awaitAgent(context.Background(), s.proc, dir, 10*time.Second, "being taken back", nil)
 			s.cid = spec.Vsock.CID
 		}
 		if spec.Jail != nil && spec.Jail.Cgroup != "" {

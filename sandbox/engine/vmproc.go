@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,6 +60,46 @@ type vmProc struct {
 	ended atomic.Bool
 	// exitSeen is markLost's: the process's own exit is handled once.
 	exitSeen sync.Once
+
+	// readyMu guards readyConn, the agent's ready connection
+	// (proto.ReadyPort), held for the VM's life so that the agent
+	// announces itself again only when a snapshot resets it; it is
+	// closed when the process has exited.
+	readyMu   sync.Mutex
+	readyConn net.Conn
+	exited    bool
+}
+
+// keepReady gives p the agent's ready connection c (nil: none); it is
+// closed at once if p has exited.
+func (p *vmProc) keepReady(c net.Conn) {
+	if c == nil {
+		return
+	}
+	p.readyMu.Lock()
+	defer p.readyMu.Unlock()
+	if p.exited {
+		c.Close()
+		return
+	}
+	if p.readyConn != nil {
+		p.readyConn.Close()
+	}
+	p.readyConn = c
+}
+
+// exit records that p's process has exited and closes its ready
+// connection; it runs once, before done is closed.
+func (p *vmProc) exit(err error) {
+	p.readyMu.Lock()
+	p.exited = true
+	if p.readyConn != nil {
+		p.readyConn.Close()
+		p.readyConn = nil
+	}
+	p.readyMu.Unlock()
+	p.err = err
+	close(p.done)
 }
 
 const (
@@ -77,7 +118,9 @@ const (
 )
 
 // startVMM starts the VMM process of st for the sandbox in dir and waits
-// until its guest's agent answers (awaitAgent), within m's boot timeout.
+// until its guest's agent answers (awaitAgent), within m's boot timeout:
+// woken by the agent's ready signal, whose socket it opens before the
+// process starts (listenReady), and which it closes once the signal came.
 // It is the one way a sandbox's VM starts: booted or restored from a
 // snapshot or template (launch, a fork), or from its paused image
 // (resume). what says what the VM was doing, for the error of one that
@@ -86,6 +129,16 @@ const (
 // closed: the process has its own descriptors.
 func (m *VMManager) startVMM(ctx context.Context, dir string, st vmStart, what string) (*vmProc, *agentclient.Client, error) {
 	st.env = m.opt.ExeEnv
+	ready, err := listenReady(&st.spec)
+	if err != nil {
+		// The signal only saves time: without it, the agent is polled.
+		m.log.Warn("no ready signal for this VM; polling its agent", "vm", filepath.Base(dir), "err", err)
+		ready = nil
+	}
+	if ready != nil {
+		defer ready.Close()
+	}
+	start := time.Now()
 	p, err := spawnVMM(m.opt.Exe, dir, st)
 	if err != nil {
 		return nil, nil, err
@@ -93,13 +146,25 @@ func (m *VMManager) startVMM(ctx context.Context, dir string, st vmStart, what s
 	if st.spawned != nil {
 		st.spawned(p)
 	}
-	c, err := awaitAgent(ctx, p, dir, m.opt.BootTimeout, what)
+	c, err := awaitAgent(ctx, p, dir, m.opt.BootTimeout, what, ready)
 	if err != nil {
 		p.ended.Store(true)
 		p.stop(5 * time.Second)
 		return nil, nil, err
 	}
+	signalled := ready != nil && isClosed(ready.Ready())
+	m.log.Debug("the VM's agent answered", "vm", filepath.Base(dir), "signalled", signalled, "agent_ms", time.Since(start).Milliseconds())
 	return p, c, nil
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // spawnVMM writes st's spec into dir and starts exe (the cellvm binary) as
@@ -171,33 +236,40 @@ func spawnVMM(exe, dir string, st vmStart) (*vmProc, error) {
 		cmd.Wait()
 		return nil, err
 	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
+	go func() { p.exit(cmd.Wait()) }()
 	return p, nil
 }
 
 // awaitAgent waits until the agent of the VM of process p (the sandbox in
 // dir) answers, for at most timeout, or p exits first: the one way the
 // daemon waits for a guest, whether it started the VMM (startVMM) or took
-// it back from an earlier daemon (recover). The error of a VM that exited
+// it back from an earlier daemon (recover). With ready (startVMM's), it
+// dials when the agent signals, polling only every readyFallback, and p
+// keeps the signal's connection; without (recover), it polls. The error of a VM that exited
 // says why (its End report with its exit status: lostInfo) and quotes the
 // ends of its VMM log and console for a human.
-func awaitAgent(ctx context.Context, p *vmProc, dir string, timeout time.Duration, what string) (*agentclient.Client, error) {
+func awaitAgent(ctx context.Context, p *vmProc, dir string, timeout time.Duration, what string, ready *agentclient.ReadyListener) (*agentclient.Client, error) {
 	waitCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	type dialed struct {
 		c   *agentclient.Client
 		err error
 	}
-	ready := make(chan dialed, 1)
+	answered := make(chan dialed, 1)
 	go func() {
-		c, err := agentclient.Dial(waitCtx, hostVsockPath(dir))
-		ready <- dialed{c, err}
+		var d dialed
+		if ready != nil {
+			d.c, d.err = agentclient.DialSignalled(waitCtx, hostVsockPath(dir), ready.Ready(), readyFallback)
+		} else {
+			d.c, d.err = agentclient.Dial(waitCtx, hostVsockPath(dir))
+		}
+		answered <- d
 	}()
 	select {
-	case d := <-ready:
+	case d := <-answered:
+		if d.err == nil && ready != nil {
+			p.keepReady(ready.Take())
+		}
 		if d.err != nil && ctx.Err() == nil && waitCtx.Err() != nil {
 			return nil, fmt.Errorf("guest agent did not answer within %v: %w; vmm log: %s; console: %s", timeout, d.err,
 				lastLines(readTail(filepath.Join(dir, vmmLogFile), 2048), 5), lastLines(consoleTail(dir, 4096), 15))
@@ -205,7 +277,7 @@ func awaitAgent(ctx context.Context, p *vmProc, dir string, timeout time.Duratio
 		return d.c, d.err
 	case <-p.done:
 		cancel()
-		if d := <-ready; d.c != nil {
+		if d := <-answered; d.c != nil {
 			d.c.Close()
 		}
 		why := p.lostInfo()
@@ -272,8 +344,7 @@ func (p *vmProc) watchAdopted() {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	p.err = errAdoptedExited
-	close(p.done)
+	p.exit(errAdoptedExited)
 }
 
 // stillRecorded reports whether p's pid is still the recorded process.
