@@ -24,21 +24,28 @@ var (
 // ReadyListener is the host's end of the agent's ready signal
 // (proto.ReadyPort): a Unix socket at "<vsock uds>_<ReadyPort>", where the
 // VMM connects the agent's announcement. Open it before the VMM starts
-// (or restores). The first connection that brings a line starting with
-// proto.ReadyPrefix, within readyLineTimeout and proto.MaxReadyLine bytes,
-// is the signal: Ready is closed, the listener is closed (its socket
-// removed), and the connection is kept for Take. Anything else a
-// connection brings is dropped with it; the line is trusted no further
-// than "something answered".
+// (or restores), and keep it for the VM's life. The first connection that
+// brings a line starting with proto.ReadyPrefix, within readyLineTimeout
+// and proto.MaxReadyLine bytes, is the signal: Ready is closed. The
+// listener then holds that connection and goes on listening: a snapshot
+// resets every vsock connection of the running VM, whose agent announces
+// itself again at once, and the new connection replaces the old one. Were
+// nobody listening, the agent would retry with its backoff for the rest
+// of its life, and a later snapshot would catch it asleep, so that a fork
+// from it would wait for the fallback poll. Anything else a connection
+// brings is dropped with it; after maxReadyConns such connections in a
+// row the listener stops. The line is trusted no further than "something
+// answered".
 type ReadyListener struct {
 	ln    *net.UnixListener
 	ready chan struct{}
 	done  chan struct{} // the accept loop has returned
 
-	mu      sync.Mutex
-	conn    net.Conn // the signal's connection, until Take
-	reading net.Conn // the connection being read, for Close
-	closed  bool
+	mu        sync.Mutex
+	conn      net.Conn // the latest ready connection, held until Close
+	reading   net.Conn // the connection being read, for Close
+	signalled bool
+	closed    bool
 }
 
 // ListenReady listens for the ready signal at path, replacing a stale
@@ -67,18 +74,8 @@ func ListenReady(path string, uid, gid int) (*ReadyListener, error) {
 // Ready is closed when the signal has arrived.
 func (r *ReadyListener) Ready() <-chan struct{} { return r.ready }
 
-// Take returns the signal's connection, now the caller's to close, or nil
-// (no signal, or taken).
-func (r *ReadyListener) Take() net.Conn {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	c := r.conn
-	r.conn = nil
-	return c
-}
-
-// Close stops listening, removes the socket, and closes a connection not
-// taken. It waits for the accept loop, and may be called more than once.
+// Close stops listening, removes the socket, and closes the connection it
+// holds. It waits for the accept loop, and may be called more than once.
 func (r *ReadyListener) Close() error {
 	r.mu.Lock()
 	first := !r.closed
@@ -101,7 +98,7 @@ func (r *ReadyListener) Close() error {
 func (r *ReadyListener) accept() {
 	defer close(r.done)
 	defer r.ln.Close()
-	for range maxReadyConns {
+	for bad := 0; bad < maxReadyConns; {
 		nc, err := r.ln.Accept()
 		if err != nil {
 			return
@@ -118,14 +115,25 @@ func (r *ReadyListener) accept() {
 		r.mu.Lock()
 		r.reading = nil
 		if !ok || r.closed {
+			closed := r.closed
 			r.mu.Unlock()
 			nc.Close()
+			if closed {
+				return
+			}
+			bad++
 			continue
 		}
+		bad = 0
+		if r.conn != nil {
+			r.conn.Close() // the agent's earlier connection, which a reset ended
+		}
 		r.conn = nc
-		close(r.ready)
+		if !r.signalled {
+			r.signalled = true
+			close(r.ready)
+		}
 		r.mu.Unlock()
-		return
 	}
 }
 

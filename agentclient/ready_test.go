@@ -52,9 +52,11 @@ func signalled(r *ReadyListener) bool {
 
 // TestReadyListenerSignal: the socket is owner-only; connections that
 // bring a wrong line, a line past the bound, or nothing within the
-// deadline are closed and do not signal; the first ready line does: the
-// listener is gone (its socket removed) and its connection kept open for
-// Take, once. Close is idempotent.
+// deadline are closed and do not signal; the first ready line does, and
+// its connection is held open. The listener goes on listening for the
+// VM's life: a second announcement (the agent's, after a snapshot reset
+// its connection) replaces the first, which the host closes. Close closes
+// the held connection and removes the socket, and is idempotent.
 func TestReadyListenerSignal(t *testing.T) {
 	saved := readyLineTimeout
 	readyLineTimeout = 200 * time.Millisecond
@@ -78,44 +80,38 @@ func TestReadyListenerSignal(t *testing.T) {
 			t.Fatalf("%.20q signalled", bad)
 		}
 	}
-	if r.Take() != nil {
-		t.Error("Take gave a connection before the signal")
-	}
-	nc := guestConnect(t, path, "READY 9e0c\ntrailing bytes are left unread")
+	first := guestConnect(t, path, "READY 9e0c\ntrailing bytes are left unread")
 	select {
 	case <-r.Ready():
 	case <-time.After(10 * time.Second):
 		t.Fatal("no signal from a ready line")
 	}
-	<-r.done
+	if hostClosed(first, 100*time.Millisecond) {
+		t.Error("the signal's connection was closed; the host holds it")
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("the ready socket after the signal: %v; want it still listening", err)
+	}
+	second := guestConnect(t, path, "READY 9e0c\n") // after a snapshot's reset
+	if !hostClosed(first, 10*time.Second) {
+		t.Error("the earlier ready connection was kept beside the new one")
+	}
+	if hostClosed(second, 100*time.Millisecond) {
+		t.Error("the new ready connection was closed; the host holds it")
+	}
+	r.Close()
+	r.Close()
+	if !hostClosed(second, 10*time.Second) {
+		t.Error("Close left the held connection open")
+	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the ready socket after the signal: %v, want it removed", err)
-	}
-	kept := r.Take()
-	if kept == nil {
-		t.Fatal("Take gave no connection after the signal")
-	}
-	defer kept.Close()
-	if r.Take() != nil {
-		t.Error("Take gave the connection twice")
-	}
-	if hostClosed(nc, 100*time.Millisecond) {
-		t.Error("the signal's connection was closed; the host keeps it")
-	}
-	r.Close()
-	r.Close()
-	if hostClosed(nc, 100*time.Millisecond) {
-		t.Error("Close closed the connection that was taken")
-	}
-	kept.Close()
-	if !hostClosed(nc, 10*time.Second) {
-		t.Error("the kept connection did not end when its owner closed it")
+		t.Errorf("the ready socket after Close: %v, want it removed", err)
 	}
 }
 
-// TestReadyListenerGivesUp: after maxReadyConns connections without a
-// ready line, the listener stops (the fallback poll still finds the
-// agent), and Close closes a connection not taken, and one being read.
+// TestReadyListenerGivesUp: after maxReadyConns connections in a row
+// without a ready line, the listener stops (the fallback poll still finds
+// the agent), and Close closes the held connection, and one being read.
 func TestReadyListenerGivesUp(t *testing.T) {
 	savedN := maxReadyConns
 	maxReadyConns = 3
@@ -150,11 +146,11 @@ func TestReadyListenerGivesUp(t *testing.T) {
 	if !hostClosed(nc, time.Second) {
 		t.Error("Close left the connection being read open")
 	}
-	if signalled(r) || r.Take() != nil {
+	if signalled(r) {
 		t.Error("a closed listener signalled")
 	}
 
-	// Close after the signal, not taken: the connection is closed.
+	// Close after the signal: the held connection is closed.
 	r, err = ListenReady(path, -1, -1)
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +159,7 @@ func TestReadyListenerGivesUp(t *testing.T) {
 	<-r.Ready()
 	r.Close()
 	if !hostClosed(nc, 10*time.Second) {
-		t.Error("Close left the signal's connection, not taken, open")
+		t.Error("Close left the signal's connection open")
 	}
 }
 

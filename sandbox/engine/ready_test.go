@@ -78,9 +78,8 @@ func newInProcessVMM(t *testing.T) *inProcessVMM {
 
 // TestAwaitAgentWokenBySignal: the agent comes up 300 ms after the VMM
 // started and announces itself; awaitAgent dials once, on the signal
-// (the polling dial connects about ten times meanwhile); the ready socket
-// is gone, and the VMM process keeps the signal's connection until it
-// exits.
+// (the polling dial connects about ten times meanwhile); the VMM process
+// keeps the listener, with the signal's connection, until it exits.
 func TestAwaitAgentWokenBySignal(t *testing.T) {
 	setReadyFallback(t, time.Hour) // only the signal can wake it
 	v := newInProcessVMM(t)
@@ -115,15 +114,15 @@ func TestAwaitAgentWokenBySignal(t *testing.T) {
 	if n := v.connects.Load(); n != 1 {
 		t.Errorf("%d connects to the agent, want exactly 1 (on the signal)", n)
 	}
-	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the ready socket after the signal: %v, want it removed", err)
-	}
 	nc := <-guest
 	if nc == nil {
 		return
 	}
 	defer nc.Close()
-	ready.Close() // startVMM's: the kept connection is p's now
+	p.keepReady(ready) // startVMM's: the listener is p's for the VM's life
+	if fi, err := os.Stat(path); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Errorf("the ready socket after the signal: %v; want it listening while the VM runs", err)
+	}
 	nc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	if _, err := nc.Read(make([]byte, 1)); !isTimeout(err) {
 		t.Fatalf("the ready connection ended (%v) while the VMM runs", err)
@@ -133,8 +132,11 @@ func TestAwaitAgentWokenBySignal(t *testing.T) {
 	if _, err := nc.Read(make([]byte, 1)); err != io.EOF {
 		t.Errorf("the ready connection after the VMM exited: %v, want EOF", err)
 	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the ready socket after the VMM exited: %v, want it removed", err)
+	}
 	p.keepReady(&net.UnixConn{}) // after the exit: closed at once, not kept
-	if p.readyConn != nil {
+	if p.ready != nil {
 		t.Error("a ready connection was kept by an exited VMM")
 	}
 }
@@ -145,7 +147,7 @@ func isTimeout(err error) bool {
 }
 
 // TestAwaitAgentFallback: an agent that never signals (a snapshot of an
-// older one) is still found, by the slow poll; nothing is kept.
+// older one) is still found, by the slow poll.
 func TestAwaitAgentFallback(t *testing.T) {
 	setReadyFallback(t, 20*time.Millisecond)
 	v := newInProcessVMM(t)
@@ -168,9 +170,6 @@ func TestAwaitAgentFallback(t *testing.T) {
 	c.Close()
 	if n := v.connects.Load(); n < 3 {
 		t.Errorf("%d connects, want the poll's tries (at least 3)", n)
-	}
-	if p.readyConn != nil {
-		t.Error("a ready connection kept without a signal")
 	}
 }
 
@@ -218,8 +217,8 @@ func TestReadyPathOfAJailedVMM(t *testing.T) {
 
 // TestStartsAreSignalled: through the manager and its fake VMMs (whose
 // guest runs the agent's Announcer), a create and a resume are each woken
-// by the signal (the poll would take an hour), and leave no ready socket
-// behind; an agent that never signals is found by the poll.
+// by the signal (the poll would take an hour), the running sandbox keeps
+// one ready socket, and none is left behind; an agent that never signals is found by the poll.
 func TestStartsAreSignalled(t *testing.T) {
 	setReadyFallback(t, time.Hour)
 	m, state := newPausableManager(t, nil)
@@ -240,11 +239,14 @@ func TestStartsAreSignalled(t *testing.T) {
 	if n := strings.Count(logs.String(), "signalled=true"); n != 2 {
 		t.Errorf("%d signalled starts, want 2 (create, resume):\n%s", n, logs.String())
 	}
-	if left, _ := filepath.Glob(filepath.Join(state, "sandboxes", "*", "run", "*_1025")); len(left) != 0 {
-		t.Errorf("ready sockets left: %v", left)
+	if live, _ := filepath.Glob(filepath.Join(state, "sandboxes", "*", "run", "*_1025")); len(live) != 1 {
+		t.Errorf("ready sockets of the running sandbox: %v, want its one, listening for its life", live)
 	}
 	if err := m.Delete(ctx, info.ID); err != nil {
 		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(state, "sandboxes", "*", "run", "*_1025")); len(left) != 0 {
+		t.Errorf("ready sockets left: %v", left)
 	}
 	assertNothingLeft(t, m, state)
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,18 +60,19 @@ type vmProc struct {
 	// exitSeen is markLost's: the process's own exit is handled once.
 	exitSeen sync.Once
 
-	// readyMu guards readyConn, the agent's ready connection
-	// (proto.ReadyPort), held for the VM's life so that the agent
-	// announces itself again only when a snapshot resets it; it is
-	// closed when the process has exited.
-	readyMu   sync.Mutex
-	readyConn net.Conn
-	exited    bool
+	// readyMu guards ready, the listener of the agent's ready signal
+	// (proto.ReadyPort) with the connection it holds, kept for the VM's
+	// life so that the agent, which announces itself again when a
+	// snapshot resets it, always finds it; it is closed when the process
+	// has exited.
+	readyMu sync.Mutex
+	ready   io.Closer
+	exited  bool
 }
 
-// keepReady gives p the agent's ready connection c (nil: none); it is
+// keepReady gives p the agent's ready listener c (nil: none); it is
 // closed at once if p has exited.
-func (p *vmProc) keepReady(c net.Conn) {
+func (p *vmProc) keepReady(c io.Closer) {
 	if c == nil {
 		return
 	}
@@ -82,10 +82,10 @@ func (p *vmProc) keepReady(c net.Conn) {
 		c.Close()
 		return
 	}
-	if p.readyConn != nil {
-		p.readyConn.Close()
+	if p.ready != nil {
+		p.ready.Close()
 	}
-	p.readyConn = c
+	p.ready = c
 }
 
 // exit records that p's process has exited and closes its ready
@@ -93,9 +93,9 @@ func (p *vmProc) keepReady(c net.Conn) {
 func (p *vmProc) exit(err error) {
 	p.readyMu.Lock()
 	p.exited = true
-	if p.readyConn != nil {
-		p.readyConn.Close()
-		p.readyConn = nil
+	if p.ready != nil {
+		p.ready.Close()
+		p.ready = nil
 	}
 	p.readyMu.Unlock()
 	p.err = err
@@ -120,7 +120,7 @@ const (
 // startVMM starts the VMM process of st for the sandbox in dir and waits
 // until its guest's agent answers (awaitAgent), within m's boot timeout:
 // woken by the agent's ready signal, whose socket it opens before the
-// process starts (listenReady), and which it closes once the signal came.
+// process starts (listenReady), and which the process keeps for its life.
 // It is the one way a sandbox's VM starts: booted or restored from a
 // snapshot or template (launch, a fork), or from its paused image
 // (resume). what says what the VM was doing, for the error of one that
@@ -135,12 +135,12 @@ func (m *VMManager) startVMM(ctx context.Context, dir string, st vmStart, what s
 		m.log.Warn("no ready signal for this VM; polling its agent", "vm", filepath.Base(dir), "err", err)
 		ready = nil
 	}
-	if ready != nil {
-		defer ready.Close()
-	}
 	start := time.Now()
 	p, err := spawnVMM(m.opt.Exe, dir, st)
 	if err != nil {
+		if ready != nil {
+			ready.Close()
+		}
 		return nil, nil, err
 	}
 	if st.spawned != nil {
@@ -148,11 +148,17 @@ func (m *VMManager) startVMM(ctx context.Context, dir string, st vmStart, what s
 	}
 	c, err := awaitAgent(ctx, p, dir, m.opt.BootTimeout, what, ready)
 	if err != nil {
+		if ready != nil {
+			ready.Close()
+		}
 		p.ended.Store(true)
 		p.stop(5 * time.Second)
 		return nil, nil, err
 	}
 	signalled := ready != nil && isClosed(ready.Ready())
+	if ready != nil {
+		p.keepReady(ready) // for the VM's life: closed when it exits
+	}
 	m.log.Debug("the VM's agent answered", "vm", filepath.Base(dir), "signalled", signalled, "agent_ms", time.Since(start).Milliseconds())
 	return p, c, nil
 }
@@ -244,8 +250,8 @@ func spawnVMM(exe, dir string, st vmStart) (*vmProc, error) {
 // dir) answers, for at most timeout, or p exits first: the one way the
 // daemon waits for a guest, whether it started the VMM (startVMM) or took
 // it back from an earlier daemon (recover). With ready (startVMM's), it
-// dials when the agent signals, polling only every readyFallback, and p
-// keeps the signal's connection; without (recover), it polls. The error of a VM that exited
+// dials when the agent signals, polling only every readyFallback; without
+// (recover), it polls. The error of a VM that exited
 // says why (its End report with its exit status: lostInfo) and quotes the
 // ends of its VMM log and console for a human.
 func awaitAgent(ctx context.Context, p *vmProc, dir string, timeout time.Duration, what string, ready *agentclient.ReadyListener) (*agentclient.Client, error) {
@@ -267,9 +273,6 @@ func awaitAgent(ctx context.Context, p *vmProc, dir string, timeout time.Duratio
 	}()
 	select {
 	case d := <-answered:
-		if d.err == nil && ready != nil {
-			p.keepReady(ready.Take())
-		}
 		if d.err != nil && ctx.Err() == nil && waitCtx.Err() != nil {
 			return nil, fmt.Errorf("guest agent did not answer within %v: %w; vmm log: %s; console: %s", timeout, d.err,
 				lastLines(readTail(filepath.Join(dir, vmmLogFile), 2048), 5), lastLines(consoleTail(dir, 4096), 15))
