@@ -19,21 +19,29 @@ import (
 // the same save on a disk's page cache is merely reclaimed.
 //
 // The file belongs to the daemon (a snapshot, a paused image), so the
-// daemon allocates it: it sizes and fallocates the fresh file before the
+// daemon allocates it (a tmpfs's; an overlay's too, whose upper layer may
+// be a tmpfs, as in the nested rig and many containers): it sizes and fallocates the fresh file before the
 // VMM gets it, which charges the pages to the daemon. The VMM then writes
 // into pages that exist (no new charge) and punches the holes it leaves
 // (vmm/memfile.go), which frees them: the file ends as sparse as before.
 
+// overlayfsMagic is an overlay file system's statfs type. What it stores
+// lives on its upper layer, which statfs does not name: a container's
+// root, or the rig's, whose upper layer is a tmpfs.
+const overlayfsMagic = 0x794c7630
+
 // preallocateMemory fallocates mem, a fresh memory file for a guest of
-// memMiB, when it lives in RAM (tmpfs), and reports whether it did. On a
-// disk it does nothing: page cache is reclaimable, and preallocating
-// blocks would cost disk for nothing.
+// memMiB, when it may live in RAM (a tmpfs, or an overlay, whose upper
+// layer may be one), and reports whether it did. On a disk it does
+// nothing: page cache is reclaimable, and preallocating blocks would cost
+// disk for nothing. (On an overlay over a disk it costs the file's blocks
+// until the VMM punches its holes.)
 func preallocateMemory(mem *os.File, memMiB int) (bool, error) {
 	var st unix.Statfs_t
 	if err := unix.Fstatfs(int(mem.Fd()), &st); err != nil {
 		return false, fmt.Errorf("statfs the memory file: %w", err)
 	}
-	if uint32(st.Type) != tmpfsMagic {
+	if t := uint32(st.Type); t != tmpfsMagic && t != overlayfsMagic {
 		return false, nil
 	}
 	var size int64

@@ -199,7 +199,7 @@ func (m *VMManager) saveMachine(ctx context.Context, s *vmSandbox, dir string, t
 		// The save still runs; on a tmpfs its pages are then the VMM's.
 		m.log.Warn("memory file not preallocated; the VMM's cgroup pays for it", "sandbox", s.id, "error", err)
 	} else if did {
-		m.log.Info("memory file preallocated on the tmpfs state directory", "sandbox", s.id, "memory_mib", s.cfg.MemoryMiB, "took_ms", time.Since(pre).Milliseconds())
+		m.log.Info("memory file preallocated (a tmpfs or overlay state directory)", "sandbox", s.id, "memory_mib", s.cfg.MemoryMiB, "took_ms", time.Since(pre).Milliseconds())
 	}
 	if layer {
 		return control.SnapshotLayer(ctx, hostControlPath(s.dir), state, mem, then)
