@@ -76,10 +76,11 @@ func (a *Announcer) Run(ctx context.Context) {
 			log.Debug("ready: host not listening", "err", err, "retry_in", backoff)
 		} else {
 			start := now()
+			log.Info("ready: announced to the host")
 			a.hold(ctx, c)
 			if now().Sub(start) >= stableConn {
 				backoff = minBackoff
-				log.Debug("ready: connection ended; announcing again")
+				log.Info("ready: connection ended (a snapshot or restore reset it); announcing again")
 				continue
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/test/kvmtest"
 )
 
 // signalledStarts counts the "the VM's agent answered" lines in logs
@@ -65,6 +66,7 @@ func TestAgentSignalsReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("resume in %v", time.Since(start).Round(time.Millisecond))
+	kvmtest.LogSandboxTails(t, m.opt.StateDir) // where a slow resume's time went
 	check("resume", 2)
 	if got := mainText(t, m, sb.ID, "x += 1\nx"); got != "42" {
 		t.Fatalf("after the resume: x = %s, want 42", got)
