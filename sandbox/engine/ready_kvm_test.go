@@ -35,7 +35,13 @@ func signalledStarts(logs string) (signalled, all int) {
 // connection reset by the save) and a fork of a snapshot. The parent
 // keeps answering after its snapshot reset its ready connection (its
 // agent then redials a daemon that no longer listens).
+//
+// The fallback poll is set to an hour: a poll's CONNECT queued in the VMM
+// while the guest is restored is answered as soon as the guest runs, at
+// the moment the agent announces itself, so with the poll on, either may
+// win. Here only the signal can wake a start.
 func TestAgentSignalsReady(t *testing.T) {
+	setReadyFallback(t, time.Hour)
 	var logs lockedBuffer
 	m := newRigManagerWith(t, func(o *Options) {
 		o.Log = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, os.Stderr), &slog.HandlerOptions{Level: slog.LevelDebug}))
