@@ -53,7 +53,7 @@ func main() {
 }
 
 // benchParts names the benches -only can pick, in the order they run.
-var benchParts = []string{"boot", "disk", "vsock", "sandbox", "e2b", "snapshots", "images"}
+var benchParts = []string{"boot", "disk", "vsock", "sandbox", "e2b", "snapshots", "images", "starts"}
 
 // selectParts turns -only's list into the set of benches to run; an empty
 // list is all of them.
@@ -118,6 +118,11 @@ func run(cellvm, build, qemu string, n int, parts map[string]bool) error {
 	if parts["images"] {
 		if err := benchImages(cellvm, build); err != nil {
 			fmt.Println("bench: images:", err)
+		}
+	}
+	if parts["starts"] {
+		if err := benchStarts(cellvm, build); err != nil {
+			fmt.Println("bench: starts:", err)
 		}
 	}
 	return nil

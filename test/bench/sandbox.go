@@ -25,11 +25,7 @@ func benchSandbox(cellvm, build string) error {
 		name string
 		jail *engine.JailOptions
 	}{{"unjailed", nil}}
-	if os.Geteuid() == 0 {
-		j := &engine.JailOptions{UIDBase: 200_000_000, CgroupParent: "/sys/fs/cgroup/cellvm"}
-		if !jail.CgroupV2("/sys/fs/cgroup") {
-			j.CgroupParent = ""
-		}
+	if j := benchJail(); j != nil {
 		variants = append(variants, struct {
 			name string
 			jail *engine.JailOptions
@@ -84,6 +80,19 @@ func benchSandbox(cellvm, build string) error {
 			float64(on)/float64(off), on.Round(time.Millisecond), off.Round(time.Millisecond), rounds)
 	}
 	return nil
+}
+
+// benchJail is the jail the benches compare unjailed VMMs with: nil
+// unless the bench runs as root, which the jail needs.
+func benchJail() *engine.JailOptions {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	j := &engine.JailOptions{UIDBase: 200_000_000, CgroupParent: "/sys/fs/cgroup/cellvm"}
+	if !jail.CgroupV2("/sys/fs/cgroup") {
+		j.CgroupParent = ""
+	}
+	return j
 }
 
 // newBenchManager returns a manager over a fresh state directory, and a

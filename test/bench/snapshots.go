@@ -266,34 +266,12 @@ func benchTemplate(ctx context.Context, cellvm, build string, coldFirst time.Dur
 	}
 	defer done()
 	start := time.Now()
-	said := start
-	for {
-		c, err := m.Capacity(ctx)
-		if err != nil {
-			return err
-		}
-		t, found := templateFor(c.Templates)
-		if found && t.State == sandbox.TemplateReady {
-			fmt.Printf("template for the shape ready %v after its manager started (a boot, the imports, a snapshot), %.1f MiB on disk\n",
-				time.Since(start).Round(time.Second), mib(t.SizeBytes))
-			break
-		}
-		if found && t.State == sandbox.TemplateFailed {
-			return fmt.Errorf("the template for 1 vCPU, %d MiB failed: %s", snapShape.MemoryMiB, t.Error)
-		}
-		if time.Since(start) > templateWait {
-			return fmt.Errorf("the template for 1 vCPU, %d MiB was not ready after %v: %+v", snapShape.MemoryMiB, templateWait, c.Templates)
-		}
-		if time.Since(said) >= time.Minute {
-			state := "not listed"
-			if found {
-				state = string(t.State)
-			}
-			fmt.Printf("template: %s after %v\n", state, time.Since(start).Round(time.Second))
-			said = time.Now()
-		}
-		time.Sleep(2 * time.Second)
+	t, err := waitShapeTemplate(ctx, m, start)
+	if err != nil {
+		return err
 	}
+	fmt.Printf("template for the shape ready %v after its manager started (a boot, the imports, a snapshot), %.1f MiB on disk\n",
+		time.Since(start).Round(time.Second), mib(t.SizeBytes))
 	b := &snapBench{m: m}
 	defer b.cleanup(ctx)
 	const rounds = 3
@@ -320,6 +298,42 @@ func benchTemplate(ctx context.Context, cellvm, build string, coldFirst time.Dur
 	fmt.Printf("ratio template / cold: create to first cell result %.3f (%v vs %v, median of %d; goal <= %.1f)\n",
 		ms(med)/ms(coldFirst), med.Round(time.Millisecond), coldFirst.Round(time.Millisecond), rounds, templateGoal)
 	return nil
+}
+
+// waitShapeTemplate waits for the template of snapShape to be ready on m,
+// started at start, and returns it with the most builds that had failed
+// in a row while it waited.
+func waitShapeTemplate(ctx context.Context, m *engine.VMManager, start time.Time) (sandbox.TemplateInfo, error) {
+	said := start
+	failures := 0
+	for {
+		c, err := m.Capacity(ctx)
+		if err != nil {
+			return sandbox.TemplateInfo{}, err
+		}
+		t, found := templateFor(c.Templates)
+		if found && t.State == sandbox.TemplateReady {
+			t.Failures = failures
+			return t, nil
+		}
+		if found && t.State == sandbox.TemplateFailed && t.Failures > failures {
+			failures = t.Failures
+			fmt.Printf("template: build %d failed after %v (retry in %v): %s\n", failures, time.Since(start).Round(time.Second),
+				time.Duration(t.RetryInMS)*time.Millisecond, t.Error)
+		}
+		if time.Since(start) > templateWait {
+			return sandbox.TemplateInfo{}, fmt.Errorf("the template for 1 vCPU, %d MiB was not ready after %v: %+v", snapShape.MemoryMiB, templateWait, c.Templates)
+		}
+		if time.Since(said) >= time.Minute {
+			state := "not listed"
+			if found {
+				state = string(t.State)
+			}
+			fmt.Printf("template: %s after %v\n", state, time.Since(start).Round(time.Second))
+			said = time.Now()
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // templateFor finds the template of snapShape (not root).
@@ -356,18 +370,7 @@ func vmmPSS(id string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "Pss:"); ok {
-			f := strings.Fields(v)
-			if len(f) == 2 && f[1] == "kB" {
-				kb, err := strconv.ParseInt(f[0], 10, 64)
-				if err == nil {
-					return kb << 10, nil
-				}
-			}
-		}
-	}
-	return 0, fmt.Errorf("no Pss line in /proc/%d/smaps_rollup", pid)
+	return rollupField(b, "Pss")
 }
 
 func vmmPID(id string) (int, error) {

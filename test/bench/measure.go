@@ -1,0 +1,134 @@
+package main
+
+// Helpers the "starts" bench's lines are made of: percentiles of a set of
+// durations, a ratio against a goal, and a VMM's memory read from procfs.
+// They are separate from the bench so that unit tests cover them without
+// KVM.
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// percentile is the nearest-rank p-th percentile of ds (0 < p <= 100):
+// the smallest sample with at least p percent of the samples at or below
+// it. Over 20 samples p50 is the 10th and p99 the 20th (the worst). An
+// empty set is 0.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	rank := int(math.Ceil(p / 100 * float64(len(s))))
+	return s[min(max(rank, 1), len(s))-1]
+}
+
+// ratio is a over b, 0 when b is.
+func ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// verdict says whether v meets the goal v <= goal and, if not, by how
+// much it misses: "goal <= 0.02: met", "goal <= 0.02: MISSED, 3.10x the
+// goal".
+func verdict(v, goal float64, unit string) string {
+	g := strconv.FormatFloat(goal, 'g', -1, 64) + unit
+	if v <= goal {
+		return "goal <= " + g + ": met"
+	}
+	if goal <= 0 {
+		return "goal <= " + g + ": MISSED"
+	}
+	return fmt.Sprintf("goal <= %s: MISSED, %.2fx the goal", g, v/goal)
+}
+
+// dur rounds a duration for a line: milliseconds, or microseconds below
+// ten milliseconds (forks on real KVM).
+func dur(d time.Duration) time.Duration {
+	if d < 10*time.Millisecond {
+		return d.Round(time.Microsecond)
+	}
+	return d.Round(time.Millisecond)
+}
+
+// rollupField reads a "Name:  N kB" field of /proc/PID/smaps_rollup, in
+// bytes.
+func rollupField(smapsRollup []byte, name string) (int64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(smapsRollup))
+	for sc.Scan() {
+		if kb, ok := kbField(sc.Text(), name); ok {
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("no %s line in smaps_rollup", name)
+}
+
+// kbField parses line as "name: N kB".
+func kbField(line, name string) (int64, bool) {
+	v, ok := strings.CutPrefix(line, name+":")
+	if !ok {
+		return 0, false
+	}
+	f := strings.Fields(v)
+	if len(f) != 2 || f[1] != "kB" {
+		return 0, false
+	}
+	kb, err := strconv.ParseInt(f[0], 10, 64)
+	return kb, err == nil && kb >= 0
+}
+
+// smapsHeader is the first line of a mapping in /proc/PID/smaps.
+var smapsHeader = regexp.MustCompile(`^[0-9a-f]+-[0-9a-f]+ [-rwxps]{4} `)
+
+// guestMemory sums the guest memory's mappings in /proc/PID/smaps of a
+// VMM: their size and their resident bytes. The VMM maps guest memory,
+// and only it, with MAP_NORESERVE (anonymous for a boot, the memory file
+// or its layers for a restore), which smaps shows as "nr" in VmFlags;
+// the Go runtime never asks for it. The VMM's overhead is its RSS less
+// the guest's resident bytes.
+func guestMemory(smaps []byte) (size, rss int64, err error) {
+	var curSize, curRSS int64
+	var inMapping, found bool
+	sc := bufio.NewScanner(bytes.NewReader(smaps))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if smapsHeader.MatchString(line) {
+			inMapping, curSize, curRSS = true, 0, 0
+			continue
+		}
+		if !inMapping {
+			continue
+		}
+		if kb, ok := kbField(line, "Size"); ok {
+			curSize = kb << 10
+		} else if kb, ok := kbField(line, "Rss"); ok {
+			curRSS = kb << 10
+		} else if flags, ok := strings.CutPrefix(line, "VmFlags:"); ok {
+			if slices.Contains(strings.Fields(flags), "nr") {
+				size += curSize
+				rss += curRSS
+				found = true
+			}
+			inMapping = false
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, err
+	}
+	if !found {
+		return 0, 0, fmt.Errorf("no guest memory mapping (VmFlags nr) in smaps")
+	}
+	return size, rss, nil
+}
