@@ -95,17 +95,20 @@ var smapsHeader = regexp.MustCompile(`^[0-9a-f]+-[0-9a-f]+ [-rwxps]{4} `)
 // VMM: their size and their resident bytes. The VMM maps guest memory,
 // and only it, with MAP_NORESERVE (anonymous for a boot, the memory file
 // or its layers for a restore), which smaps shows as "nr" in VmFlags;
-// the Go runtime never asks for it. The VMM's overhead is its RSS less
-// the guest's resident bytes.
+// the Go runtime never asks for it (glibc's malloc arenas do, but the VMM
+// is built without cgo; their reserve is not writable, and is skipped).
+// The VMM's overhead is its RSS less the guest's resident bytes.
 func guestMemory(smaps []byte) (size, rss int64, err error) {
 	var curSize, curRSS int64
-	var inMapping, found bool
+	var inMapping, writable, found bool
 	sc := bufio.NewScanner(bytes.NewReader(smaps))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		if smapsHeader.MatchString(line) {
 			inMapping, curSize, curRSS = true, 0, 0
+			_, perms, _ := strings.Cut(line, " ")
+			writable = strings.HasPrefix(perms, "rw")
 			continue
 		}
 		if !inMapping {
@@ -116,7 +119,7 @@ func guestMemory(smaps []byte) (size, rss int64, err error) {
 		} else if kb, ok := kbField(line, "Rss"); ok {
 			curRSS = kb << 10
 		} else if flags, ok := strings.CutPrefix(line, "VmFlags:"); ok {
-			if slices.Contains(strings.Fields(flags), "nr") {
+			if writable && slices.Contains(strings.Fields(flags), "nr") {
 				size += curSize
 				rss += curRSS
 				found = true
