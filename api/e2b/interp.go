@@ -132,6 +132,9 @@ func interpExecute(s scope, w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		if !st.started {
 			status, msg := interpStatus(err)
+			if status == http.StatusInternalServerError {
+				s.log.Error("e2b: a cell failed before it started", "sandbox", s.id, "err", err)
+			}
 			interpError(w, status, msg)
 			return
 		}
@@ -273,6 +276,9 @@ func interpStatus(err error) (int, string) {
 		return http.StatusNotImplemented, err.Error()
 	case errors.Is(err, sandbox.ErrQuota):
 		return http.StatusTooManyRequests, err.Error()
+	case errors.Is(err, sandbox.ErrFull):
+		// A paused sandbox's resume found the host's starts queue full.
+		return http.StatusServiceUnavailable, err.Error()
 	}
 	return http.StatusInternalServerError, "internal error"
 }

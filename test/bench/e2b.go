@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"time"
 
@@ -38,7 +39,8 @@ func benchE2B(cellvm, build string) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.DiscardHandler)
+	// Errors only: an internal error of the front end says why here.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	m := tenant.New(inner, tenant.Options{Log: log})
 	own := api.RequireToken(api.NewServer(m, log), tokens, log)
 	const domain = "bench.e2b.test"
