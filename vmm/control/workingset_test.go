@@ -2,10 +2,7 @@ package control
 
 import (
 	"errors"
-	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
 	"reflect"
 	"sync/atomic"
 	"testing"
@@ -15,25 +12,13 @@ import (
 
 func serveWorkingSet(t *testing.T, ws WorkingSetHandler) string {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "control.sock")
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
 	var snapshots atomic.Int32
-	go func() {
-		ServeWith(ln, func(_, _ *os.File, _ Request) error { snapshots.Add(1); return nil }, ws, func() {}, slog.New(slog.DiscardHandler))
-		close(done)
-	}()
 	t.Cleanup(func() {
-		ln.Close()
-		<-done
 		if n := snapshots.Load(); n != 0 {
 			t.Errorf("a working set request took %d snapshots", n)
 		}
 	})
-	return sock
+	return serveWith(t, func(_, _ *os.File, _ Request) error { snapshots.Add(1); return nil }, ws)
 }
 
 // A working set request is answered with the handler's extents; a VMM
