@@ -29,6 +29,11 @@ import (
 // have been. The prefetch is a hint: a call that fails is logged and the
 // restore goes on.
 
+// maxRecordedExtents bounds the extents WorkingSet gathers before it
+// coalesces them (4 MiB of them): a guest whose touched pages are more
+// scattered than that (a megabyte of pages, each apart) has no record.
+const maxRecordedExtents = 1 << 18
+
 // madvise is unix.Madvise; tests count its calls.
 var madvise = unix.Madvise
 
@@ -49,12 +54,7 @@ func (m *Machine) WorkingSet() ([]snapshot.Extent, error) {
 
 // workingSet is WorkingSet of mem, laid out in the image as layout says.
 func workingSet(mem *guestmem.Regions, layout []snapshot.MemoryRegion, pagemap io.ReaderAt) ([]snapshot.Extent, error) {
-	// Every page at most: each extent is a page and a gap.
-	var pages int
-	for _, r := range mem.List() {
-		pages += len(r.Data) / pageSize
-	}
-	ext, err := pageExtents(mem, layout, pagemap, touched, pages/2+1)
+	ext, err := pageExtents(mem, layout, pagemap, touched, maxRecordedExtents)
 	if err != nil {
 		return nil, fmt.Errorf("working set: %w", err)
 	}
