@@ -178,6 +178,14 @@ func changed(flags uint64) bool {
 // extent and none across regions; errScattered when they are more than
 // maxExtents.
 func layerExtents(mem *guestmem.Regions, layout []snapshot.MemoryRegion, pagemap io.ReaderAt, maxExtents int) ([]snapshot.Extent, error) {
+	return pageExtents(mem, layout, pagemap, changed, maxExtents)
+}
+
+// pageExtents lists the extents of the pages of mem (laid out as layout
+// says) whose page map entries pick picks, adjacent pages in one extent
+// and none across regions; errScattered when they are more than
+// maxExtents.
+func pageExtents(mem *guestmem.Regions, layout []snapshot.MemoryRegion, pagemap io.ReaderAt, pick func(uint64) bool, maxExtents int) ([]snapshot.Extent, error) {
 	regs := mem.List()
 	if len(regs) != len(layout) {
 		return nil, fmt.Errorf("memory layer: %d regions, the layout has %d", len(regs), len(layout))
@@ -195,7 +203,7 @@ func layerExtents(mem *guestmem.Regions, layout []snapshot.MemoryRegion, pagemap
 				return nil, err
 			}
 			for p := 0; p < n; p++ {
-				if !changed(flags[p]) {
+				if !pick(flags[p]) {
 					inRun = false
 					continue
 				}

@@ -16,6 +16,7 @@ import (
 	"github.com/cellvm/cellvm/kvm"
 	"github.com/cellvm/cellvm/vmm/boot"
 	"github.com/cellvm/cellvm/vmm/loader"
+	"github.com/cellvm/cellvm/vmm/snapshot"
 	"github.com/cellvm/cellvm/vmm/uart"
 )
 
@@ -69,6 +70,11 @@ type Config struct {
 	// before a jail hid /proc: a save then skips the pages the guest never
 	// touched (untouched.go). The machine owns it from New on.
 	Pagemap *os.File
+	// Prefetch is a restore's recorded working set (workingset.go): the
+	// extents of the memory image read ahead before the first vCPU
+	// runs. Validated by the caller (snapshot.ValidateExtents); extents
+	// outside the memory are skipped.
+	Prefetch []snapshot.Extent
 }
 
 // Errors that end a VM badly. Run's error is one of them (errors.Is) when

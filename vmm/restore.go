@@ -81,6 +81,8 @@ func Restore(cfg Config, state, mem *os.File, layers ...*os.File) (*Machine, err
 		m.Close()
 		return nil, fmt.Errorf("restore: %w", err)
 	}
+	// Before any vCPU runs (Run starts them): a hint, never fatal.
+	m.prefetch(cfg.Prefetch)
 	return m, nil
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/cellvm/cellvm/vmm"
 	"github.com/cellvm/cellvm/vmm/consolelog"
 	"github.com/cellvm/cellvm/vmm/control"
+	"github.com/cellvm/cellvm/vmm/snapshot"
 )
 
 // Options configure a VMManager.
@@ -410,6 +411,9 @@ type restoreSource struct {
 	startedFrom string
 	mac         net.HardwareAddr  // the machine's NIC's, when it has one
 	env         map[string]string // the env its guest has (a snapshot's sandbox's)
+	// prefetch is the snapshot's recorded working set (templatewset.go),
+	// checked to be its memory file's; none when nil.
+	prefetch []snapshot.Extent
 }
 
 // launch starts a running sandbox of cfg: booted, or restored from from.

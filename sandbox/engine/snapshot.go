@@ -348,6 +348,7 @@ func restoreFiles(from *restoreSource, st *vmStart) error {
 	if err := openImage(from.dir, st); err != nil {
 		return fmt.Errorf("%s: %w", from.name, err)
 	}
+	st.spec.Restore.Prefetch = from.prefetch
 	return nil
 }
 

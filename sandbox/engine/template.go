@@ -22,6 +22,7 @@ import (
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/sandbox/egress"
 	"github.com/cellvm/cellvm/vmm/control"
+	"github.com/cellvm/cellvm/vmm/snapshot"
 )
 
 // Templates are warm starts. Most of a cold sandbox's wait for its first
@@ -171,6 +172,10 @@ type template struct {
 	failures   int
 	readyAfter time.Duration
 	lastUsed   time.Time
+	// prefetch is the recorded working set of the build whose key is
+	// prefetchKey, read once (prefetchLocked).
+	prefetch    []snapshot.Extent
+	prefetchKey string
 }
 
 // retryDelay is how long after its last failure a template that failed n
@@ -210,6 +215,10 @@ type templateHost interface {
 	// bootTemplateVM boots an internal VM of cfg (counted in no caller's
 	// list, never a template's user).
 	bootTemplateVM(ctx context.Context, cfg sandbox.Config) (templateVM, error)
+	// recordWorkingSet restores the snapshot in dir as an internal VM of
+	// cfg, runs a first cell, and answers the pages its guest touched
+	// (templatewset.go).
+	recordWorkingSet(ctx context.Context, cfg sandbox.Config, dir string) ([]snapshot.Extent, error)
 }
 
 // templateVM is a booted template VM.
@@ -381,7 +390,8 @@ func (ts *templates) use(cfg sandbox.Config, policy egress.Policy) *templateUse 
 		return nil
 	}
 	return &templateUse{t: t, key: key, source: restoreSource{
-		dir: ts.templateDir(key), name: "template " + key, startedFrom: sandbox.StartedFromTemplate}}
+		dir: ts.templateDir(key), name: "template " + key, startedFrom: sandbox.StartedFromTemplate,
+		prefetch: ts.prefetchLocked(t)}}
 }
 
 // verify checks u's template's files against what its build wrote
@@ -587,6 +597,14 @@ func (ts *templates) build(t *template, key string) {
 	ts.log.Info("building a template", "shape", t.shape, "key", key)
 	tmp := ts.templateDir(key) + partialSuffix
 	meta, err := ts.buildFiles(ctx, t.shape, key, tmp)
+	if err == nil {
+		// The build's VM is gone: the recording restore does not
+		// stand beside it. A template without a record is still one.
+		if werr := ts.recordWorkingSet(ctx, t.shape, tmp); werr != nil && ts.ctx.Err() == nil {
+			ts.log.Warn("template working set not recorded; its restores fault their pages in as the guest reaches them",
+				"shape", t.shape, "error", clip(werr.Error(), 2048))
+		}
+	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if err == nil {

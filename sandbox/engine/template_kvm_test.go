@@ -17,29 +17,7 @@ func TestTemplateStarts(t *testing.T) {
 	start := time.Now()
 	m := newRigManagerWith(t, func(o *Options) { o.Templates = TemplateOptions{Enabled: true} })
 	ctx := context.Background()
-	var tpl sandbox.TemplateInfo
-	// Under the rig's 10 min without output, with the state said now and
-	// then.
-	lastSaid := time.Now()
-	for deadline := time.Now().Add(8 * time.Minute); ; time.Sleep(time.Second) {
-		c, err := m.Capacity(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(c.Templates) == 1 && c.Templates[0].State == sandbox.TemplateReady {
-			tpl = c.Templates[0]
-			break
-		}
-		if len(c.Templates) == 1 && c.Templates[0].State == sandbox.TemplateFailed || time.Now().After(deadline) {
-			t.Fatalf("the default template did not become ready: %+v", c.Templates)
-		}
-		if time.Since(lastSaid) > time.Minute {
-			t.Logf("templates after %v: %+v", time.Since(start).Round(time.Second), c.Templates)
-			lastSaid = time.Now()
-		}
-	}
-	t.Logf("template %s ready %v after the manager started (a cold boot, the imports, a snapshot): %d bytes on disk",
-		tpl.Key, time.Since(start).Round(time.Millisecond), tpl.SizeBytes)
+	waitRigTemplate(t, m, start)
 
 	var urandom []string
 	for range 2 {
@@ -75,4 +53,31 @@ func TestTemplateStarts(t *testing.T) {
 		t.Errorf("a cold-booted sandbox has pandas imported before its first cell: %s", got)
 	}
 	t.Logf("cold start %s: create to a first result (no imports) in %v", cold.ID, time.Since(start).Round(time.Millisecond))
+}
+
+// waitRigTemplate waits (8 minutes at most) for m's default template to
+// be ready, saying its state every minute (the rig ends a test silent
+// for 10), and returns it. start is the manager's start.
+func waitRigTemplate(t *testing.T, m *VMManager, start time.Time) sandbox.TemplateInfo {
+	t.Helper()
+	lastSaid := time.Now()
+	for deadline := time.Now().Add(8 * time.Minute); ; time.Sleep(time.Second) {
+		c, err := m.Capacity(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Templates) == 1 && c.Templates[0].State == sandbox.TemplateReady {
+			tpl := c.Templates[0]
+			t.Logf("template %s ready %v after the manager started (a cold boot, the imports, a snapshot, a recording restore): %d bytes on disk",
+				tpl.Key, time.Since(start).Round(time.Millisecond), tpl.SizeBytes)
+			return tpl
+		}
+		if len(c.Templates) == 1 && c.Templates[0].State == sandbox.TemplateFailed || time.Now().After(deadline) {
+			t.Fatalf("the default template did not become ready: %+v", c.Templates)
+		}
+		if time.Since(lastSaid) > time.Minute {
+			t.Logf("templates after %v: %+v", time.Since(start).Round(time.Second), c.Templates)
+			lastSaid = time.Now()
+		}
+	}
 }

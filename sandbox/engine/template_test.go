@@ -19,6 +19,7 @@ import (
 	"github.com/cellvm/cellvm/guestinit/agent"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/vmm/control"
+	"github.com/cellvm/cellvm/vmm/snapshot"
 )
 
 // The fake VMM's snapshots: its state file holds fakeVMState, and a
@@ -63,20 +64,34 @@ func fakeRestore(files control.Files) error {
 
 // fakeControl serves the VMM's control socket: a snapshot writes the fake
 // state and some memory, and the VM carries on (or, asked to stop, ends).
+// With CELLVM_TEST_FAKE_WSET set, the memory is two pages and the guest's
+// working set is the second (fakeWorkingSet); without, the VMM records
+// none.
 func fakeControl(path string) error {
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		return err
 	}
-	go control.Serve(ln, func(state, memory *os.File, _ control.Request) error {
+	wset := os.Getenv("CELLVM_TEST_FAKE_WSET") != ""
+	var ws control.WorkingSetHandler
+	if wset {
+		ws = func() ([]snapshot.Extent, error) { return fakeWorkingSet, nil }
+	}
+	go control.ServeWith(ln, func(state, memory *os.File, _ control.Request) error {
 		if _, err := state.WriteString(fakeVMState); err != nil {
 			return err
 		}
 		_, err := memory.WriteString("fake guest memory")
+		if err == nil && wset {
+			err = memory.Truncate(2 * 4096)
+		}
 		return err
-	}, func() { os.Exit(0) }, slog.New(slog.DiscardHandler))
+	}, ws, func() { os.Exit(0) }, slog.New(slog.DiscardHandler))
 	return nil
 }
+
+// fakeWorkingSet is the fake guest's working set (CELLVM_TEST_FAKE_WSET).
+var fakeWorkingSet = []snapshot.Extent{{Off: 4096, Len: 4096}}
 
 // fakeNewMachine is the fake guest's reseed: nothing to do.
 var fakeNewMachine = &agent.NewMachine{

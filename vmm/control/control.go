@@ -11,6 +11,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/cellvm/cellvm/vmm/snapshot"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,6 +33,11 @@ type Op string
 // OpSnapshot writes the machine to the two files sent with the request.
 const OpSnapshot Op = "snapshot"
 
+// OpWorkingSet answers the pages the guest of a restored machine touched
+// since its restore (vmm.Machine.WorkingSet), in Reply.WorkingSet: the
+// record a template's restores prefetch. It carries no files.
+const OpWorkingSet Op = "working_set"
+
 // Request is what the requester asks.
 type Request struct {
 	Op   Op   `json:"op"`
@@ -48,7 +54,13 @@ type Reply struct {
 	OK    bool   `json:"ok,omitempty"`
 	Code  Code   `json:"code,omitempty"`
 	Error string `json:"error,omitempty"`
+	// WorkingSet is an OpWorkingSet's answer, at most
+	// snapshot.MaxWorkingSetExtents extents (which fit MaxReplyBytes).
+	WorkingSet []snapshot.Extent `json:"working_set,omitempty"`
 }
+
+// WorkingSetHandler answers an OpWorkingSet request.
+type WorkingSetHandler func() ([]snapshot.Extent, error)
 
 // Handler takes a snapshot of the VM into state and memory (which it must
 // not close; the server does), as a layer if req.Layer allows, and then
@@ -68,6 +80,12 @@ const requestTimeout = 10 * time.Second
 // is called after the reply to a ThenStop request whose snapshot was
 // written.
 func Serve(ln *net.UnixListener, h Handler, stop func(), log *slog.Logger) {
+	ServeWith(ln, h, nil, stop, log)
+}
+
+// ServeWith is Serve, answering OpWorkingSet requests with ws too (nil:
+// they are refused).
+func ServeWith(ln *net.UnixListener, h Handler, ws WorkingSetHandler, stop func(), log *slog.Logger) {
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
@@ -78,7 +96,7 @@ func Serve(ln *net.UnixListener, h Handler, stop func(), log *slog.Logger) {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		if serveOne(c, h, log) {
+		if serveOne(c, h, ws, log) {
 			stop()
 		}
 	}
@@ -86,12 +104,13 @@ func Serve(ln *net.UnixListener, h Handler, stop func(), log *slog.Logger) {
 
 // serveOne answers one request and reports whether it asked for the VM to
 // stop after a snapshot that was written.
-func serveOne(c *net.UnixConn, h Handler, log *slog.Logger) (stop bool) {
+func serveOne(c *net.UnixConn, h Handler, ws WorkingSetHandler, log *slog.Logger) (stop bool) {
 	defer c.Close()
+	var set []snapshot.Extent
 	reply := func(err error) {
-		r := Reply{OK: err == nil}
+		r := Reply{OK: err == nil, WorkingSet: set}
 		if err != nil {
-			r.Code, r.Error = codeOf(err), err.Error()
+			r.Code, r.Error, r.WorkingSet = codeOf(err), err.Error(), nil
 		}
 		b, _ := json.Marshal(r)
 		c.SetWriteDeadline(time.Now().Add(requestTimeout))
@@ -109,6 +128,18 @@ func serveOne(c *net.UnixConn, h Handler, log *slog.Logger) (stop bool) {
 		return false
 	}
 	start := time.Now()
+	if req.Op == OpWorkingSet {
+		err = errors.New("this VMM records no working set")
+		if ws != nil {
+			set, err = ws()
+		}
+		if err == nil && len(set) > snapshot.MaxWorkingSetExtents {
+			set, err = nil, fmt.Errorf("working set of %d extents, at most %d", len(set), snapshot.MaxWorkingSetExtents)
+		}
+		log.Info("control socket: working set", "extents", len(set), "took_ms", time.Since(start).Milliseconds(), "error", err)
+		reply(err)
+		return false
+	}
 	err = h(files[0], files[1], req)
 	log.Info("control socket: snapshot", "then", req.Then, "layer", req.Layer, "took_ms", time.Since(start).Milliseconds(), "error", err)
 	reply(err)
@@ -142,8 +173,14 @@ func readRequest(c *net.UnixConn) (Request, []*os.File, error) {
 	if err := json.Unmarshal(trimLine(buf[:n]), &req); err != nil {
 		return req, files, fmt.Errorf("request %q: %w", buf[:min(n, 80)], err)
 	}
+	if req.Op == OpWorkingSet {
+		if len(files) != 0 {
+			return req, files, fmt.Errorf("a working set request carries no files, this one %d", len(files))
+		}
+		return req, files, nil
+	}
 	if req.Op != OpSnapshot {
-		return req, files, fmt.Errorf("unknown op %q (want %s)", req.Op, OpSnapshot)
+		return req, files, fmt.Errorf("unknown op %q (want %s or %s)", req.Op, OpSnapshot, OpWorkingSet)
 	}
 	if req.Then != ThenResume && req.Then != ThenStop {
 		return req, files, fmt.Errorf("then %q: want %q or %q", req.Then, ThenResume, ThenStop)
@@ -168,7 +205,8 @@ const MaxReplyBytes = 64 << 10
 // memory (open for writing) and waits for it to be written. ctx bounds the
 // whole exchange.
 func Snapshot(ctx context.Context, socket string, state, memory *os.File, then Then) error {
-	return request(ctx, socket, state, memory, Request{Op: OpSnapshot, Then: then})
+	_, err := request(ctx, socket, []*os.File{state, memory}, Request{Op: OpSnapshot, Then: then})
+	return err
 }
 
 // SnapshotLayer is Snapshot, but the VMM may write the memory as a layer
@@ -176,14 +214,30 @@ func Snapshot(ctx context.Context, socket string, state, memory *os.File, then T
 // caller owns those files and keeps them, unchanged, while the snapshot
 // lives. The state file says which it wrote.
 func SnapshotLayer(ctx context.Context, socket string, state, memory *os.File, then Then) error {
-	return request(ctx, socket, state, memory, Request{Op: OpSnapshot, Then: then, Layer: true})
+	_, err := request(ctx, socket, []*os.File{state, memory}, Request{Op: OpSnapshot, Then: then, Layer: true})
+	return err
 }
 
-func request(ctx context.Context, socket string, state, memory *os.File, req Request) error {
+// WorkingSet asks the VMM listening on socket for the pages its restored
+// guest touched so far (OpWorkingSet). The VMM may be compromised: the
+// answer's extents are bounded here and must be validated against the
+// memory file they are for (snapshot.ValidateExtents) before use.
+func WorkingSet(ctx context.Context, socket string) ([]snapshot.Extent, error) {
+	r, err := request(ctx, socket, nil, Request{Op: OpWorkingSet})
+	if err != nil {
+		return nil, err
+	}
+	if len(r.WorkingSet) > snapshot.MaxWorkingSetExtents {
+		return nil, fmt.Errorf("VMM control socket: a working set of %d extents, at most %d", len(r.WorkingSet), snapshot.MaxWorkingSetExtents)
+	}
+	return r.WorkingSet, nil
+}
+
+func request(ctx context.Context, socket string, files []*os.File, req Request) (Reply, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
-		return fmt.Errorf("VMM control socket: %w", err)
+		return Reply{}, fmt.Errorf("VMM control socket: %w", err)
 	}
 	c := conn.(*net.UnixConn)
 	defer c.Close()
@@ -193,9 +247,16 @@ func request(ctx context.Context, socket string, state, memory *os.File, req Req
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
 	defer stop()
 	b, _ := json.Marshal(req)
-	rights := unix.UnixRights(int(state.Fd()), int(memory.Fd()))
+	var rights []byte
+	if len(files) > 0 {
+		fds := make([]int, len(files))
+		for i, f := range files {
+			fds[i] = int(f.Fd())
+		}
+		rights = unix.UnixRights(fds...)
+	}
 	if _, _, err := c.WriteMsgUnix(append(b, '\n'), rights, nil); err != nil {
-		return fmt.Errorf("VMM control socket: send request: %w", err)
+		return Reply{}, fmt.Errorf("VMM control socket: send request: %w", err)
 	}
 	// The VMM may be compromised: its reply is read up to a bound, so an
 	// endless one costs the daemon at most that, not its memory for as
@@ -204,18 +265,18 @@ func request(ctx context.Context, socket string, state, memory *os.File, req Req
 	lr := &io.LimitedReader{R: c, N: MaxReplyBytes + 1}
 	if err := json.NewDecoder(lr).Decode(&r); err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("VMM control socket: %w", ctx.Err())
+			return r, fmt.Errorf("VMM control socket: %w", ctx.Err())
 		}
 		if lr.N <= 0 {
-			return &Error{Code: CodeFailed, Msg: fmt.Sprintf("VMM control socket: the reply is longer than %d bytes; refused", MaxReplyBytes)}
+			return r, &Error{Code: CodeFailed, Msg: fmt.Sprintf("VMM control socket: the reply is longer than %d bytes; refused", MaxReplyBytes)}
 		}
-		return fmt.Errorf("VMM control socket: read reply: %w", err)
+		return r, fmt.Errorf("VMM control socket: read reply: %w", err)
 	}
 	if !r.OK {
 		if r.Code == "" {
 			r.Code = CodeFailed
 		}
-		return &Error{Code: r.Code, Msg: "VMM: snapshot failed: " + r.Error}
+		return r, &Error{Code: r.Code, Msg: fmt.Sprintf("VMM: %s failed: %s", req.Op, r.Error)}
 	}
-	return nil
+	return r, nil
 }

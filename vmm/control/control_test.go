@@ -20,7 +20,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func serve(t *testing.T, h Handler) string {
+func serve(t *testing.T, h Handler) string { return serveWith(t, h, nil) }
+
+// serveWith serves h and ws on a new socket until the test ends.
+func serveWith(t *testing.T, h Handler, ws WorkingSetHandler) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "control.sock")
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
@@ -28,7 +31,7 @@ func serve(t *testing.T, h Handler) string {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { Serve(ln, h, func() {}, slog.New(slog.DiscardHandler)); close(done) }()
+	go func() { ServeWith(ln, h, ws, func() {}, slog.New(slog.DiscardHandler)); close(done) }()
 	t.Cleanup(func() {
 		ln.Close()
 		<-done // Serve returns once its listener is closed

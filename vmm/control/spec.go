@@ -110,6 +110,11 @@ type Restore struct {
 	// LayerSlot(0), ... base first, as its state file names them. At most
 	// snapshot.MaxLayers-1.
 	Layers int `json:"layers,omitempty"`
+	// Prefetch is the snapshot's recorded working set (vmm/snapshot's
+	// workingset.go), which the daemon checked is its memory file's: the
+	// VMM reads those extents of the image ahead before the first vCPU
+	// runs.
+	Prefetch []snapshot.Extent `json:"prefetch,omitempty"`
 }
 
 // maxSpecBytes bounds a spec file.
@@ -147,6 +152,12 @@ func (s Spec) Validate() error {
 	}
 	if r := s.Restore; r != nil && (r.Layers < 0 || r.Layers >= snapshot.MaxLayers) {
 		return fmt.Errorf("vmm spec: a snapshot's memory in %d layers over a base: at most %d files in all", r.Layers, snapshot.MaxLayers)
+	}
+	if r := s.Restore; r != nil {
+		// The machine's size is the state file's: bound by the largest.
+		if err := snapshot.ValidateExtents(r.Prefetch, 1<<40); err != nil {
+			return fmt.Errorf("vmm spec: prefetch: %w", err)
+		}
 	}
 	if s.ConsoleMaxBytes < 0 {
 		return fmt.Errorf("vmm spec: console cap of %d bytes", s.ConsoleMaxBytes)

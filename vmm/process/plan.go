@@ -49,6 +49,7 @@ func NewPlan(spec control.Spec, files control.Files) (Plan, error) {
 	}
 	if spec.Restore != nil {
 		p.State, p.Memory = files[control.SlotRestoreState], files[control.SlotRestoreMemory]
+		p.Config.Prefetch = spec.Restore.Prefetch
 		for i := range spec.Restore.Layers {
 			p.Layers = append(p.Layers, files[control.LayerSlot(i)])
 		}

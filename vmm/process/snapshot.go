@@ -25,9 +25,9 @@ func serveControl(m *vmm.Machine, path string, ends *ending, log *slog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	go control.Serve(ln, func(state, memory *os.File, req control.Request) error {
+	go control.ServeWith(ln, func(state, memory *os.File, req control.Request) error {
 		return snapshot(m, state, memory, req, log)
-	}, func() {
+	}, m.WorkingSet, func() {
 		ends.snapshotStop()
 		m.Stop()
 	}, log)
