@@ -427,3 +427,16 @@ func TestNoFoldForAWholeImage(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// waitFold waits for the fold of sandbox id's pause chain, if one runs,
+// to end by itself.
+func waitFold(t *testing.T, m *VMManager, id string) {
+	t.Helper()
+	s := sandboxOf(t, m, id)
+	s.netMu.Lock()
+	f := s.fold
+	s.netMu.Unlock()
+	if f != nil {
+		<-f.done
+	}
+}
