@@ -153,6 +153,9 @@ type Capacity struct {
 	// machine shape asked for (none when templates are off). A template
 	// build's VM counts in MemoryMiBUsed and VCPUsUsed, not in Sandboxes.
 	Templates []TemplateInfo `json:"templates,omitempty"`
+	// TemplateLockedMiB is the host memory locked to keep templates'
+	// memory resident (serve --template-resident lock).
+	TemplateLockedMiB int64 `json:"template_locked_mib,omitempty"`
 	// Boots is the queue of VM starts (boots, restores, resumes), when
 	// the manager bounds them.
 	Boots *BootQueue `json:"boots,omitempty"`

@@ -44,6 +44,7 @@ type serveOptions struct {
 	resultMiB    int64
 	life         *serveLifetimes // lifetimes and the snapshot disk cap (serve_lifetimes.go)
 	boot         *serveBoot      // VM starts: deadline, slots, line (serve_boot.go)
+	resident     *serveResident  // templates' memory kept resident (serve_resident.go)
 	workspaceMiB int64
 	maxWorkspace int
 	images       *serveImages // serve_images.go
@@ -129,6 +130,7 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.IntVar(&o.maxWorkspace, "max-workspaces", 64, "cap on the number of workspaces (0: none); a create that would make one more is refused with 503")
 	o.life = addServeLifetimeFlags(fs)
 	o.boot = addServeBootFlags(fs)
+	o.resident = addServeResidentFlags(fs)
 	o.images = addServeImageFlags(fs)
 	fs.Var(&o.publicRanges, "public-ranges", "`CIDR[,CIDR...]` of the denied special ranges that are public on this host (e.g. a documentation range its network uses); one that --egress-deny holds stays closed unless --egress-allow-private names it too")
 	o.egress.addFlags(fs)
@@ -224,6 +226,9 @@ func (o *serveOptions) check() error {
 		return err
 	}
 	if err := o.life.check(); err != nil {
+		return err
+	}
+	if err := o.resident.check(); err != nil {
 		return err
 	}
 	if err := o.boot.check(); err != nil {
@@ -418,6 +423,7 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		Templates: engine.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20}, ImageBuild: o.images.options(o.publicRanges),
 	}
 	o.boot.apply(&opt)
+	o.resident.apply(&opt.Templates)
 	m, err := engine.NewVMManager(opt)
 	if err != nil {
 		closeNet()

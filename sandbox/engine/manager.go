@@ -166,6 +166,9 @@ type vmSandbox struct {
 	// pauseAbort ends a pause's wait for its VMM's save (destroy); nil
 	// when none waits. Guarded by netMu.
 	pauseAbort context.CancelFunc
+	// fold is the fold of its pause chain in progress (compact.go); nil
+	// when none runs. Guarded by netMu.
+	fold *folding
 	// lc is the sandbox's phase (lifecycle.go): its state as callers see
 	// it, and what excludes what (a cell, a snapshot, a pause).
 	lc lifecycle
@@ -676,6 +679,7 @@ func (m *VMManager) destroy(s *vmSandbox) {
 	s.abortPause() // a pause waits on its save for as long as it takes
 	s.life.Lock()  // a pause or resume in progress ends first
 	defer s.life.Unlock()
+	s.stopFold() // after the lock: a pause that ended meanwhile started one
 	if s.proc != nil {
 		select {
 		case <-s.proc.done: // died on its own before watch noticed: say so

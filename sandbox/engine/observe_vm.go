@@ -59,6 +59,7 @@ func (m *VMManager) Capacity(ctx context.Context) (sandbox.Capacity, error) {
 	}
 	m.mu.Unlock()
 	c.Templates = m.templates.list()
+	c.TemplateLockedMiB = mib(m.templates.lockedBytes())
 	q := m.admit.stats()
 	c.Boots = &q
 	return c, nil

@@ -201,6 +201,7 @@ func (m *VMManager) pauseLocked(ctx context.Context, s *vmSandbox) error {
 	s.lc.move(evPaused)
 	settled = true
 	s.agent.DropIdle()
+	m.startFold(s)
 	m.log.Info("sandbox paused to disk", "id", s.id, "took_ms", time.Since(start).Milliseconds(),
 		"image_bytes", dirUsage(filepath.Join(s.dir, pausedDir)))
 	m.events.Publish(sandbox.Event{Type: sandbox.EventPaused, Sandbox: s.id, Tenant: s.cfg.Tenant})
@@ -250,6 +251,8 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	if from, err := s.lc.move(evResumeStart); err != nil {
 		return fmt.Errorf("%w: sandbox %s is %s, not paused", sandbox.ErrBusy, s.id, from.State())
 	}
+	// Its pause image is whole or a chain from here, not being folded.
+	s.stopFold()
 	used := false
 	defer func() {
 		switch {
@@ -567,6 +570,7 @@ func (m *VMManager) takeBackPaused(s *vmSandbox, spec control.Spec) bool {
 		return false
 	}
 	m.keepCompletePartial(s)
+	recoverFold(s.dir)
 	for _, f := range []string{snapStateFile, snapMemFile} {
 		if _, err := os.Stat(filepath.Join(s.dir, pausedDir, f)); err != nil {
 			return false
@@ -610,6 +614,7 @@ func (m *VMManager) keepCompletePartial(s *vmSandbox) {
 // running: an image it was resumed from is its backing now, and a pause
 // cut short by the daemon's end is removed.
 func keepBacking(dir string) {
+	recoverFold(dir)
 	os.RemoveAll(filepath.Join(dir, pausedDir+partialSuffix))
 	if _, err := os.Stat(filepath.Join(dir, pausedDir)); err == nil {
 		os.RemoveAll(filepath.Join(dir, backingDir))

@@ -69,6 +69,11 @@ type TemplateOptions struct {
 	Retry    time.Duration
 	// BuildTimeout bounds one build (default 10 min).
 	BuildTimeout time.Duration
+	// Resident is how the templates' memory files are kept resident
+	// (resident.go; default off), and ResidentBytes the most lock mode
+	// locks.
+	Resident      ResidentMode
+	ResidentBytes int64
 }
 
 // templateWarmCode is the cell a template's interpreter runs before its
@@ -244,6 +249,8 @@ type templates struct {
 	unlogged int
 	// started is the manager's start, which readyAfter counts from.
 	started time.Time
+	// res keeps ready templates' memory resident (resident.go).
+	res *residency
 
 	wake      chan struct{}
 	ctx       context.Context
@@ -276,7 +283,7 @@ func newTemplates(host templateHost, opt TemplateOptions, stateDir string, log *
 	ts := &templates{
 		host: host, opt: opt, dir: filepath.Join(stateDir, "templates"), log: log,
 		byShape: map[templateShape]*template{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
-		started: time.Now(),
+		started: time.Now(), res: newResidency(opt.Resident, opt.ResidentBytes, log),
 	}
 	ts.ctx, ts.cancel = context.WithCancel(context.Background())
 	if err := os.MkdirAll(ts.dir, 0o700); err != nil {
@@ -346,6 +353,7 @@ func (ts *templates) load() {
 		}
 		ts.byShape[meta.Shape] = &template{shape: meta.Shape, state: sandbox.TemplateReady, key: meta.Key,
 			builtAt: meta.BuiltAt, size: meta.SizeBytes, lastUsed: meta.BuiltAt}
+		ts.res.keep(meta.Key, filepath.Join(p, snapMemFile))
 	}
 }
 
@@ -502,6 +510,7 @@ func (ts *templates) removeLocked(t *template) {
 
 func (ts *templates) dropFilesLocked(t *template) {
 	if t.state == sandbox.TemplateReady && t.key != "" {
+		ts.res.drop(t.key)
 		if err := os.RemoveAll(ts.templateDir(t.key)); err != nil {
 			ts.log.Error("remove a template's files", "key", t.key, "error", err)
 		}
@@ -526,6 +535,7 @@ func (ts *templates) run() {
 			ts.build(t, key)
 			continue
 		}
+		ts.refreshResident(time.Now())
 		wait := time.Minute
 		if !due.IsZero() {
 			wait = min(wait, max(0, time.Until(due)))
@@ -626,6 +636,34 @@ func (ts *templates) build(t *template, key string) {
 	ts.log.Info("template ready", "shape", t.shape, "key", key, "size_bytes", t.size, "took_ms", time.Since(start).Milliseconds(),
 		"ready_after_ms", t.readyAfter.Milliseconds())
 	ts.boundBytesLocked(t)
+	if t.state == sandbox.TemplateReady {
+		// Under ts.mu, so that no drop of its files comes between: a
+		// lock of a large file holds up creates for its read, once.
+		ts.res.keep(key, filepath.Join(ts.templateDir(key), snapMemFile))
+	}
+}
+
+// refreshResident asks again for the ready templates' memory files to be
+// read into the page cache, when cache mode's refresh is due.
+func (ts *templates) refreshResident(now time.Time) {
+	if !ts.res.due(now) {
+		return
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, t := range ts.byShape {
+		if t.state == sandbox.TemplateReady {
+			ts.res.keep(t.key, filepath.Join(ts.templateDir(t.key), snapMemFile))
+		}
+	}
+}
+
+// lockedBytes is the memory locked for templates (Capacity).
+func (ts *templates) lockedBytes() int64 {
+	if ts == nil {
+		return 0
+	}
+	return ts.res.lockedBytes()
 }
 
 // buildFiles boots a VM of shape, imports the data stack in its
@@ -762,5 +800,6 @@ func (ts *templates) Close() {
 	ts.closeOnce.Do(func() {
 		ts.cancel()
 		<-ts.done
+		ts.res.close()
 	})
 }
