@@ -3,6 +3,9 @@ package engine
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -18,7 +21,8 @@ import (
 // its VMM killed by its own cgroup mid-save, and the sandbox lost, where
 // the same save on a disk's page cache is merely reclaimed.
 //
-// The file belongs to the daemon (a snapshot, a paused image), so the
+// The file belongs to the daemon (a snapshot, a paused image), so, where
+// the VMM's cgroup could not pay for it (needPrealloc), the
 // daemon allocates it (a tmpfs's; an overlay's too, whose upper layer may
 // be a tmpfs, as in the nested rig and many containers): it sizes and fallocates the fresh file before the
 // VMM gets it, which charges the pages to the daemon. The VMM then writes
@@ -52,4 +56,46 @@ func preallocateMemory(mem *os.File, memMiB int) (bool, error) {
 		return false, fmt.Errorf("fallocate the memory file (%d MiB) on the tmpfs: %w", size>>20, err)
 	}
 	return true, nil
+}
+
+// needPrealloc says whether a save of the VMM in cgroupDir (its memory
+// cgroup; "" when it has none) should have its memory file preallocated.
+// Preallocating a tmpfs file zeroes every page of the guest's size, most
+// of which the VMM then punches out again: seconds under nested
+// emulation, so it is done only where it is needed.
+//   - A save after which the VM goes on (a snapshot) always: the file's
+//     pages would stay charged to the running VM's cgroup, and the guest
+//     would lose that much of its room.
+//   - A pause (the VMM exits after its save, and its charges go to the
+//     parent cgroup) only when the cgroup cannot hold a second copy of
+//     what it holds now: the file is at most the guest's touched pages.
+func needPrealloc(cgroupDir string, vmGoesOn bool) bool {
+	if cgroupDir == "" {
+		return false // no cgroup, no limit to meet
+	}
+	if vmGoesOn {
+		return true
+	}
+	current, err1 := readCgroupInt(filepath.Join(cgroupDir, "memory.current"))
+	limit, err2 := readCgroupInt(filepath.Join(cgroupDir, "memory.max"))
+	if err1 != nil || err2 != nil {
+		return true // unknown: the safe side
+	}
+	if limit < 0 {
+		return false // "max": no limit
+	}
+	return 2*current > limit
+}
+
+// readCgroupInt reads a cgroup file holding one number, or "max" (-1).
+func readCgroupInt(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "max" {
+		return -1, nil
+	}
+	return strconv.ParseInt(v, 10, 64)
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -47,5 +48,39 @@ func TestPreallocateMemory(t *testing.T) {
 	}
 	if fi, _ := d.Stat(); fi.Size() != 0 {
 		t.Fatalf("a memory file on a disk was sized to %d", fi.Size())
+	}
+}
+
+// TestNeedPrealloc: a snapshot (the VM goes on) always preallocates; a
+// pause only when its cgroup could not hold a second copy of what it
+// holds; no cgroup, or no limit, never; an unreadable cgroup is the safe
+// side.
+func TestNeedPrealloc(t *testing.T) {
+	cg := func(current, max string) string {
+		d := t.TempDir()
+		if current != "" {
+			os.WriteFile(filepath.Join(d, "memory.current"), []byte(current+"\n"), 0o600)
+		}
+		if max != "" {
+			os.WriteFile(filepath.Join(d, "memory.max"), []byte(max+"\n"), 0o600)
+		}
+		return d
+	}
+	for _, c := range []struct {
+		name   string
+		dir    string
+		goesOn bool
+		want   bool
+	}{
+		{"no cgroup", "", true, false},
+		{"snapshot", cg("100", "1000"), true, true},
+		{"pause with room", cg("400", "1000"), false, false},
+		{"pause of a full guest", cg("600", "1000"), false, true},
+		{"pause without a limit", cg("600", "max"), false, false},
+		{"pause, unreadable", cg("", ""), false, true},
+	} {
+		if got := needPrealloc(c.dir, c.goesOn); got != c.want {
+			t.Errorf("%s: needPrealloc = %v, want %v", c.name, got, c.want)
+		}
 	}
 }

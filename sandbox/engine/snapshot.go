@@ -194,12 +194,18 @@ func (m *VMManager) saveMachine(ctx context.Context, s *vmSandbox, dir string, t
 		return err
 	}
 	defer mem.Close()
-	pre := time.Now()
-	if did, err := preallocateMemory(mem, s.cfg.MemoryMiB); err != nil {
-		// The save still runs; on a tmpfs its pages are then the VMM's.
-		m.log.Warn("memory file not preallocated; the VMM's cgroup pays for it", "sandbox", s.id, "error", err)
-	} else if did {
-		m.log.Info("memory file preallocated (a tmpfs or overlay state directory)", "sandbox", s.id, "memory_mib", s.cfg.MemoryMiB, "took_ms", time.Since(pre).Milliseconds())
+	cg := ""
+	if s.cgroup != nil {
+		cg = s.cgroup.Path
+	}
+	if needPrealloc(cg, then != control.ThenStop) { // memcharge.go
+		pre := time.Now()
+		if did, err := preallocateMemory(mem, s.cfg.MemoryMiB); err != nil {
+			// The save still runs; on a tmpfs its pages are then the VMM's.
+			m.log.Warn("memory file not preallocated; the VMM's cgroup pays for it", "sandbox", s.id, "error", err)
+		} else if did {
+			m.log.Info("memory file preallocated (a tmpfs or overlay state directory)", "sandbox", s.id, "memory_mib", s.cfg.MemoryMiB, "took_ms", time.Since(pre).Milliseconds())
+		}
 	}
 	if layer {
 		return control.SnapshotLayer(ctx, hostControlPath(s.dir), state, mem, then)
