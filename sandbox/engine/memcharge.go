@@ -22,12 +22,13 @@ import (
 // the same save on a disk's page cache is merely reclaimed.
 //
 // The file belongs to the daemon (a snapshot, a paused image), so, where
-// the VMM's cgroup could not pay for it (needPrealloc), the
-// daemon allocates it (a tmpfs's; an overlay's too, whose upper layer may
-// be a tmpfs, as in the nested rig and many containers): it sizes and fallocates the fresh file before the
-// VMM gets it, which charges the pages to the daemon. The VMM then writes
-// into pages that exist (no new charge) and punches the holes it leaves
-// (vmm/memfile.go), which frees them: the file ends as sparse as before.
+// the VMM's cgroup could not pay for it (needPrealloc), the daemon
+// allocates it (a tmpfs's; an overlay's too, whose upper layer may be a
+// tmpfs, as in the nested rig and many containers): it sizes and
+// fallocates the fresh file before the VMM gets it, which charges the
+// pages to the daemon. The VMM then writes into pages that exist (no new
+// charge) and punches the holes it leaves (vmm/memfile.go), which frees
+// them: the file ends as sparse as before.
 
 // overlayfsMagic is an overlay file system's statfs type. What it stores
 // lives on its upper layer, which statfs does not name: a container's
