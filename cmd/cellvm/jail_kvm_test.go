@@ -95,8 +95,9 @@ func TestDaemonJailsVMM(t *testing.T) {
 	sort.Strings(names)
 	// Its VM's files: the device, the boot files, the disk, and in /run
 	// the sockets it serves (the VMM's control socket, for snapshots, and
-	// the vsock socket).
-	if got, want := strings.Join(names, " "), "/dev/kvm /initrd /kernel /rootfs.ext4 /run/control.sock /run/vsock.sock"; got != want {
+	// the vsock socket) and the one it dials for its guest: the daemon's
+	// listener for the agent's ready signal (vsock port 1025).
+	if got, want := strings.Join(names, " "), "/dev/kvm /initrd /kernel /rootfs.ext4 /run/control.sock /run/vsock.sock /run/vsock.sock_1025"; got != want {
 		t.Errorf("the VMM's root holds %q, want only its VM's files %q", got, want)
 	}
 	cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
