@@ -217,6 +217,12 @@ type Config struct {
 	// metadata): kept with the sandbox, shown by Info, and matched by
 	// ListFilter.
 	Labels map[string]string
+	// Checkpoints, when set, turns time travel on (checkpoints.go).
+	Checkpoints *CheckpointConfig
+	// Checkpoint, when set, makes the sandbox a branch of another
+	// sandbox's kept checkpoint, as Snapshot makes it a fork of a
+	// snapshot; the two exclude each other and Start.
+	Checkpoint *CheckpointRef
 }
 
 // Config.Start's values.
@@ -250,6 +256,8 @@ type configJSON struct {
 	Image        string            `json:"image,omitempty"`
 	Tenant       string            `json:"tenant,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`
+	Checkpoints  *CheckpointConfig `json:"checkpoints,omitempty"`
+	Checkpoint   *CheckpointRef    `json:"checkpoint,omitempty"`
 }
 
 // MarshalJSON writes the wire form; durations are rounded down to seconds
@@ -271,6 +279,8 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		Image:        c.Image,
 		Tenant:       c.Tenant,
 		Labels:       c.Labels,
+		Checkpoints:  c.Checkpoints,
+		Checkpoint:   c.Checkpoint,
 	})
 }
 
@@ -299,6 +309,8 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		Image:       w.Image,
 		Tenant:      w.Tenant,
 		Labels:      w.Labels,
+		Checkpoints: w.Checkpoints,
+		Checkpoint:  w.Checkpoint,
 	}
 	return nil
 }
@@ -322,6 +334,10 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MemoryMiB == 0 {
 		c.MemoryMiB = DefaultMemoryMiB
+	}
+	if c.Checkpoints != nil {
+		cc := c.Checkpoints.WithDefaults()
+		c.Checkpoints = &cc
 	}
 	return c
 }
@@ -381,6 +397,22 @@ func (c Config) Validate() error {
 		}
 		if c.Snapshot != "" {
 			return fmt.Errorf("%w: workspace with snapshot: a fork's machine has its snapshot's disks, and a snapshot never has a workspace", ErrInvalid)
+		}
+		if c.Checkpoints != nil || c.Checkpoint != nil {
+			return fmt.Errorf("%w: workspace with checkpoints: a workspace is a disk that outlives the sandbox and would not roll back with its memory", ErrInvalid)
+		}
+	}
+	if c.Checkpoints != nil {
+		if err := c.Checkpoints.Validate(); err != nil {
+			return err
+		}
+	}
+	if c.Checkpoint != nil {
+		if err := c.Checkpoint.Validate(); err != nil {
+			return err
+		}
+		if c.Snapshot != "" || c.Start != StartDefault {
+			return fmt.Errorf("%w: checkpoint with snapshot or start: a branch starts from its checkpoint", ErrInvalid)
 		}
 	}
 	return nil
@@ -708,6 +740,8 @@ type Manager interface {
 	// the sandbox keeps running; Create with Config.Snapshot forks it. A
 	// cell running at the time makes it ErrBusy.
 	Snapshot(ctx context.Context, id string) (SnapshotInfo, error)
+	// Checkpoints (checkpoints.go): record, list, restore, undo.
+	CheckpointManager
 
 	// Logs calls onLine for the last req.Tail lines of one of the
 	// sandbox's logs and, with req.Follow, for each line written later,

@@ -147,6 +147,18 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 		}
 		shape.VCPUs, shape.MemoryMiB = snap.VCPUs, snap.MemoryMiB // a fork has its snapshot's machine
 	}
+	if cfg.Checkpoint != nil {
+		// A branch's parent must be the caller's: another tenant's
+		// sandbox reads as missing, exactly as a missing one does.
+		_, parent, err := m.own(ctx, cfg.Checkpoint.Sandbox)
+		if err != nil {
+			return sandbox.Info{}, err
+		}
+		if all(c) && cfg.Tenant == "" {
+			cfg.Tenant = parent.Tenant
+		}
+		shape.VCPUs, shape.MemoryMiB = parent.VCPUs, parent.MemoryMiB // a branch has its parent's machine
+	}
 	// The operator's egress rules bind the operator too: the host
 	// keeps the denied ranges closed whoever names them, so naming one
 	// is refused here, clearly, rather than silently dropped there.

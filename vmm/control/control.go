@@ -38,6 +38,15 @@ const OpSnapshot Op = "snapshot"
 // record a template's restores prefetch. It carries no files.
 const OpWorkingSet Op = "working_set"
 
+// OpCheckpoint records a checkpoint of a running machine whose Spec has
+// Checkpoints: the VMM pauses the vCPUs, drains the devices, writes the
+// pages written since its last checkpoint (since its start or restore for
+// the first) into the memory file as a layer over the files of the
+// checkpoint before (Request.Chain), or a whole image where there is none
+// to layer over, with the state, and runs on. The guest's connections
+// are not disturbed: a restore of the checkpoint resets them there.
+const OpCheckpoint Op = "checkpoint"
+
 // Request is what the requester asks.
 type Request struct {
 	Op   Op   `json:"op"`
@@ -47,6 +56,9 @@ type Request struct {
 	// says the files are its own and it keeps them while the snapshot
 	// lives (a sandbox's pause chain, never a snapshot's or a template's).
 	Layer bool `json:"layer,omitempty"`
+	// Full makes an OpCheckpoint write a whole image whatever it could
+	// layer over (the requester dropped the chain under it).
+	Full bool `json:"full,omitempty"`
 }
 
 // Reply is the VMM's answer: OK, or a Code and the error's text.
@@ -57,6 +69,21 @@ type Reply struct {
 	// WorkingSet is an OpWorkingSet's answer, at most
 	// snapshot.MaxWorkingSetExtents extents (which fit MaxReplyBytes).
 	WorkingSet []snapshot.Extent `json:"working_set,omitempty"`
+	// Checkpoint is an OpCheckpoint's answer.
+	Checkpoint *CheckpointStats `json:"checkpoint,omitempty"`
+}
+
+// CheckpointStats says what an OpCheckpoint wrote. The VMM may be
+// compromised: the requester trusts none of it for a decision of its own
+// (sizes are read off the files; the state file is validated at restore).
+type CheckpointStats struct {
+	// Layer says the memory file is a layer over the previous
+	// checkpoint's files; false: a whole image.
+	Layer bool `json:"layer"`
+	// Pages is the number of pages written.
+	Pages int64 `json:"pages"`
+	// PauseMS is how long the vCPUs were stopped.
+	PauseMS int64 `json:"pause_ms"`
 }
 
 // WorkingSetHandler answers an OpWorkingSet request.
@@ -128,6 +155,11 @@ func serveOne(c *net.UnixConn, h Handler, ws WorkingSetHandler, log *slog.Logger
 		return false
 	}
 	start := time.Now()
+	if req.Op == OpCheckpoint {
+		// Not served yet (issue 29): never taken as a snapshot.
+		reply(WithCode(CodeBadRequest, errors.New("this VMM takes no checkpoints")))
+		return false
+	}
 	if req.Op == OpWorkingSet {
 		err = errors.New("this VMM records no working set")
 		if ws != nil {
@@ -179,8 +211,11 @@ func readRequest(c *net.UnixConn) (Request, []*os.File, error) {
 		}
 		return req, files, nil
 	}
-	if req.Op != OpSnapshot {
-		return req, files, fmt.Errorf("unknown op %q (want %s or %s)", req.Op, OpSnapshot, OpWorkingSet)
+	if req.Op != OpSnapshot && req.Op != OpCheckpoint {
+		return req, files, fmt.Errorf("unknown op %q (want %s, %s or %s)", req.Op, OpSnapshot, OpCheckpoint, OpWorkingSet)
+	}
+	if req.Op == OpCheckpoint && req.Then != ThenResume {
+		return req, files, fmt.Errorf("a checkpoint runs on: then %q, want %q", req.Then, ThenResume)
 	}
 	if req.Then != ThenResume && req.Then != ThenStop {
 		return req, files, fmt.Errorf("then %q: want %q or %q", req.Then, ThenResume, ThenStop)
@@ -216,6 +251,19 @@ func Snapshot(ctx context.Context, socket string, state, memory *os.File, then T
 func SnapshotLayer(ctx context.Context, socket string, state, memory *os.File, then Then) error {
 	_, err := request(ctx, socket, []*os.File{state, memory}, Request{Op: OpSnapshot, Then: then, Layer: true})
 	return err
+}
+
+// Checkpoint asks the VMM listening on socket for a checkpoint into state
+// and memory (OpCheckpoint) and waits for it. full asks for a whole image.
+func Checkpoint(ctx context.Context, socket string, state, memory *os.File, full bool) (CheckpointStats, error) {
+	r, err := request(ctx, socket, []*os.File{state, memory}, Request{Op: OpCheckpoint, Then: ThenResume, Full: full})
+	if err != nil {
+		return CheckpointStats{}, err
+	}
+	if r.Checkpoint == nil {
+		return CheckpointStats{}, fmt.Errorf("VMM control socket: a checkpoint's answer without its stats")
+	}
+	return *r.Checkpoint, nil
 }
 
 // WorkingSet asks the VMM listening on socket for the pages its restored

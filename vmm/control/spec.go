@@ -68,6 +68,11 @@ type Spec struct {
 	// Restore starts the VM from a snapshot instead of booting Kernel; the
 	// devices above must have the snapshot's shape.
 	Restore *Restore `json:"restore,omitempty"`
+	// Checkpoints makes the VMM log the pages the guest and its devices
+	// write (KVM's dirty-page log on every memory slot, and the devices'
+	// own writes), so that OpCheckpoint writes only those. Off, nothing
+	// is logged and nothing is paid.
+	Checkpoints bool `json:"checkpoints,omitempty"`
 	// Files maps each slot to the descriptor number its file has in the
 	// VMM process. The launcher fills it (Pass); nothing else writes
 	// descriptor numbers.
