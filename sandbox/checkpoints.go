@@ -31,7 +31,7 @@ const (
 	// DefaultCheckpointKeep is CheckpointConfig.Keep's default.
 	DefaultCheckpointKeep = 20
 	// MaxCheckpointKeep bounds CheckpointConfig.Keep.
-	MaxCheckpointKeep = 64
+	MaxCheckpointKeep = 32
 )
 
 // CheckpointConfig turns checkpoints on for a sandbox (Config.Checkpoints;
