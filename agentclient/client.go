@@ -32,6 +32,7 @@ type Client struct {
 	idle   []*session
 	closed bool
 	budget *Budget // nil: the default budget (SetDefaultBudget)
+	tries  []Try   // the last maxTries of the first wait (WaitReady, DialSignalled)
 }
 
 // New returns a Client that opens connections with dial.

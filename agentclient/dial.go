@@ -182,11 +182,48 @@ func (c *Client) WaitReady(ctx context.Context) error {
 // error is final when retrying will not help (the agent does not speak
 // this version).
 func (c *Client) try(ctx context.Context) (final bool, err error) {
+	start := time.Now()
 	s, err := c.open(ctx)
+	c.record(start, err)
 	if err == nil {
 		c.put(s)
 		return false, nil
 	}
 	var pe *proto.Error
 	return errors.As(err, &pe) && pe.Code == proto.CodeUnsupported, err
+}
+
+// Try is one connection attempt of a wait for the agent: when it started,
+// how long it took, and how it failed ("" for the one that answered).
+type Try struct {
+	Start time.Time
+	Took  time.Duration
+	Err   string
+}
+
+// maxTries bounds the attempts a Client remembers.
+const maxTries = 8
+
+func (c *Client) record(start time.Time, err error) {
+	t := Try{Start: start, Took: time.Since(start)}
+	if err != nil {
+		t.Err = err.Error()
+		if len(t.Err) > 200 {
+			t.Err = t.Err[:200]
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.tries) == maxTries {
+		c.tries = append(c.tries[:0], c.tries[1:]...)
+	}
+	c.tries = append(c.tries, t)
+}
+
+// Tries returns the last attempts (at most 8) the wait for the agent made,
+// oldest first: what a slow start spent its time on.
+func (c *Client) Tries() []Try {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Try(nil), c.tries...)
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -159,9 +160,22 @@ func (m *VMManager) startVMM(ctx context.Context, dir string, st vmStart, what s
 	if ready != nil {
 		p.keepReady(ready) // for the VM's life: closed when it exits
 	}
-	m.log.Debug("the VM's agent answered", "vm", filepath.Base(dir), "signalled", signalled, "agent_ms", time.Since(start).Milliseconds())
+	took := time.Since(start)
+	if took < slowAgent {
+		m.log.Debug("the VM's agent answered", "vm", filepath.Base(dir), "signalled", signalled, "agent_ms", took.Milliseconds())
+	} else {
+		// A slow answer says what its attempts spent the time on.
+		var tries []string
+		for _, t := range c.Tries() {
+			tries = append(tries, fmt.Sprintf("+%dms took %dms: %s", t.Start.Sub(start).Milliseconds(), t.Took.Milliseconds(), cmp.Or(t.Err, "ok")))
+		}
+		m.log.Info("the VM's agent answered slowly", "vm", filepath.Base(dir), "what", what, "signalled", signalled, "agent_ms", took.Milliseconds(), "tries", tries)
+	}
 	return p, c, nil
 }
+
+// slowAgent is the wait for an agent past which its attempts are logged.
+const slowAgent = 10 * time.Second
 
 // isClosed reports whether ch is closed.
 func isClosed(ch <-chan struct{}) bool {

@@ -36,6 +36,7 @@ type session struct {
 	// a connection the host opens meanwhile would die in that handling.
 	resetPending bool
 	resetAvail   uint16
+	resetAt      time.Time // when resetPending was set (the restore, for a restored one)
 }
 
 // connKey names a connection: the host-side port and the guest's port.

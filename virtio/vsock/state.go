@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Connections do not survive a snapshot, as in Firecracker: their host
@@ -140,24 +141,46 @@ func (s *session) transportReset() error {
 	if err != nil {
 		return fmt.Errorf("virtio-vsock: event queue: %w", err)
 	}
-	s.resetPending, s.resetAvail = true, avail
+	s.resetPending, s.resetAvail, s.resetAt = true, avail, time.Now()
 	s.a.SignalUsed(q)
 	return nil
 }
 
 // evLoop watches the event queue: the guest refilling it past resetAvail
 // means it has handled the reset event, and rx may go on.
+//
+// While a reset is pending it also looks without a kick, every
+// resetPoll: a refill whose notification was lost (a kick the guest made
+// while a restored device was not yet running) would otherwise hold rx,
+// and with it every host connection, until some later kick. After
+// resetNudge it raises the device's interrupt again, once a resetPoll, at
+// most resetNudges times: a guest whose reset interrupt was lost in a save
+// has not seen the event at all. A spurious virtio interrupt is harmless
+// (the driver finds no new used buffers). Both are logged: each means an
+// interrupt or a notification went missing.
 func (s *session) evLoop(stop <-chan struct{}) {
 	q := s.a.Queues[evQueue]
 	if q == nil {
 		<-stop
 		return
 	}
+	tick := time.NewTicker(resetPoll)
+	defer tick.Stop()
+	nudges := 0
 	for {
+		var poll <-chan time.Time // only while a reset is pending
+		s.mu.Lock()
+		if s.resetPending {
+			poll = tick.C
+		}
+		s.mu.Unlock()
+		kicked := false
 		select {
 		case <-stop:
 			return
 		case <-s.a.Kicks[evQueue]:
+			kicked = true
+		case <-poll:
 		}
 		s.mu.Lock()
 		if s.resetPending {
@@ -167,11 +190,33 @@ func (s *session) evLoop(stop <-chan struct{}) {
 				s.fail(err)
 				return
 			}
-			if idx != s.resetAvail {
+			waited := time.Since(s.resetAt)
+			switch {
+			case idx != s.resetAvail:
 				s.resetPending = false
 				s.wakeRx()
+				if kicked && nudges == 0 {
+					s.v.log.Debug("the guest handled the transport reset", "after_ms", waited.Milliseconds())
+				} else {
+					s.v.log.Info("the guest handled the transport reset without its notification", "after_ms", waited.Milliseconds(), "kicked", kicked, "interrupts_raised_again", nudges)
+				}
+			case waited >= resetNudge && nudges < resetNudges:
+				nudges++
+				if nudges == 1 {
+					s.v.log.Warn("the guest has not handled the transport reset: raising the interrupt again", "after_ms", waited.Milliseconds())
+				}
+				s.a.Irq.UsedBuffer()
 			}
+		} else {
+			nudges = 0
 		}
 		s.mu.Unlock()
 	}
 }
+
+// The pending reset's watch (evLoop).
+const (
+	resetPoll   = 250 * time.Millisecond
+	resetNudge  = time.Second
+	resetNudges = 40
+)

@@ -135,6 +135,7 @@ func (v *Vsock) Activate(a *virtio.Activation) error {
 	v.mu.Lock()
 	if st := v.restored; st != nil {
 		s.resetPending, s.resetAvail, s.nextPort = st.ResetPending, st.ResetAvail, st.NextPort
+		s.resetAt = time.Now()
 		v.restored = nil
 	}
 	v.sess = s
