@@ -169,7 +169,7 @@ func (m *VMManager) startVMM(ctx context.Context, dir string, st vmStart, what s
 		for _, t := range c.Tries() {
 			tries = append(tries, fmt.Sprintf("+%dms took %dms: %s", t.Start.Sub(start).Milliseconds(), t.Took.Milliseconds(), cmp.Or(t.Err, "ok")))
 		}
-		m.log.Info("the VM's agent answered slowly", "vm", filepath.Base(dir), "what", what, "signalled", signalled, "agent_ms", took.Milliseconds(), "tries", tries)
+		m.log.Info("the VM's agent answered", "slow", true, "vm", filepath.Base(dir), "what", what, "signalled", signalled, "agent_ms", took.Milliseconds(), "tries", tries)
 	}
 	return p, c, nil
 }
