@@ -32,6 +32,20 @@ func (g *guest) handleReset() {
 	g.postEvents(1)
 }
 
+// resetLive gives the device two event buffers and resets the transport
+// of the running device, as a snapshot of a VM that carries on does.
+func (g *guest) resetLive() {
+	g.t.Helper()
+	g.postEvents(2)
+	if err := g.h.MMIO.Pause(); err != nil {
+		g.t.Fatal(err)
+	}
+	if err := g.dev.TransportReset(); err != nil {
+		g.t.Fatal(err)
+	}
+	g.h.MMIO.Resume()
+}
+
 // noRx checks that nothing reaches the guest's rx queue for a while.
 func (g *guest) noRx(why string) {
 	g.t.Helper()
@@ -105,14 +119,7 @@ func TestSnapshotResetsConnections(t *testing.T) {
 // buffer (the restored transport kicks every queue) does not open rx.
 func TestResetGateIgnoresSpuriousKicks(t *testing.T) {
 	g := newGuest(t)
-	g.postEvents(2)
-	if err := g.h.MMIO.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.dev.TransportReset(); err != nil {
-		t.Fatal(err)
-	}
-	g.h.MMIO.Resume()
+	g.resetLive()
 	hc, err := net.Dial("unix", g.uds)
 	if err != nil {
 		t.Fatal(err)
@@ -131,14 +138,7 @@ func TestResetGateIgnoresSpuriousKicks(t *testing.T) {
 // rx: the device looks at the queue itself while a reset is pending.
 func TestResetRefillWithoutKickOpensRx(t *testing.T) {
 	g := newGuest(t)
-	g.postEvents(2)
-	if err := g.h.MMIO.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.dev.TransportReset(); err != nil {
-		t.Fatal(err)
-	}
-	g.h.MMIO.Resume()
+	g.resetLive()
 	hc, err := net.Dial("unix", g.uds)
 	if err != nil {
 		t.Fatal(err)
@@ -155,14 +155,7 @@ func TestResetRefillWithoutKickOpensRx(t *testing.T) {
 // reset interrupt was lost in a save would otherwise never look).
 func TestPendingResetRaisesItsInterruptAgain(t *testing.T) {
 	g := newGuest(t)
-	g.postEvents(2)
-	if err := g.h.MMIO.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.dev.TransportReset(); err != nil {
-		t.Fatal(err)
-	}
-	g.h.MMIO.Resume()
+	g.resetLive()
 	g.h.WaitIrq(wait) // the reset's own interrupt
 	start := time.Now()
 	if !g.h.WaitIrq(resetNudge + 2*time.Second) {
