@@ -25,7 +25,9 @@ import (
 // cells per second), e2b.go (create to first result through the E2B
 // front end, against cellvm's own API), snapshots.go (templates, forks, pause and resume,
 // and forks' memory, against a cold boot) and images.go (pull, import and
-// first create of an image users bring, against the default image). -only
+// first create of an image users bring, against the default image),
+// starts.go (the numbers users compare) and checkpoints.go (time travel:
+// a checkpoint's pause against its cell, restores and branches). -only
 // picks some of them.
 
 func main() {
@@ -53,7 +55,7 @@ func main() {
 }
 
 // benchParts names the benches -only can pick, in the order they run.
-var benchParts = []string{"boot", "disk", "vsock", "sandbox", "e2b", "snapshots", "images", "starts"}
+var benchParts = []string{"boot", "disk", "vsock", "sandbox", "e2b", "snapshots", "images", "starts", "checkpoints"}
 
 // selectParts turns -only's list into the set of benches to run; an empty
 // list is all of them.
@@ -123,6 +125,11 @@ func run(cellvm, build, qemu string, n int, parts map[string]bool) error {
 	if parts["starts"] {
 		if err := benchStarts(cellvm, build); err != nil {
 			fmt.Println("bench: starts:", err)
+		}
+	}
+	if parts["checkpoints"] {
+		if err := benchCheckpoints(cellvm, build); err != nil {
+			fmt.Println("bench: checkpoints:", err)
 		}
 	}
 	return nil

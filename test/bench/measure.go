@@ -1,13 +1,15 @@
 package main
 
-// Helpers the "starts" bench's lines are made of: percentiles of a set of
-// durations, a ratio against a goal, and a VMM's memory read from procfs.
+// Helpers the "starts" bench's lines are made of (and the checkpoints
+// bench's): the lines kept for a summary, percentiles of a set of
+// samples, a ratio against a goal, and a VMM's memory read from procfs.
 // They are separate from the bench so that unit tests cover them without
 // KVM.
 
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"math"
 	"regexp"
@@ -20,15 +22,38 @@ import (
 // percentile is the nearest-rank p-th percentile of ds (0 < p <= 100):
 // the smallest sample with at least p percent of the samples at or below
 // it. Over 20 samples p50 is the 10th and p99 the 20th (the worst). An
-// empty set is 0.
-func percentile(ds []time.Duration, p float64) time.Duration {
+// empty set is 0. Samples are durations, byte counts or ratios.
+func percentile[T cmp.Ordered](ds []T, p float64) T {
 	if len(ds) == 0 {
-		return 0
+		var zero T
+		return zero
 	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	rank := int(math.Ceil(p / 100 * float64(len(s))))
 	return s[min(max(rank, 1), len(s))-1]
+}
+
+// measureLines keeps a bench's measures' lines as it prints them, to
+// print them again together at its end (summary), so that a run that
+// failed halfway still shows what it measured.
+type measureLines struct {
+	bench string
+	lines []string
+}
+
+// line prints a measure's line and keeps it for the summary.
+func (m *measureLines) line(format string, args ...any) {
+	l := fmt.Sprintf(format, args...)
+	m.lines = append(m.lines, l)
+	fmt.Println(l)
+}
+
+func (m *measureLines) summary() {
+	fmt.Printf("\n%s: summary\n", m.bench)
+	for _, l := range m.lines {
+		fmt.Println("  " + l)
+	}
 }
 
 // ratio is a over b, 0 when b is.

@@ -25,7 +25,7 @@ func TestPercentile(t *testing.T) {
 	if ds[0] != 20*time.Second {
 		t.Errorf("percentile sorted its argument: %v", ds)
 	}
-	if got := percentile(nil, 50); got != 0 {
+	if got := percentile([]time.Duration(nil), 50); got != 0 {
 		t.Errorf("p50 of nothing = %v, want 0", got)
 	}
 	one := []time.Duration{3 * time.Millisecond}

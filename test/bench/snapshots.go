@@ -83,7 +83,7 @@ const (
 // snapBench holds what the bench made, so that all of it is deleted
 // however it ends.
 type snapBench struct {
-	m         *engine.VMManager
+	m         sandbox.Manager
 	sandboxes []string
 	snapshots []string
 	// kept is the cold sandbox that imported the stack and set x.
@@ -303,7 +303,7 @@ func benchTemplate(ctx context.Context, cellvm, build string, coldFirst time.Dur
 // waitShapeTemplate waits for the template of snapShape to be ready on m,
 // started at start, and returns it with the most builds that had failed
 // in a row while it waited.
-func waitShapeTemplate(ctx context.Context, m *engine.VMManager, start time.Time) (sandbox.TemplateInfo, error) {
+func waitShapeTemplate(ctx context.Context, m sandbox.Manager, start time.Time) (sandbox.TemplateInfo, error) {
 	said := start
 	failures := 0
 	for {

@@ -64,9 +64,8 @@ const (
 // made, for cleanup.
 type startsBench struct {
 	*snapBench
+	measureLines
 	cellvm, build string
-	// lines are the measures' lines, printed again at the end.
-	lines []string
 }
 
 func benchStarts(cellvm, build string) error {
@@ -80,24 +79,10 @@ func benchStarts(cellvm, build string) error {
 		return err
 	}
 	defer done()
-	s := &startsBench{snapBench: &snapBench{m: m}, cellvm: cellvm, build: build}
+	s := &startsBench{snapBench: &snapBench{m: m}, measureLines: measureLines{bench: "starts"}, cellvm: cellvm, build: build}
 	defer s.summary()
 	defer s.cleanup(ctx)
 	return s.run(ctx, started, n)
-}
-
-// line prints a measure's line and keeps it for the summary.
-func (s *startsBench) line(format string, args ...any) {
-	l := fmt.Sprintf(format, args...)
-	s.lines = append(s.lines, l)
-	fmt.Println(l)
-}
-
-func (s *startsBench) summary() {
-	fmt.Println("\nstarts: summary")
-	for _, l := range s.lines {
-		fmt.Println("  " + l)
-	}
 }
 
 func (s *startsBench) run(ctx context.Context, started time.Time, n int) error {
