@@ -127,8 +127,14 @@ func (c *Client) open(ctx context.Context) (*session, error) {
 	m.begin(ctx)
 	stop := closeOnDone(ctx, nc)
 	err = s.hello(c.software)
-	if stop() && err != nil {
-		err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+	if stop() {
+		// ctx ended and nc is closed, whether or not the hello got
+		// through first: a closed connection must not reach the pool.
+		if err != nil {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		} else {
+			err = fmt.Errorf("hello: %w (the connection was closed as it answered)", ctx.Err())
+		}
 	}
 	if err != nil {
 		nc.Close()

@@ -305,3 +305,53 @@ func TestDialSignalledAbandonsALostTry(t *testing.T) {
 		t.Errorf("%d connects, want 2 (the lost try, then the signal's)", n)
 	}
 }
+
+// cancelAtHelloEnd is a connection whose ctx ends exactly as its hello
+// completes: when the hello clears its deadline (its last step), it
+// cancels and waits until closeOnDone has closed it.
+type cancelAtHelloEnd struct {
+	net.Conn
+	cancel context.CancelFunc
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (c *cancelAtHelloEnd) SetDeadline(t time.Time) error {
+	if t.IsZero() {
+		c.cancel()
+		<-c.closed
+	}
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *cancelAtHelloEnd) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// TestTryCancelledAsTheHelloAnswersKeepsNoClosedConnection: a try whose
+// ctx ends as the agent answers its hello (a fallback try when the ready
+// signal arrives) fails; it never leaves its closed connection in the
+// pool, where the next call would write to it ("use of closed network
+// connection", seen in the rig).
+func TestTryCancelledAsTheHelloAnswersKeepsNoClosedConnection(t *testing.T) {
+	plain := serve(t, agent.Config{Interp: newFake()})
+	ctx, cancel := context.WithCancel(ctxT(t))
+	c := New(func(context.Context) (net.Conn, error) {
+		nc, err := plain.dial(ctxT(t))
+		if err != nil {
+			return nil, err
+		}
+		return &cancelAtHelloEnd{Conn: nc, cancel: cancel, closed: make(chan struct{})}, nil
+	})
+	defer c.Close()
+	if _, err := c.try(ctx); err == nil {
+		t.Fatal("a try whose connection was closed as it answered succeeded")
+	}
+	c.mu.Lock()
+	idle := len(c.idle)
+	c.mu.Unlock()
+	if idle != 0 {
+		t.Fatalf("%d connections in the pool after a cancelled try, want 0", idle)
+	}
+}

@@ -88,6 +88,7 @@ func TestAgentSignalsReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("fork in %v", time.Since(start).Round(time.Millisecond))
+	kvmtest.LogSandboxTails(t, m.opt.StateDir) // where a slow fork's time went
 	check("fork", 3)
 	if got := mainText(t, m, fork.ID, "x"); got != "42" {
 		t.Errorf("the fork: x = %s, want 42", got)
