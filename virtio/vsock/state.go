@@ -167,6 +167,9 @@ func (s *session) evLoop(stop <-chan struct{}) {
 	tick := time.NewTicker(resetPoll)
 	defer tick.Stop()
 	nudges := 0
+	// The guest can have handled nothing before the queues ran: a reset
+	// made at a save waits out the save (the vCPUs are paused).
+	running := time.Now()
 	for {
 		var poll <-chan time.Time // only while a reset is pending
 		s.mu.Lock()
@@ -190,7 +193,11 @@ func (s *session) evLoop(stop <-chan struct{}) {
 				s.fail(err)
 				return
 			}
-			waited := time.Since(s.resetAt)
+			from := s.resetAt
+			if running.After(from) {
+				from = running
+			}
+			waited := time.Since(from)
 			switch {
 			case idx != s.resetAvail:
 				s.resetPending = false
