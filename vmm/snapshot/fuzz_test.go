@@ -76,3 +76,64 @@ func FuzzDecodeLayeredBody(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeCheckpoint: whatever a VMM (which may be compromised) writes
+// as a checkpoint's state file, DecodeCheckpoint returns a checkpoint or
+// an error and never panics; one it accepts encodes again to itself, and
+// composes over a base (a layer) or alone (a whole image) into a state a
+// restore accepts, or an error.
+func FuzzDecodeCheckpoint(f *testing.F) {
+	f.Add(encodeCheckpoint(f, checkpointLayer(), true))
+	f.Add(encodeCheckpoint(f, sample(), false))
+	f.Add(withBody(CheckpointFormatVersion, encode(f, sample())[headerSize:]))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cp, err := DecodeCheckpoint(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		if cp.State.Machine.Layered() {
+			t.Fatal("a checkpoint with a chain under it was accepted")
+		}
+		var b bytes.Buffer
+		if err := EncodeCheckpoint(&b, cp.State, cp.Layer, 0); err != nil {
+			t.Fatalf("a decoded checkpoint does not encode: %v", err)
+		}
+		again, err := DecodeCheckpoint(&b)
+		if err != nil || again.Layer != cp.Layer || !reflect.DeepEqual(again.State, cp.State) {
+			t.Fatalf("checkpoint changed in a round trip: %v", err)
+		}
+		var under []Layer
+		if cp.Layer {
+			under = []Layer{{Size: cp.State.Machine.ImageSize(), CRC32C: 1}}
+		}
+		b.Reset()
+		if err := EncodeComposed(&b, cp, under, 2); err != nil {
+			return
+		}
+		st, err := Decode(&b)
+		if err != nil {
+			t.Fatalf("a composed checkpoint does not decode: %v", err)
+		}
+		if !reflect.DeepEqual(st.Machine.Extents, cp.State.Machine.Extents) && len(cp.State.Machine.Extents) > 0 {
+			t.Fatal("composing changed the checkpoint's extents")
+		}
+	})
+}
+
+// FuzzDecodeCheckpointBody is FuzzDecodeCheckpoint past the checksum, on
+// a version 3 (layer alone) body: the fuzzer works on the extents' checks.
+func FuzzDecodeCheckpointBody(f *testing.F) {
+	f.Add(encodeCheckpoint(f, checkpointLayer(), true)[headerSize:])
+	f.Fuzz(func(t *testing.T, body []byte) {
+		cp, err := DecodeCheckpoint(bytes.NewReader(withBody(CheckpointFormatVersion, body)))
+		if err != nil {
+			return
+		}
+		if !cp.Layer || cp.State.Machine.Layered() {
+			t.Fatalf("a version 3 file decoded as layer=%v with %d files under it", cp.Layer, len(cp.State.Machine.Layers))
+		}
+		if _, err := ComposeCheckpoint(cp, []Layer{{Size: cp.State.Machine.ImageSize()}}); err != nil {
+			t.Fatalf("a valid layer does not compose over a valid base: %v", err)
+		}
+	})
+}
