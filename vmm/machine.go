@@ -130,7 +130,7 @@ type Machine struct {
 	vcpuMu sync.Mutex
 	vcpus  []*kvm.VCPU
 
-	snap snapshotting // pause, save and restore (pause.go, save.go, restore.go)
+	snap snapshotting  // pause, save and restore (pause.go, save.go, restore.go)
 	ckpt checkpointing // checkpoints (checkpoint.go), under snap.op
 
 	// gate is QueueGate's one run and its verdict (passQueueGate).
