@@ -176,7 +176,7 @@ func (m *Machine) takeDirtyLogs(layout []snapshot.MemoryRegion) error {
 func (m *Machine) layerExtents(layout []snapshot.MemoryRegion) ([]snapshot.Extent, error) {
 	bits := m.ckpt.pending
 	if m.ckpt.taken == 0 && m.cfg.Pagemap != nil {
-		changed, err := pageExtents(m.mem, layout, m.cfg.Pagemap, changed, math.MaxInt)
+		written, err := pageExtents(m.mem, layout, m.cfg.Pagemap, changed, math.MaxInt)
 		if err != nil {
 			return nil, err
 		}
@@ -184,7 +184,7 @@ func (m *Machine) layerExtents(layout []snapshot.MemoryRegion) ([]snapshot.Exten
 		for i := range bits {
 			orBitmaps(bits, i, m.ckpt.pending[i])
 		}
-		markExtents(bits, layout, changed)
+		markExtents(bits, layout, written)
 	}
 	return coalesceExtents(dirtyExtents(bits, layout), layout, snapshot.MaxCheckpointExtents)
 }

@@ -40,11 +40,13 @@ const OpWorkingSet Op = "working_set"
 
 // OpCheckpoint records a checkpoint of a running machine whose Spec has
 // Checkpoints: the VMM pauses the vCPUs, drains the devices, writes the
-// pages written since its last checkpoint (since its start or restore for
-// the first) into the memory file as a layer over the files of the
-// checkpoint before (Request.Chain), or a whole image where there is none
-// to layer over, with the state, and runs on. The guest's connections
-// are not disturbed: a restore of the checkpoint resets them there.
+// pages written since its last checkpoint (since its restore for the
+// first of a restored machine) into the memory file as a layer over the
+// files of the checkpoint before, or a whole image (the first of a booted
+// machine, or Request.Full), with the state (vmm/snapshot's
+// EncodeCheckpoint: its own extents, no chain; the daemon composes the
+// chain), and runs on. The guest's connections are not disturbed: a
+// restore of the checkpoint resets them there (State.ResetVsock).
 const OpCheckpoint Op = "checkpoint"
 
 // Request is what the requester asks.
