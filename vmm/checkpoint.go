@@ -113,7 +113,11 @@ func (m *Machine) checkpoint(stateFile, memFile *os.File, full bool) (control.Ch
 		return control.CheckpointStats{}, 0, fmt.Errorf("%w: %v", ErrNotPaused, err)
 	}
 	layout := snapshot.MemoryLayout(m.cfg.MemoryMiB)
-	if err := m.takeDirtyLogs(layout); err != nil {
+	if len(m.mem.List()) != len(layout) {
+		return control.CheckpointStats{}, 0, fmt.Errorf("%d memory regions, the layout has %d", len(m.mem.List()), len(layout))
+	}
+	err := m.ckpt.take(layout, m.mem.TakeDirtyLog, func(i int, bm []uint64) error { return m.vm.GetDirtyLog(uint32(i), bm) })
+	if err != nil {
 		return control.CheckpointStats{}, 0, err
 	}
 	st, err := m.captureState()
@@ -143,30 +147,33 @@ func (m *Machine) checkpoint(stateFile, memFile *os.File, full bool) (control.Ch
 	if err := writeStateFile(stateFile, st, stats.Layer, ws.Sum); err != nil {
 		return control.CheckpointStats{}, 0, err
 	}
-	m.ckpt.taken++
-	m.ckpt.pending = nil // all in this checkpoint
+	m.ckpt.written()
 	return stats, ws.FromMemory + ws.FromSource, nil
 }
 
-// takeDirtyLogs moves KVM's and the devices' dirty logs into pending,
-// where they stay until a checkpoint is written.
-func (m *Machine) takeDirtyLogs(layout []snapshot.MemoryRegion) error {
-	if m.ckpt.pending == nil {
-		m.ckpt.pending = newBitmaps(layout)
+// take moves the dirty logs into pending, where they stay until a
+// checkpoint is written: dev(i), the devices' log of region i (taken and
+// cleared), and kvmLog(i, bm), KVM's of slot i. What a failed take took
+// stays in pending too.
+func (c *checkpointing) take(layout []snapshot.MemoryRegion, dev func(i int) []uint64, kvmLog func(i int, bm []uint64) error) error {
+	if c.pending == nil {
+		c.pending = newBitmaps(layout)
 	}
-	regs := m.mem.List()
-	if len(regs) != len(layout) {
-		return fmt.Errorf("%d memory regions, the layout has %d", len(regs), len(layout))
-	}
-	for i := range regs {
-		orBitmaps(m.ckpt.pending, i, m.mem.TakeDirtyLog(i))
-		bm := make([]uint64, kvm.DirtyBitmapWords(uint64(len(regs[i].Data))))
-		if err := m.vm.GetDirtyLog(uint32(i), bm); err != nil {
+	for i, l := range layout {
+		orBitmaps(c.pending, i, dev(i))
+		bm := make([]uint64, kvm.DirtyBitmapWords(l.Size))
+		if err := kvmLog(i, bm); err != nil {
 			return fmt.Errorf("memory slot %d: %w", i, err)
 		}
-		orBitmaps(m.ckpt.pending, i, bm)
+		orBitmaps(c.pending, i, bm)
 	}
 	return nil
+}
+
+// written says a checkpoint holding every pending page was written.
+func (c *checkpointing) written() {
+	c.taken++
+	c.pending = nil
 }
 
 // layerExtents are the extents of a checkpoint layer: the pending pages,
