@@ -30,7 +30,7 @@ func TestCheckpointPendingPages(t *testing.T) {
 		return nil
 	}
 	var c checkpointing
-	mem.MarkDirty(5*pageSize, 1)                          // a device wrote region 0's page 5
+	mem.MarkDirty(5*pageSize, 1)                         // a device wrote region 0's page 5
 	mem.MarkDirty(twoRegions[1].GuestAddr+2*pageSize, 1) // and region 1's page 2
 	if err := c.take(twoRegions, mem.TakeDirtyLog, kvmLog); err == nil {
 		t.Fatal("a failing KVM log was not an error")
