@@ -144,7 +144,7 @@ func (m *Machine) checkpoint(stateFile, memFile *os.File, full bool) (control.Ch
 	if err := memFile.Sync(); err != nil {
 		return control.CheckpointStats{}, 0, fmt.Errorf("sync the memory file: %w", err)
 	}
-	if err := writeStateFile(stateFile, st, stats.Layer, ws.Sum); err != nil {
+	if err := writeStateFile(stateFile, st, ws.Sum); err != nil {
 		return control.CheckpointStats{}, 0, err
 	}
 	m.ckpt.written()
@@ -198,14 +198,14 @@ func (m *Machine) layerExtents(layout []snapshot.MemoryRegion) ([]snapshot.Exten
 
 // writeStateFile writes a checkpoint's state into f, emptied first, and
 // syncs it.
-func writeStateFile(f *os.File, st *snapshot.State, layer bool, memSum uint32) error {
+func writeStateFile(f *os.File, st *snapshot.State, memSum uint32) error {
 	if err := f.Truncate(0); err != nil {
 		return fmt.Errorf("state file: %w", err)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return fmt.Errorf("state file: %w", err)
 	}
-	if err := snapshot.EncodeCheckpoint(f, st, layer, memSum); err != nil {
+	if err := snapshot.EncodeCheckpoint(f, st, memSum); err != nil {
 		return err
 	}
 	if err := f.Sync(); err != nil {

@@ -106,11 +106,11 @@ func layerOf(t *testing.T, f ckptFiles) (snapshot.Layer, *snapshot.Checkpoint) {
 	if _, err := f.state.Seek(0, io.SeekStart); err != nil {
 		t.Fatal(err)
 	}
-	cp, err := snapshot.DecodeCheckpoint(f.state)
+	sum, size, err := snapshot.SumFile(f.mem)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum, size, err := snapshot.SumFile(f.mem)
+	cp, err := snapshot.DecodeCheckpoint(f.state, size)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,27 +9,25 @@ import (
 // Checkpoints (issue 29). A VMM with checkpoints on writes, at each
 // checkpoint, a whole image (the first of a booted machine) or a layer of
 // the pages written since the checkpoint before, and a state file that
-// names only its own memory file: its extents, and no chain under it. The
-// daemon owns the chain: it keeps each checkpoint's files, sums them
-// itself (never trusting the VMM's sum), and to restore checkpoint k it
-// composes k's state with the files under it (ComposeCheckpoint), which
-// is then an ordinary layered state file.
+// names only its own memory file: its extents (a layer's), and no chain
+// under it. The daemon owns the chain: it keeps each checkpoint's files,
+// sums them itself (never trusting the VMM's sum), and to restore
+// checkpoint k it composes k's state with the files under it
+// (ComposeCheckpoint), which is then an ordinary layered state file.
 //
-// A checkpoint layer's own state file is format version
-// CheckpointFormatVersion, which Decode refuses (a restore of it alone
-// would run on the wrong pages) and DecodeCheckpoint reads. A whole-image
-// checkpoint is an ordinary version 1 file. Either carries ResetVsock:
-// the live guest's connections were left alone, and a restore resets
-// them.
-
-// CheckpointFormatVersion is the format version of a checkpoint layer's
-// own state file: memory extents with no chain under them.
-const CheckpointFormatVersion = 3
+// A checkpoint's own state file is a version 1 file. A layer's has
+// extents and no layers, which Validate (and so Decode, a restore)
+// refuses: alone it would run on the wrong pages. Only DecodeCheckpoint
+// reads it. Whether a checkpoint is a layer or a whole image its memory
+// file's size says: a whole image is the image's size (at least
+// MinMemoryMiB), a layer its extents' bytes (0 for a layer in which
+// nothing changed). Either carries ResetVsock: the live guest's
+// connections were left alone, and a restore resets them.
 
 // MaxCheckpointExtents bounds one checkpoint layer's extents: the VMM
 // coalesces its dirty pages to at most this many (merging the smallest
-// gaps), so that a chain of MaxCheckpointChain files stays under
-// MaxChainExtents mappings for most chains.
+// gaps), so that most chains of MaxCheckpointChain files stay under
+// MaxChainExtents.
 const MaxCheckpointExtents = 1024
 
 // Checkpoint is a checkpoint's state file, decoded.
@@ -42,34 +40,45 @@ type Checkpoint struct {
 }
 
 // EncodeCheckpoint writes st, a checkpoint's state, to w with memSum, its
-// memory file's CRC-32C: as a layer's own state file (its extents, no
-// layers) when layer, as a whole image's otherwise.
-func EncodeCheckpoint(w io.Writer, st *State, layer bool, memSum uint32) error {
+// memory file's CRC-32C: a layer's own extents (Machine.Extents) and no
+// layers, or neither for a whole image.
+func EncodeCheckpoint(w io.Writer, st *State, memSum uint32) error {
 	if st.Machine.Layered() {
 		return fmt.Errorf("%w: a checkpoint's state names no files under its own (%d here)", ErrInvalid, len(st.Machine.Layers))
 	}
-	v := uint32(FormatVersion)
-	if layer {
-		v = CheckpointFormatVersion
+	if err := st.validateAs(FormatVersion, true); err != nil {
+		return err
 	}
-	return encodeVersion(w, st, v, flagMemSum, memSum)
+	return encodeValid(w, st, FormatVersion, flagMemSum, memSum)
 }
 
-// DecodeCheckpoint reads a checkpoint's state file, as the VMM wrote it:
-// a whole image (version 1) or a layer alone (CheckpointFormatVersion),
-// checked (extents inside the memory, in order, at most
-// MaxLayerExtents). A chain (version 2) is refused: a VMM names no files
+// DecodeCheckpoint reads a checkpoint's state file as the VMM wrote it,
+// whose memory file holds memSize bytes (as the daemon measured it), and
+// checks both: a machine cellvm can build, extents inside the memory, in
+// order, at most MaxLayerExtents, and a memory file of the size they say
+// (a whole image: the image's). A chain is refused: a VMM names no files
 // under a checkpoint. Whatever r holds, it returns an error rather than
 // panic.
-func DecodeCheckpoint(r io.Reader) (*Checkpoint, error) {
-	st, v, err := decode(r)
+func DecodeCheckpoint(r io.Reader, memSize int64) (*Checkpoint, error) {
+	st, v, err := decodeUnchecked(r)
 	if err != nil {
 		return nil, err
 	}
-	if v == LayeredFormatVersion {
+	if v != FormatVersion || st.Machine.Layered() {
 		return nil, fmt.Errorf("%w: a checkpoint's state file names %d files under its own; the daemon keeps the chain", ErrInvalid, len(st.Machine.Layers))
 	}
-	return &Checkpoint{State: st, Layer: v == CheckpointFormatVersion}, nil
+	if err := st.validateAs(v, true); err != nil {
+		return nil, err
+	}
+	cp := &Checkpoint{State: st, Layer: len(st.Machine.Extents) > 0 || memSize != st.Machine.ImageSize()}
+	want := st.Machine.ImageSize()
+	if cp.Layer {
+		want = ExtentsSize(st.Machine.Extents)
+	}
+	if memSize != want {
+		return nil, fmt.Errorf("%w: a checkpoint memory file of %d bytes, its state says %d", ErrInvalid, memSize, want)
+	}
+	return cp, nil
 }
 
 // ComposeCheckpoint is the state a restore of checkpoint cp takes: cp's
@@ -90,13 +99,10 @@ func ComposeCheckpoint(cp *Checkpoint, under []Layer) (*State, error) {
 		return nil, fmt.Errorf("%w: a checkpoint layer needs the files under it", ErrInvalid)
 	}
 	st := *cp.State
-	st.Machine.Layers = append([]Layer(nil), under...)
-	if len(under) == 0 {
-		st.Machine.Layers = nil
-	}
-	st.Machine.Extents = append([]Extent(nil), cp.State.Machine.Extents...)
-	if len(st.Machine.Extents) == 0 {
-		st.Machine.Extents = nil
+	st.Machine.Layers, st.Machine.Extents = nil, nil
+	if len(under) > 0 {
+		st.Machine.Layers = append([]Layer(nil), under...)
+		st.Machine.Extents = append([]Extent{}, cp.State.Machine.Extents...)
 	}
 	if err := st.Validate(); err != nil {
 		return nil, err

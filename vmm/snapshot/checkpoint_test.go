@@ -17,21 +17,23 @@ func checkpointLayer() *State {
 	return st
 }
 
-func encodeCheckpoint(t testing.TB, st *State, layer bool) []byte {
+func encodeCheckpoint(t testing.TB, st *State) []byte {
 	t.Helper()
 	var b bytes.Buffer
-	if err := EncodeCheckpoint(&b, st, layer, 0xabcd); err != nil {
+	if err := EncodeCheckpoint(&b, st, 0xabcd); err != nil {
 		t.Fatal(err)
 	}
 	return b.Bytes()
 }
 
-// A layer's own state file round-trips through DecodeCheckpoint, and
-// Decode (a restore) refuses it: alone it would run on the wrong pages.
+// A layer's own state file round-trips through DecodeCheckpoint, which
+// checks the memory file's size against it, and Decode (a restore)
+// refuses it: alone it would run on the wrong pages.
 func TestCheckpointLayerRoundTrip(t *testing.T) {
 	st := checkpointLayer()
-	data := encodeCheckpoint(t, st, true)
-	cp, err := DecodeCheckpoint(bytes.NewReader(data))
+	data := encodeCheckpoint(t, st)
+	size := ExtentsSize(st.Machine.Extents)
+	cp, err := DecodeCheckpoint(bytes.NewReader(data), size)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,18 +43,24 @@ func TestCheckpointLayerRoundTrip(t *testing.T) {
 	if sum, err := MemorySum(bytes.NewReader(data)); err != nil || sum != 0xabcd {
 		t.Errorf("memory sum %#x, %v; want 0xabcd", sum, err)
 	}
-	if _, err := Decode(bytes.NewReader(data)); !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "compose") {
-		t.Errorf("Decode of a checkpoint layer alone: %v, want ErrVersion saying to compose it", err)
+	for _, n := range []int64{0, size - pageBytes, size + 1, st.Machine.ImageSize()} {
+		if _, err := DecodeCheckpoint(bytes.NewReader(data), n); !errors.Is(err, ErrInvalid) {
+			t.Errorf("a layer of %d bytes with a memory file of %d: %v, want ErrInvalid", size, n, err)
+		}
+	}
+	if _, err := Decode(bytes.NewReader(data)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "no layers under them") {
+		t.Errorf("Decode of a checkpoint layer alone: %v, want ErrInvalid", err)
 	}
 }
 
 // A whole-image checkpoint is an ordinary state file that keeps its
-// ResetVsock.
+// ResetVsock; a layer in which nothing changed is told from it by its
+// memory file's size.
 func TestCheckpointWholeImage(t *testing.T) {
 	st := sample()
 	st.ResetVsock = true
-	data := encodeCheckpoint(t, st, false)
-	cp, err := DecodeCheckpoint(bytes.NewReader(data))
+	data := encodeCheckpoint(t, st)
+	cp, err := DecodeCheckpoint(bytes.NewReader(data), st.Machine.ImageSize())
 	if err != nil || cp.Layer {
 		t.Fatalf("DecodeCheckpoint: layer=%v, %v", cp != nil && cp.Layer, err)
 	}
@@ -60,13 +68,16 @@ func TestCheckpointWholeImage(t *testing.T) {
 	if err != nil || !got.ResetVsock {
 		t.Fatalf("Decode of a whole-image checkpoint: reset_vsock=%v, %v", got != nil && got.ResetVsock, err)
 	}
-	if err := EncodeCheckpoint(&bytes.Buffer{}, checkpointLayer(), false, 0); !errors.Is(err, ErrInvalid) {
-		t.Errorf("a whole image with extents: %v, want ErrInvalid", err)
+	if cp, err := DecodeCheckpoint(bytes.NewReader(data), 0); err != nil || !cp.Layer {
+		t.Errorf("a checkpoint with no extents and an empty memory file: %v, want an empty layer", err)
 	}
-	if err := EncodeCheckpoint(&bytes.Buffer{}, layeredSample(), true, 0); !errors.Is(err, ErrInvalid) {
+	if _, err := DecodeCheckpoint(bytes.NewReader(data), 4096); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a whole image's memory file of 4096 bytes: %v, want ErrInvalid", err)
+	}
+	if err := EncodeCheckpoint(&bytes.Buffer{}, layeredSample(), 0); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a checkpoint with a chain: %v, want ErrInvalid", err)
 	}
-	if _, err := DecodeCheckpoint(bytes.NewReader(encode(t, layeredSample()))); !errors.Is(err, ErrInvalid) {
+	if _, err := DecodeCheckpoint(bytes.NewReader(encode(t, layeredSample())), 3*pageBytes); !errors.Is(err, ErrInvalid) {
 		t.Errorf("DecodeCheckpoint of a chain: %v, want ErrInvalid", err)
 	}
 }

@@ -23,9 +23,7 @@ const Magic = "CELLVMST"
 const FormatVersion = 1
 
 // knownVersion reports whether this cellvm reads state files of version v.
-func knownVersion(v uint32) bool {
-	return v == FormatVersion || v == LayeredFormatVersion || v == CheckpointFormatVersion
-}
+func knownVersion(v uint32) bool { return v == FormatVersion || v == LayeredFormatVersion }
 
 // headerSize is the fixed header: magic, version, flags, body length,
 // CRC-32C of the body, CRC-32C of the memory file (memdigest.go; the flags
@@ -85,11 +83,16 @@ func encodeFile(w io.Writer, st *State, flags, memSum uint32) error {
 }
 
 // encodeVersion writes st as a state file of format version, which it
-// must be valid as.
+// must be valid as (alone: a checkpoint's own state, checkpoint.go).
 func encodeVersion(w io.Writer, st *State, version, flags, memSum uint32) error {
-	if err := st.validateAs(version); err != nil {
+	if err := st.validateAs(version, false); err != nil {
 		return err
 	}
+	return encodeValid(w, st, version, flags, memSum)
+}
+
+// encodeValid writes st, checked, as a state file of format version.
+func encodeValid(w io.Writer, st *State, version, flags, memSum uint32) error {
 	body, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
@@ -116,31 +119,21 @@ func encodeVersion(w io.Writer, st *State, version, flags, memSum uint32) error 
 // Decode reads a state file from r and checks it (Validate). Whatever r
 // holds, Decode returns an error rather than panic, and allocates no more
 // than MaxBody. A checkpoint layer's own state file (checkpoint.go) is
-// refused: it restores only composed with the chain under it.
+// refused (its extents have no chain under them): it restores only
+// composed with its chain.
 func Decode(r io.Reader) (*State, error) {
-	st, v, err := decode(r)
+	st, v, err := decodeUnchecked(r)
 	if err != nil {
 		return nil, err
 	}
-	if v == CheckpointFormatVersion {
-		return nil, fmt.Errorf("%w: a checkpoint layer's own state file, with no chain under it: compose it with its chain (ComposeCheckpoint) to restore it", ErrVersion)
+	if err := st.validateAs(v, false); err != nil {
+		return nil, err
 	}
 	return st, nil
 }
 
-// decode reads a state file of any version this cellvm knows, checked as
-// that version says, and returns its version.
-func decode(r io.Reader) (*State, uint32, error) {
-	st, v, err := decodeUnchecked(r)
-	if err != nil {
-		return nil, 0, err
-	}
-	if err := st.validateAs(v); err != nil {
-		return nil, 0, err
-	}
-	return st, v, nil
-}
-
+// decodeUnchecked reads a state file of a version this cellvm knows, not
+// yet checked, and returns its version.
 func decodeUnchecked(r io.Reader) (*State, uint32, error) {
 	h := make([]byte, headerSize)
 	if n, err := io.ReadFull(r, h); err != nil {

@@ -103,7 +103,7 @@ func TestRoundTrip(t *testing.T) {
 
 func TestRefusesAnotherVersion(t *testing.T) {
 	b := encode(t, sample())
-	for _, v := range []uint32{0, CheckpointFormatVersion + 1, 1 << 31} {
+	for _, v := range []uint32{0, LayeredFormatVersion + 1, 1 << 31} {
 		binary.LittleEndian.PutUint32(b[8:], v)
 		_, err := Decode(bytes.NewReader(b))
 		if !errors.Is(err, ErrVersion) {

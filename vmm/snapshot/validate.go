@@ -32,11 +32,12 @@ func (st *State) Validate() error {
 }
 
 // validateAs is Validate for a state file of format version v, whose
-// memory v says the shape of: a whole image (FormatVersion), a chain
-// (LayeredFormatVersion), or a checkpoint's layer alone
-// (CheckpointFormatVersion).
-func (st *State) validateAs(v uint32) error {
-	if err := st.validateShape(v == CheckpointFormatVersion); err != nil {
+// memory v says the shape of: a whole image (FormatVersion) or a chain
+// (LayeredFormatVersion). alone allows a version 1 file's memory extents
+// with no chain under them: a checkpoint layer's own state file
+// (checkpoint.go), which only DecodeCheckpoint reads.
+func (st *State) validateAs(v uint32, alone bool) error {
+	if err := st.validateShape(alone); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if layered := v == LayeredFormatVersion; layered != st.Machine.Layered() {
