@@ -1,9 +1,11 @@
 package vmm
 
 import (
+	"math/rand/v2"
 	"reflect"
 	"testing"
 
+	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/vmm/snapshot"
 )
 
@@ -66,4 +68,55 @@ func TestCoalesceExtents(t *testing.T) {
 	if got, _ := coalesceExtents(in, twoRegions, len(in)); !reflect.DeepEqual(got, in) {
 		t.Error("extents under the bound changed")
 	}
+}
+
+// Random dirty bitmaps: the coalesced extents are at most the bound, in
+// order and apart, each inside one region, and cover every dirty page.
+func TestCoalesceExtentsCoversEveryPage(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	regs := make2Regions()
+	for round := range 200 {
+		bits := newBitmaps(twoRegions)
+		for i, l := range twoRegions {
+			for p := range int(l.Size / pageSize) {
+				if rng.IntN(4) == 0 {
+					bits[i][p/64] |= 1 << (p % 64)
+				}
+			}
+		}
+		ext := dirtyExtents(bits, twoRegions)
+		max := 2 + rng.IntN(len(ext)+1)
+		got, err := coalesceExtents(ext, twoRegions, max)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if len(got) > max {
+			t.Fatalf("round %d: %d extents, bound %d", round, len(got), max)
+		}
+		var next uint64
+		covered := newBitmaps(twoRegions)
+		for _, e := range got {
+			if e.Off < next || e.Len == 0 || e.Off%pageSize != 0 || e.Len%pageSize != 0 {
+				t.Fatalf("round %d: extent %+v after %#x", round, e, next)
+			}
+			if _, err := extentData(regs, twoRegions, e); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			next = e.Off + e.Len
+		}
+		markExtents(covered, twoRegions, got)
+		for i := range bits {
+			for w := range bits[i] {
+				if bits[i][w]&^covered[i][w] != 0 {
+					t.Fatalf("round %d: region %d word %d: dirty %#x, covered %#x", round, i, w, bits[i][w], covered[i][w])
+				}
+			}
+		}
+	}
+}
+
+// make2Regions is guest memory laid out as twoRegions.
+func make2Regions() []guestmem.Region {
+	return []guestmem.Region{{GuestAddr: twoRegions[0].GuestAddr, Data: make([]byte, twoRegions[0].Size)},
+		{GuestAddr: twoRegions[1].GuestAddr, Data: make([]byte, twoRegions[1].Size)}}
 }
