@@ -43,7 +43,7 @@ func startMachine(t *testing.T, build func(cfg Config) (*Machine, error)) *runni
 	r, w := io.Pipe()
 	con := newConsole()
 	m, err := build(Config{Console: con, ConsoleInput: r, MemoryMiB: 128, Checkpoints: true,
-		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+		Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
