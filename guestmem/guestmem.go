@@ -12,6 +12,7 @@ package guestmem
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // Memory is what a device needs of guest memory.
@@ -37,6 +38,9 @@ type Region struct {
 // Regions is guest memory made of one or more regions. It implements Memory.
 type Regions struct {
 	regs []Region
+	// dirty is the devices' dirty log, one bitmap per region (dirty.go);
+	// nil when off.
+	dirty [][]atomic.Uint64
 }
 
 // New returns size bytes of zeroed guest memory at guest address 0, backed by
@@ -98,12 +102,14 @@ func (m *Regions) ReadAt(p []byte, addr uint64) error {
 	return nil
 }
 
-// WriteAt implements Memory.
+// WriteAt implements Memory. The write is marked in the dirty log, when
+// on (dirty.go).
 func (m *Regions) WriteAt(p []byte, addr uint64) error {
 	b, err := m.Slice(addr, uint64(len(p)))
 	if err != nil {
 		return err
 	}
+	m.MarkDirty(addr, uint64(len(p)))
 	copy(b, p)
 	return nil
 }

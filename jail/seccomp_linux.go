@@ -85,6 +85,7 @@ var jailedIoctls = []struct {
 	{[]string{"KVM_CHECK_EXTENSION", "KVM_GET_MSR_INDEX_LIST"},
 		"a save asks KVM whether it has XCRs, how large XSAVE2's area is, and which MSRs it lists: read-only questions to /dev/kvm and the VM"},
 	{[]string{"KVM_KVMCLOCK_CTRL"}, "a resume tells each vCPU's guest it was stopped, so its soft-lockup watchdog does not count the pause"},
+	{[]string{"KVM_GET_DIRTY_LOG"}, "a checkpoint reads and clears the pages the guest wrote since the one before (a VMM with Spec.Checkpoints)"},
 }
 
 // AllowedIoctls is the request numbers jailedIoctls names, in its order.

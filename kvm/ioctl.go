@@ -34,6 +34,7 @@ var (
 	ioctlGetVCPUMmapSize     = ion(0x04)
 	ioctlGetSupportedCPUID   = iowr(0x05, 8)
 	ioctlCreateVCPU          = ion(0x41)
+	ioctlGetDirtyLog         = iow(0x42, sizeOf[dirtyLog]())
 	ioctlSetUserMemoryRegion = iow(0x46, sizeOf[UserspaceMemoryRegion]())
 	ioctlSetTSSAddr          = ion(0x47)
 	ioctlSetIdentityMapAddr  = iow(0x48, 8)

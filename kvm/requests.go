@@ -15,6 +15,7 @@ func Requests() map[string]uintptr {
 		"KVM_GET_VCPU_MMAP_SIZE":     ioctlGetVCPUMmapSize,
 		"KVM_GET_SUPPORTED_CPUID":    ioctlGetSupportedCPUID,
 		"KVM_CREATE_VCPU":            ioctlCreateVCPU,
+		"KVM_GET_DIRTY_LOG":          ioctlGetDirtyLog,
 		"KVM_SET_USER_MEMORY_REGION": ioctlSetUserMemoryRegion,
 		"KVM_SET_TSS_ADDR":           ioctlSetTSSAddr,
 		"KVM_SET_IDENTITY_MAP_ADDR":  ioctlSetIdentityMapAddr,

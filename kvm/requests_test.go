@@ -33,6 +33,7 @@ func TestRequestNumbers(t *testing.T) {
 		"KVM_GET_XSAVE2":             0x9000aecf,
 		"KVM_SET_USER_MEMORY_REGION": 0x4020ae46,
 		"KVM_SET_REGS":               0x4090ae82,
+		"KVM_GET_DIRTY_LOG":          0x4010ae42,
 	}
 	got := Requests()
 	for name, n := range want {

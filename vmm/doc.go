@@ -11,4 +11,9 @@
 // and its status come from devices only, never from console text, which
 // the guest's user space can write: a panic is a reset with the BIOS
 // warm-boot flag set (RebootArgs, panicFlag).
+//
+// A machine pauses, saves and restores (pause.go, save.go, restore.go,
+// layers.go), and one built with Config.Checkpoints logs the pages written
+// into its memory so that a checkpoint of it, taken while it runs on,
+// writes only those (checkpoint.go).
 package vmm

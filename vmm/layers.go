@@ -118,15 +118,15 @@ func newChainSource(st *snapshot.State, mem *os.File, layers []*os.File, memSum 
 }
 
 // mapGuestMemoryChain maps src's chain as guest RAM (mapMemoryChain) and
-// registers each region as a KVM memory slot.
-func mapGuestMemoryChain(vm *kvm.VM, src *memSource, layout []snapshot.MemoryRegion) (*guestmem.Regions, func(), error) {
+// registers each region as a KVM memory slot, with flags.
+func mapGuestMemoryChain(vm *kvm.VM, src *memSource, layout []snapshot.MemoryRegion, flags uint32) (*guestmem.Regions, func(), error) {
 	mem, unmap, err := mapMemoryChain(src, layout)
 	if err != nil {
 		return nil, nil, err
 	}
 	for i, r := range mem.List() {
 		if err := vm.SetUserMemoryRegion(kvm.UserspaceMemoryRegion{
-			Slot: uint32(i), GuestPhysAddr: r.GuestAddr, MemorySize: uint64(len(r.Data)), UserspaceAddr: uint64(uintptrOf(r.Data)),
+			Slot: uint32(i), Flags: flags, GuestPhysAddr: r.GuestAddr, MemorySize: uint64(len(r.Data)), UserspaceAddr: uint64(uintptrOf(r.Data)),
 		}); err != nil {
 			unmap()
 			return nil, nil, fmt.Errorf("memory slot %d: %w", i, err)

@@ -70,6 +70,11 @@ type Config struct {
 	// before a jail hid /proc: a save then skips the pages the guest never
 	// touched (untouched.go). The machine owns it from New on.
 	Pagemap *os.File
+	// Checkpoints makes the machine log the pages the guest and its
+	// devices write, from its boot or restore on (KVM's dirty log on
+	// every memory slot, and guestmem's for the devices), so that
+	// Checkpoint writes only those (checkpoint.go).
+	Checkpoints bool
 	// Prefetch is a restore's recorded working set (workingset.go): the
 	// extents of the memory image read ahead before the first vCPU
 	// runs. Validated by the caller (snapshot.ValidateExtents); extents
@@ -125,7 +130,8 @@ type Machine struct {
 	vcpuMu sync.Mutex
 	vcpus  []*kvm.VCPU
 
-	snap snapshotting // pause, save and restore (pause.go, save.go, restore.go)
+	snap snapshotting  // pause, save and restore (pause.go, save.go, restore.go)
+	ckpt checkpointing // checkpoints (checkpoint.go), under snap.op
 
 	// gate is QueueGate's one run and its verdict (passQueueGate).
 	gate struct {
@@ -214,14 +220,16 @@ func build(cfg Config, from *restoreSource) (_ *Machine, err error) {
 		if m.memSrc, err = newChainSource(from.state, from.mem, from.layers, from.memSum, from.hasSum); err != nil {
 			return nil, err
 		}
-		if m.mem, m.unmap, err = mapGuestMemoryChain(m.vm, m.memSrc, from.state.Machine.Memory); err != nil {
+		if m.mem, m.unmap, err = mapGuestMemoryChain(m.vm, m.memSrc, from.state.Machine.Memory, m.slotFlags()); err != nil {
 			return nil, err
 		}
+		m.logDeviceWrites()
 		m.setup.mark("memory")
 	} else {
-		if m.mem, m.unmap, err = allocGuestMemory(m.vm, cfg.MemoryMiB<<20); err != nil {
+		if m.mem, m.unmap, err = allocGuestMemory(m.vm, cfg.MemoryMiB<<20, m.slotFlags()); err != nil {
 			return nil, err
 		}
+		m.logDeviceWrites()
 		m.setup.mark("memory")
 		if m.kernel, err = loader.LoadKernelFile(m.mem, cfg.Kernel); err != nil {
 			return nil, err
@@ -452,6 +460,7 @@ func (m *Machine) enterGuest() error {
 			return fmt.Errorf("restore: start virtio device %d (%s at %#x): %w", i, deviceKind(d.dev), d.base, err)
 		}
 	}
+	m.resetVsockAfterRestore(m.life.restored)
 	return nil
 }
 

@@ -33,8 +33,8 @@ func hostMemTotal() (uint64, error) {
 }
 
 // allocGuestMemory mmaps guest RAM (around the MMIO gap) and registers each
-// region as a KVM memory slot.
-func allocGuestMemory(vm *kvm.VM, size uint64) (*guestmem.Regions, func(), error) {
+// region as a KVM memory slot, with flags (kvm.MemLogDirtyPages, or 0).
+func allocGuestMemory(vm *kvm.VM, size uint64, flags uint32) (*guestmem.Regions, func(), error) {
 	if total, err := hostMemTotal(); err == nil && size > total {
 		return nil, nil, fmt.Errorf("guest memory of %d MiB is more than this host has (%d MiB)", size>>20, total>>20)
 	}
@@ -54,6 +54,7 @@ func allocGuestMemory(vm *kvm.VM, size uint64) (*guestmem.Regions, func(), error
 		regs = append(regs, guestmem.Region{GuestAddr: r.Addr, Data: data})
 		if err := vm.SetUserMemoryRegion(kvm.UserspaceMemoryRegion{
 			Slot:          uint32(i),
+			Flags:         flags,
 			GuestPhysAddr: r.Addr,
 			MemorySize:    r.Size,
 			UserspaceAddr: uint64(uintptrOf(data)),

@@ -41,6 +41,7 @@ func Store16(mem guestmem.Memory, addr uint64, v uint16) error {
 		return fmt.Errorf("misaligned ring field at %#x", addr)
 	}
 	if p, shift, ok := word(mem, addr); ok {
+		guestmem.MarkDirty(mem, addr, 2)
 		mask := uint32(0xffff) << shift
 		for {
 			old := atomic.LoadUint32(p)

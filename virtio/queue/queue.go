@@ -174,6 +174,7 @@ func (q *Queue) Push(mem guestmem.Memory, head uint16, written uint32) error {
 	if err != nil {
 		return fmt.Errorf("%w: used ring: %w", ErrMalformed, err)
 	}
+	guestmem.MarkDirty(mem, q.usedRingAddr()+usedElemSize*slot, usedElemSize)
 	putLE32(e[0:], uint32(head))
 	putLE32(e[4:], written)
 	q.usedIdx++

@@ -111,6 +111,9 @@ func (w *Writer) Next(max int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Marked before the caller writes (a checkpoint drains the devices
+	// before it reads the log): guestmem's dirty.go.
+	guestmem.MarkDirty(w.mem, b.Addr+uint64(w.off), uint64(n))
 	w.off += n
 	w.left -= n
 	w.written += n

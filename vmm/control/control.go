@@ -40,11 +40,13 @@ const OpWorkingSet Op = "working_set"
 
 // OpCheckpoint records a checkpoint of a running machine whose Spec has
 // Checkpoints: the VMM pauses the vCPUs, drains the devices, writes the
-// pages written since its last checkpoint (since its start or restore for
-// the first) into the memory file as a layer over the files of the
-// checkpoint before (Request.Chain), or a whole image where there is none
-// to layer over, with the state, and runs on. The guest's connections
-// are not disturbed: a restore of the checkpoint resets them there.
+// pages written since its last checkpoint (since its restore for the
+// first of a restored machine) into the memory file as a layer over the
+// files of the checkpoint before, or a whole image (the first of a booted
+// machine, or Request.Full), with the state (vmm/snapshot's
+// EncodeCheckpoint: its own extents, no chain; the daemon composes the
+// chain), and runs on. The guest's connections are not disturbed: a
+// restore of the checkpoint resets them there (State.ResetVsock).
 const OpCheckpoint Op = "checkpoint"
 
 // Request is what the requester asks.
@@ -89,6 +91,19 @@ type CheckpointStats struct {
 // WorkingSetHandler answers an OpWorkingSet request.
 type WorkingSetHandler func() ([]snapshot.Extent, error)
 
+// CheckpointHandler takes a checkpoint into state and memory (which it
+// must not close; the server does), a whole image when full, and says
+// what it wrote. The machine runs on, whether it succeeded or not.
+type CheckpointHandler func(state, memory *os.File, full bool) (CheckpointStats, error)
+
+// Handlers are what a control socket serves: Snapshot always,
+// WorkingSet and Checkpoint when set (nil: their requests are refused).
+type Handlers struct {
+	Snapshot   Handler
+	WorkingSet WorkingSetHandler
+	Checkpoint CheckpointHandler
+}
+
 // Handler takes a snapshot of the VM into state and memory (which it must
 // not close; the server does), as a layer if req.Layer allows, and then
 // does what req.Then says, except that for ThenStop it leaves the VM
@@ -113,6 +128,11 @@ func Serve(ln *net.UnixListener, h Handler, stop func(), log *slog.Logger) {
 // ServeWith is Serve, answering OpWorkingSet requests with ws too (nil:
 // they are refused).
 func ServeWith(ln *net.UnixListener, h Handler, ws WorkingSetHandler, stop func(), log *slog.Logger) {
+	ServeHandlers(ln, Handlers{Snapshot: h, WorkingSet: ws}, stop, log)
+}
+
+// ServeHandlers is Serve with every handler hs has.
+func ServeHandlers(ln *net.UnixListener, hs Handlers, stop func(), log *slog.Logger) {
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
@@ -123,7 +143,7 @@ func ServeWith(ln *net.UnixListener, h Handler, ws WorkingSetHandler, stop func(
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		if serveOne(c, h, ws, log) {
+		if serveOne(c, hs, log) {
 			stop()
 		}
 	}
@@ -131,13 +151,14 @@ func ServeWith(ln *net.UnixListener, h Handler, ws WorkingSetHandler, stop func(
 
 // serveOne answers one request and reports whether it asked for the VM to
 // stop after a snapshot that was written.
-func serveOne(c *net.UnixConn, h Handler, ws WorkingSetHandler, log *slog.Logger) (stop bool) {
+func serveOne(c *net.UnixConn, hs Handlers, log *slog.Logger) (stop bool) {
 	defer c.Close()
 	var set []snapshot.Extent
+	var cp *CheckpointStats
 	reply := func(err error) {
-		r := Reply{OK: err == nil, WorkingSet: set}
+		r := Reply{OK: err == nil, WorkingSet: set, Checkpoint: cp}
 		if err != nil {
-			r.Code, r.Error, r.WorkingSet = codeOf(err), err.Error(), nil
+			r.Code, r.Error, r.WorkingSet, r.Checkpoint = codeOf(err), err.Error(), nil, nil
 		}
 		b, _ := json.Marshal(r)
 		c.SetWriteDeadline(time.Now().Add(requestTimeout))
@@ -156,14 +177,22 @@ func serveOne(c *net.UnixConn, h Handler, ws WorkingSetHandler, log *slog.Logger
 	}
 	start := time.Now()
 	if req.Op == OpCheckpoint {
-		// Not served yet (issue 29): never taken as a snapshot.
-		reply(WithCode(CodeBadRequest, errors.New("this VMM takes no checkpoints")))
+		// Never taken as a snapshot: a VMM without checkpoints refuses.
+		err = WithCode(CodeBadRequest, errors.New("this VMM takes no checkpoints"))
+		if hs.Checkpoint != nil {
+			var st CheckpointStats
+			if st, err = hs.Checkpoint(files[0], files[1], req.Full); err == nil {
+				cp = &st
+			}
+		}
+		log.Info("control socket: checkpoint", "full", req.Full, "layer", cp != nil && cp.Layer, "took_ms", time.Since(start).Milliseconds(), "error", err)
+		reply(err)
 		return false
 	}
 	if req.Op == OpWorkingSet {
 		err = errors.New("this VMM records no working set")
-		if ws != nil {
-			set, err = ws()
+		if hs.WorkingSet != nil {
+			set, err = hs.WorkingSet()
 		}
 		if err == nil && len(set) > snapshot.MaxWorkingSetExtents {
 			set, err = nil, fmt.Errorf("working set of %d extents, at most %d", len(set), snapshot.MaxWorkingSetExtents)
@@ -172,7 +201,7 @@ func serveOne(c *net.UnixConn, h Handler, ws WorkingSetHandler, log *slog.Logger
 		reply(err)
 		return false
 	}
-	err = h(files[0], files[1], req)
+	err = hs.Snapshot(files[0], files[1], req)
 	log.Info("control socket: snapshot", "then", req.Then, "layer", req.Layer, "took_ms", time.Since(start).Milliseconds(), "error", err)
 	reply(err)
 	return err == nil && req.Then == ThenStop

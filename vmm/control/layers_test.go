@@ -20,7 +20,7 @@ func TestRestoreLayerSlots(t *testing.T) {
 	if got := s.Slots(); !reflect.DeepEqual(got, want) {
 		t.Errorf("slots %q, want %q", got, want)
 	}
-	for _, n := range []int{-1, snapshot.MaxLayers} {
+	for _, n := range []int{-1, snapshot.MaxCheckpointChain} {
 		s := Spec{Restore: &Restore{Layers: n}}
 		if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "layers") {
 			t.Errorf("%d layers: %v, want a refusal", n, err)

@@ -113,7 +113,8 @@ type Restore struct {
 	// Layers is how many memory files lie under the snapshot's own when
 	// its memory is a chain (vmm/snapshot's layers.go): they come open in
 	// LayerSlot(0), ... base first, as its state file names them. At most
-	// snapshot.MaxLayers-1.
+	// snapshot.MaxCheckpointChain-1 (a checkpoint chain; a pause chain
+	// is at most snapshot.MaxLayers files).
 	Layers int `json:"layers,omitempty"`
 	// Prefetch is the snapshot's recorded working set (vmm/snapshot's
 	// workingset.go), which the daemon checked is its memory file's: the
@@ -155,8 +156,8 @@ func (s Spec) Validate() error {
 	if _, err := s.Level(); err != nil {
 		return fmt.Errorf("vmm spec: %w", err)
 	}
-	if r := s.Restore; r != nil && (r.Layers < 0 || r.Layers >= snapshot.MaxLayers) {
-		return fmt.Errorf("vmm spec: a snapshot's memory in %d layers over a base: at most %d files in all", r.Layers, snapshot.MaxLayers)
+	if r := s.Restore; r != nil && (r.Layers < 0 || r.Layers >= snapshot.MaxCheckpointChain) {
+		return fmt.Errorf("vmm spec: a snapshot's memory in %d layers over a base: at most %d files in all", r.Layers, snapshot.MaxCheckpointChain)
 	}
 	if r := s.Restore; r != nil {
 		// The machine's size is the state file's: bound by the largest.

@@ -31,7 +31,7 @@ func NewPlan(spec control.Spec, files control.Files) (Plan, error) {
 	}
 	p := Plan{Config: vmm.Config{
 		Kernel: spec.Kernel, Initrd: spec.Initrd, Cmdline: spec.Cmdline,
-		VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB,
+		VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, Checkpoints: spec.Checkpoints,
 	}}
 	for i, d := range spec.Disks {
 		disk := vmm.Disk{Path: d.Path, ReadOnly: d.ReadOnly}

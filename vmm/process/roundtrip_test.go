@@ -39,6 +39,7 @@ type planView struct {
 	MAC                     [6]byte
 	TAP, State, Memory      fileID
 	IsVMM                   bool // its own /proc/self/cmdline is the VMM's of its spec
+	Checkpoints             bool
 }
 
 type diskView struct {
@@ -64,7 +65,7 @@ func idOf(f *os.File) fileID {
 func viewOf(p Plan) planView {
 	c := p.Config
 	v := planView{Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: c.Cmdline, VCPUs: c.VCPUs, MemoryMiB: c.MemoryMiB,
-		Vsock: c.Vsock, MAC: c.MAC, TAP: idOf(c.TAP), State: idOf(p.State), Memory: idOf(p.Memory)}
+		Vsock: c.Vsock, MAC: c.MAC, TAP: idOf(c.TAP), State: idOf(p.State), Memory: idOf(p.Memory), Checkpoints: c.Checkpoints}
 	for _, d := range c.Disks {
 		v.Disks = append(v.Disks, diskView{d.Path, d.ReadOnly, idOf(d.File)})
 	}
@@ -190,12 +191,13 @@ func TestSpecRoundTrip(t *testing.T) {
 		Kernel: "/kernel", Cmdline: "console=ttyS0", VCPUs: 1, MemoryMiB: 256,
 		Disks: []control.Disk{{Path: "/rootfs.ext4", ReadOnly: true}},
 		Vsock: &control.Vsock{CID: 9, UDS: "/run/vsock.sock"}, Net: &control.Net{MAC: "06:00:ac:10:00:06"},
-		Control: "/run/control.sock", Restore: &control.Restore{},
+		Control: "/run/control.sock", Restore: &control.Restore{}, Checkpoints: true,
 	}
 	got = launch(t, fork, control.Files{control.SlotTAP: tap, control.SlotRestoreState: snap[0], control.SlotRestoreMemory: snap[1]})
 	want = planView{Kernel: "/kernel", Cmdline: "console=ttyS0", VCPUs: 1, MemoryMiB: 256,
 		Disks: []diskView{{Path: "/rootfs.ext4", ReadOnly: true}}, Vsock: &vmm.Vsock{CID: 9, UDS: "/run/vsock.sock"},
-		MAC: [6]byte{0x06, 0, 0xac, 0x10, 0, 0x06}, TAP: idOf(tap), State: idOf(snap[0]), Memory: idOf(snap[1]), IsVMM: true}
+		MAC: [6]byte{0x06, 0, 0xac, 0x10, 0, 0x06}, TAP: idOf(tap), State: idOf(snap[0]), Memory: idOf(snap[1]), IsVMM: true,
+		Checkpoints: true}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("fork:\n got %+v\nwant %+v", got, want)
 	}

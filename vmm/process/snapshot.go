@@ -25,13 +25,33 @@ func serveControl(m *vmm.Machine, path string, ends *ending, log *slog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	go control.ServeWith(ln, func(state, memory *os.File, req control.Request) error {
-		return snapshot(m, state, memory, req, log)
-	}, m.WorkingSet, func() {
+	hs := control.Handlers{
+		Snapshot: func(state, memory *os.File, req control.Request) error {
+			return snapshot(m, state, memory, req, log)
+		},
+		WorkingSet: m.WorkingSet,
+	}
+	if m.TakesCheckpoints() {
+		hs.Checkpoint = func(state, memory *os.File, full bool) (control.CheckpointStats, error) {
+			return checkpoint(m, state, memory, full)
+		}
+	}
+	go control.ServeHandlers(ln, hs, func() {
 		ends.snapshotStop()
 		m.Stop()
 	}, log)
 	return func() { ln.Close() }, nil
+}
+
+// checkpoint is the control socket's checkpoint handler: the machine
+// pauses, writes its checkpoint and runs on (vmm.Machine.Checkpoint). A
+// machine that ended answers not_running.
+func checkpoint(m *vmm.Machine, state, memory *os.File, full bool) (control.CheckpointStats, error) {
+	st, err := m.Checkpoint(state, memory, full)
+	if errors.Is(err, vmm.ErrNotRunning) {
+		return st, control.WithCode(control.CodeNotRunning, err)
+	}
+	return st, err
 }
 
 // snapshot is the control socket's handler: it pauses m, saves it into

@@ -75,9 +75,24 @@ func EncodeWithMemory(w io.Writer, st *State, memSum uint32) error {
 }
 
 func encodeFile(w io.Writer, st *State, flags, memSum uint32) error {
-	if err := st.Validate(); err != nil {
+	version := uint32(FormatVersion)
+	if st.Machine.Layered() {
+		version = LayeredFormatVersion
+	}
+	return encodeVersion(w, st, version, flags, memSum)
+}
+
+// encodeVersion writes st as a state file of format version, which it
+// must be valid as (alone: a checkpoint's own state, checkpoint.go).
+func encodeVersion(w io.Writer, st *State, version, flags, memSum uint32) error {
+	if err := st.validateAs(version, false); err != nil {
 		return err
 	}
+	return encodeValid(w, st, version, flags, memSum)
+}
+
+// encodeValid writes st, checked, as a state file of format version.
+func encodeValid(w io.Writer, st *State, version, flags, memSum uint32) error {
 	body, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
@@ -87,10 +102,6 @@ func encodeFile(w io.Writer, st *State, flags, memSum uint32) error {
 	}
 	h := make([]byte, headerSize)
 	copy(h, Magic)
-	version := uint32(FormatVersion)
-	if st.Machine.Layered() {
-		version = LayeredFormatVersion
-	}
 	binary.LittleEndian.PutUint32(h[8:], version)
 	binary.LittleEndian.PutUint32(h[hdrFlags:], flags)
 	binary.LittleEndian.PutUint32(h[hdrMemSum:], memSum)
@@ -107,53 +118,62 @@ func encodeFile(w io.Writer, st *State, flags, memSum uint32) error {
 
 // Decode reads a state file from r and checks it (Validate). Whatever r
 // holds, Decode returns an error rather than panic, and allocates no more
-// than MaxBody.
+// than MaxBody. A checkpoint layer's own state file (checkpoint.go) is
+// refused (its extents have no chain under them): it restores only
+// composed with its chain.
 func Decode(r io.Reader) (*State, error) {
+	st, v, err := decodeUnchecked(r)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.validateAs(v, false); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// decodeUnchecked reads a state file of a version this cellvm knows, not
+// yet checked, and returns its version.
+func decodeUnchecked(r io.Reader) (*State, uint32, error) {
 	h := make([]byte, headerSize)
 	if n, err := io.ReadFull(r, h); err != nil {
 		if n < len(Magic) || string(h[:len(Magic)]) != Magic {
-			return nil, fmt.Errorf("%w (%d bytes, no %q header)", ErrNotStateFile, n, Magic)
+			return nil, 0, fmt.Errorf("%w (%d bytes, no %q header)", ErrNotStateFile, n, Magic)
 		}
-		return nil, fmt.Errorf("%w: header cut short after %d of %d bytes", ErrCorrupt, n, headerSize)
+		return nil, 0, fmt.Errorf("%w: header cut short after %d of %d bytes", ErrCorrupt, n, headerSize)
 	}
 	if string(h[:len(Magic)]) != Magic {
-		return nil, fmt.Errorf("%w (it does not start with %q)", ErrNotStateFile, Magic)
+		return nil, 0, fmt.Errorf("%w (it does not start with %q)", ErrNotStateFile, Magic)
 	}
 	v := binary.LittleEndian.Uint32(h[8:])
 	if !knownVersion(v) {
-		return nil, fmt.Errorf("%w: the file is format version %d, this cellvm (%s) reads versions %d and %d only: take the snapshot again with this cellvm",
+		return nil, 0, fmt.Errorf("%w: the file is format version %d, this cellvm (%s) reads versions %d and %d only: take the snapshot again with this cellvm",
 			ErrVersion, v, VMMVersion(), FormatVersion, LayeredFormatVersion)
 	}
 	n := binary.LittleEndian.Uint64(h[16:])
 	if n > MaxBody {
-		return nil, fmt.Errorf("%w: header claims a %d-byte body, over the %d-byte limit", ErrCorrupt, n, MaxBody)
+		return nil, 0, fmt.Errorf("%w: header claims a %d-byte body, over the %d-byte limit", ErrCorrupt, n, MaxBody)
 	}
 	body, err := io.ReadAll(io.LimitReader(r, int64(n)))
 	if err != nil {
-		return nil, fmt.Errorf("read state file: %w", err)
+		return nil, 0, fmt.Errorf("read state file: %w", err)
 	}
 	if uint64(len(body)) != n {
-		return nil, fmt.Errorf("%w: truncated: the header says %d bytes of state, the file holds %d", ErrCorrupt, n, len(body))
+		return nil, 0, fmt.Errorf("%w: truncated: the header says %d bytes of state, the file holds %d", ErrCorrupt, n, len(body))
 	}
 	if got, want := crc32.Checksum(body, castagnoli), binary.LittleEndian.Uint32(h[24:]); got != want {
-		return nil, fmt.Errorf("%w: checksum %#08x, the header says %#08x", ErrCorrupt, got, want)
+		return nil, 0, fmt.Errorf("%w: checksum %#08x, the header says %#08x", ErrCorrupt, got, want)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	st := new(State)
 	if err := dec.Decode(st); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, 0, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	if dec.More() {
-		return nil, fmt.Errorf("%w: data after the state", ErrCorrupt)
+		return nil, 0, fmt.Errorf("%w: data after the state", ErrCorrupt)
 	}
-	if err := st.Validate(); err != nil {
-		return nil, err
-	}
-	if layered := v == LayeredFormatVersion; layered != st.Machine.Layered() {
-		return nil, fmt.Errorf("%w: a version %d file whose memory layered=%v", ErrCorrupt, v, st.Machine.Layered())
-	}
-	return st, nil
+	return st, v, nil
 }
 
 // ReadFile decodes the state file at path.

@@ -37,9 +37,9 @@ import (
 const (
 	// MaxLayers is the most files a snapshot's memory may be: the base
 	// and the layers over it, its own memory file included. A save at the
-	// bound writes a whole image instead (it flattens the chain), so a
-	// restore composes at most this many, and the page lookups of the
-	// save after it stay short.
+	// bound writes a whole image instead (it flattens the chain), so the
+	// page lookups of the save after it stay short. (A restore composes
+	// up to MaxCheckpointChain: a checkpoint chain is longer.)
 	MaxLayers = 4
 	// MaxLayerExtents bounds one layer's extents. Each is a mapping of
 	// its own in the restored process (two more where it splits the one
@@ -47,7 +47,23 @@ const (
 	// (vm.max_map_count, 65530 by default); a save whose changes are more
 	// scattered than this writes a whole image instead.
 	MaxLayerExtents = 2048
+	// MaxCheckpointChain is the most files a restore composes: a
+	// checkpoint chain (checkpoint.go), a base and up to 32 layers. A
+	// pause still flattens at MaxLayers.
+	MaxCheckpointChain = 33
+	// MaxChainExtents bounds the extents of a whole chain, every file's
+	// together: each is a mapping or three (vm.max_map_count).
+	MaxChainExtents = 16384
 )
+
+// chainExtents counts the extents of every file of the chain.
+func (m *Machine) chainExtents() int {
+	n := len(m.Extents)
+	for _, l := range m.Layers {
+		n += len(l.Extents)
+	}
+	return n
+}
 
 // LayeredFormatVersion is the format version of a state file whose memory
 // is a chain (Machine.Layers).
@@ -106,15 +122,26 @@ func ExtentsSize(ext []Extent) int64 {
 // validateChain checks the chain's shape: its depth, a base the image's
 // size with no extents, and every layer's extents whole pages, in order,
 // apart, each inside one memory region, and as many bytes as the file.
-func (m *Machine) validateChain() error {
+// alone allows extents with no layers under them: a checkpoint layer's
+// own state file, which the daemon composes with its chain.
+func (m *Machine) validateChain(alone bool) error {
 	if !m.Layered() {
+		if alone {
+			if err := m.validateExtents(m.Extents); err != nil {
+				return fmt.Errorf("memory file's extents: %v", err)
+			}
+			return nil
+		}
 		if len(m.Extents) != 0 {
 			return fmt.Errorf("%d memory extents with no layers under them", len(m.Extents))
 		}
 		return nil
 	}
-	if len(m.Layers)+1 > MaxLayers {
-		return fmt.Errorf("memory in %d files, at most %d", len(m.Layers)+1, MaxLayers)
+	if len(m.Layers)+1 > MaxCheckpointChain {
+		return fmt.Errorf("memory in %d files, at most %d", len(m.Layers)+1, MaxCheckpointChain)
+	}
+	if n := m.chainExtents(); n > MaxChainExtents {
+		return fmt.Errorf("memory in %d extents across its files, at most %d", n, MaxChainExtents)
 	}
 	base := m.Layers[0]
 	if base.Size != m.ImageSize() || len(base.Extents) != 0 {

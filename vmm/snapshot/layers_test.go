@@ -69,7 +69,7 @@ func TestValidateRefusesImpossibleChains(t *testing.T) {
 		want string
 	}{
 		{"too deep", func(m *Machine) {
-			for len(m.Layers) < MaxLayers {
+			for len(m.Layers) < MaxCheckpointChain {
 				m.Layers = append(m.Layers, Layer{Size: pageBytes, Extents: []Extent{{Off: 0, Len: pageBytes}}})
 			}
 		}, "at most"},
@@ -89,6 +89,15 @@ func TestValidateRefusesImpossibleChains(t *testing.T) {
 			}
 		}, "at most"},
 		{"extents with no layers", func(m *Machine) { m.Layers = nil }, "no layers under them"},
+		{"too many extents in all", func(m *Machine) {
+			var ext []Extent
+			for i := range MaxLayerExtents {
+				ext = append(ext, Extent{Off: uint64(2*i) * pageBytes, Len: pageBytes})
+			}
+			for len(m.Layers) < 2+MaxChainExtents/MaxLayerExtents {
+				m.Layers = append(m.Layers, Layer{Size: ExtentsSize(ext), Extents: ext})
+			}
+		}, "extents across its files"},
 	} {
 		st := layeredSample()
 		c.edit(&st.Machine)

@@ -38,6 +38,10 @@ type State struct {
 	// Devices are the virtio devices in the order the machine attached
 	// them, which is the order a restore must attach them in.
 	Devices []Device
+	// ResetVsock says the state was taken live (a checkpoint): the
+	// guest's vsock connections were not reset before it, so a restore
+	// must reset the guest's vsock transport before its vCPUs run.
+	ResetVsock bool `json:",omitempty"`
 }
 
 // Machine is the shape of the machine, which a restore rebuilds.

@@ -31,7 +31,26 @@ func (st *State) Validate() error {
 	return nil
 }
 
-func (st *State) validate() error {
+// validateAs is Validate for a state file of format version v, whose
+// memory v says the shape of: a whole image (FormatVersion) or a chain
+// (LayeredFormatVersion). alone allows a version 1 file's memory extents
+// with no chain under them: a checkpoint layer's own state file
+// (checkpoint.go), which only DecodeCheckpoint reads.
+func (st *State) validateAs(v uint32, alone bool) error {
+	if err := st.validateShape(alone); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if layered := v == LayeredFormatVersion; layered != st.Machine.Layered() {
+		return fmt.Errorf("%w: a version %d file whose memory layered=%v", ErrCorrupt, v, st.Machine.Layered())
+	}
+	return nil
+}
+
+func (st *State) validate() error { return st.validateShape(false) }
+
+// validateShape is validate; alone allows memory extents with no chain
+// under them (a checkpoint layer's own state file).
+func (st *State) validateShape(alone bool) error {
 	m := st.Machine
 	if m.VCPUs < 1 || m.VCPUs > boot.MaxVCPUs {
 		return fmt.Errorf("%d vCPUs (1 to %d)", m.VCPUs, boot.MaxVCPUs)
@@ -48,7 +67,7 @@ func (st *State) validate() error {
 			return fmt.Errorf("memory region %d is %+v, want %+v", i, m.Memory[i], want[i])
 		}
 	}
-	if err := m.validateChain(); err != nil {
+	if err := m.validateChain(alone); err != nil {
 		return err
 	}
 	if len(st.VCPUs) != m.VCPUs {
