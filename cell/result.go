@@ -116,7 +116,8 @@ type Result struct {
 	Truncated      Truncated `json:"truncated"`
 	DurationMS     int64     `json:"duration_ms"`
 	// Checkpoint is the checkpoint recorded after the cell (a sandbox
-	// with every-cell checkpoints); CheckpointError says why none was.
+	// with every-cell checkpoints), and CheckpointError why none was: the
+	// sandbox runs on either way.
 	Checkpoint      int    `json:"checkpoint,omitempty"`
 	CheckpointError string `json:"checkpoint_error,omitempty"`
 }

@@ -107,7 +107,7 @@ func (m *Manager) afterCell(b *box, kind, code string) (int, string) {
 	info, err := m.record(b, kind, code)
 	if err != nil {
 		m.note("checkpoint %s failed: %v", b.info.ID, err)
-		return 0, "checkpoint failed: " + err.Error()
+		return 0, err.Error()
 	}
 	return info.N, ""
 }
