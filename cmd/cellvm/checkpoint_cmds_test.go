@@ -8,23 +8,13 @@ import (
 	"github.com/cellvm/cellvm/sandbox"
 )
 
-// needCheckpointAPI skips a test when this build's api.Client has no
-// checkpoint methods yet (they are the engine's part of issue 29, a
-// stub that says not supported until then).
-func needCheckpointAPI(t *testing.T, r result) {
-	t.Helper()
-	if strings.Contains(r.stderr, "not supported: checkpoints") {
-		t.Skip("api.Client's checkpoint methods are stubs in this build")
-	}
-}
-
 // TestCheckpointCommands: a sandbox created with --checkpoints --keep 3
 // reports each cell's checkpoint, lists them, undoes the last cell,
-// restores one, records one on request and branches from one, over the
-// fake daemon.
+// restores one, records one on request and branches from one (with the
+// parent's memory, not the default), over the fake daemon.
 func TestCheckpointCommands(t *testing.T) {
 	d := startFakeDaemon(t)
-	id := strings.TrimSpace(d.cellvm(t, "sandbox", "create", "--checkpoints", "--keep", "3").stdout)
+	id := strings.TrimSpace(d.cellvm(t, "sandbox", "create", "--memory", "1024", "--checkpoints", "--keep", "3").stdout)
 	if id == "" {
 		t.Fatal("no sandbox")
 	}
@@ -35,7 +25,6 @@ func TestCheckpointCommands(t *testing.T) {
 		}
 	}
 	ls := d.cellvm(t, "checkpoint", "ls", id)
-	needCheckpointAPI(t, ls)
 	lines := strings.Split(strings.TrimSpace(ls.stdout), "\n")
 	if ls.code != 0 || len(lines) != 4 || !strings.HasPrefix(lines[0], "N ") || !strings.HasPrefix(lines[1], "1 ") || !strings.Contains(lines[1], "cell") {
 		t.Fatalf("checkpoint ls: %+v", ls)

@@ -7,17 +7,6 @@ from cellvm import AsyncSandbox, Sandbox
 from .fake import SOCKET, RefusedBeforeSending, needs_daemon
 
 
-def skip_without_routes(test, sbx):
-    """Skips when this build's daemon has no checkpoint routes yet (the
-    engine's part of issue 29)."""
-    try:
-        sbx.checkpoints()
-    except cellvm.NotFound as e:
-        if "no route" in str(e):
-            test.skipTest("the daemon has no checkpoint routes in this build")
-        raise
-
-
 @needs_daemon
 class CheckpointTest(unittest.TestCase):
     def create(self, **kw):
@@ -29,7 +18,6 @@ class CheckpointTest(unittest.TestCase):
         sbx = self.create(checkpoints={"every_cell": True, "keep": 5})
         self.assertEqual(sbx.created.raw["config"]["checkpoints"], {"every_cell": True, "keep": 5})
         self.assertEqual([sbx.run_code(c).checkpoint for c in ("x = 1", "x = 2", "x = 3")], [1, 2, 3])
-        skip_without_routes(self, sbx)
         cps = sbx.checkpoints()
         self.assertEqual([c.n for c in cps], [1, 2, 3])
         self.assertEqual((cps[1].kind, cps[1].execution_count, cps[1].depth), ("cell", 2, 2))
@@ -49,7 +37,6 @@ class CheckpointTest(unittest.TestCase):
 
     def test_a_manual_checkpoint_brings_a_file_back(self):
         sbx = self.create(checkpoints=True)
-        skip_without_routes(self, sbx)
         sbx.files.write("/workspace/a.txt", b"before")
         n = sbx.checkpoint()
         self.assertEqual((n.n, n.kind), (1, "manual"))
@@ -68,22 +55,14 @@ class CheckpointTest(unittest.TestCase):
         sbx = self.create()
         ex = sbx.run_code("x = 1")
         self.assertEqual((ex.checkpoint, ex.checkpoint_error), (None, None))
-        try:
+        with self.assertRaises(cellvm.Invalid):
             sbx.undo()
-        except cellvm.Invalid:
-            pass
-        except cellvm.NotFound as e:
-            if "no route" not in str(e):
-                raise
-            self.skipTest("the daemon has no checkpoint routes in this build")
-        else:
-            self.fail("undo without checkpoints succeeded")
 
     def test_branches(self):
         parent = self.create(memory_mib=1024, checkpoints=True)
         parent.run_code("x = 1")
         parent.run_code("x = 5")
-        kids = [self.create(checkpoint={"sandbox": parent.sandbox_id, "n": 1}, memory_mib=1024),
+        kids = [self.create(checkpoint={"sandbox": parent.sandbox_id, "n": 1}),
                 self.create(checkpoint=(parent, 1), memory_mib=1024)]
         for kid, v in zip(kids, ("10", "20")):
             self.assertEqual(kid.created.started_from, "snapshot")
@@ -100,16 +79,10 @@ class CheckpointTest(unittest.TestCase):
             async with await AsyncSandbox.create(socket_path=SOCKET, checkpoints={"every_cell": True}) as sbx:
                 self.assertEqual((await sbx.run_code("x = 1")).checkpoint, 1)
                 self.assertEqual((await sbx.run_code("x = 2")).checkpoint, 2)
-                try:
-                    back = await sbx.undo()
-                except cellvm.NotFound as e:
-                    if "no route" in str(e):
-                        return "skip"
-                    raise
+                back = await sbx.undo()
                 self.assertEqual(back.n, 1)
                 self.assertEqual((await sbx.run_code("x")).text, "1")
-        if asyncio.run(go()) == "skip":
-            self.skipTest("the daemon has no checkpoint routes in this build")
+        asyncio.run(go())
 
 
 class CheckpointArgsTest(RefusedBeforeSending):
