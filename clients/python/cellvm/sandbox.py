@@ -32,7 +32,8 @@ class Sandbox(SandboxCalls):
     (and ``commands.list``/``kill``/``send_stdin``/``connect``, ``pty``),
     ``files.read``/``write``/``list``/``get_info``/``exists``/``make_dir``/
     ``rename``/``remove``/``watch_dir``, ``connect_port``, ``network.set``, ``interrupt``, ``restart``,
-    ``pause``, ``resume``, ``snapshot``, ``info``, ``kill``; snapshots are
+    ``pause``, ``resume``, ``snapshot``, ``checkpoint``, ``checkpoints``,
+    ``restore_checkpoint``, ``undo``, ``info``, ``kill``; snapshots are
     listed, described and deleted with :meth:`list_snapshots`,
     :meth:`get_snapshot` and :meth:`delete_snapshot`, workspaces listed and
     deleted with :meth:`list_workspaces` and :meth:`delete_workspace`, root
