@@ -110,3 +110,15 @@ func (t *Toolbox) listCheckpoints(ctx context.Context) ToolResult {
 	}
 	return ToolResult{Text: b.String()}
 }
+
+// noteCheckpoint tells the model, with undo_last_cell offered, that no
+// checkpoint was recorded after this cell: an undo would go back to
+// before the last cell that has one.
+func (t *Toolbox) noteCheckpoint(res ToolResult, failed string) ToolResult {
+	if !t.Checkpoints || failed == "" {
+		return res
+	}
+	failed, _ = ClipMiddle(failed, 200)
+	res.Text += fmt.Sprintf("\n[No checkpoint was recorded after this call (%s): undo_last_cell would now go back to before the last call that has one.]", failed)
+	return res
+}

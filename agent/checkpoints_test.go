@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -53,6 +54,15 @@ func TestUndoLastCell(t *testing.T) {
 	}
 	if r := call("list_checkpoints", `{}`); r.IsError || !strings.HasPrefix(r.Text, "checkpoint 1: manual, execution count 0") {
 		t.Errorf("list_checkpoints = %+v", r)
+	}
+	// A cell whose checkpoint failed says so; the next one does not.
+	m.Fail("Checkpoint", errors.New("no space left on device"))
+	if r := call("run_python", `{"code": "x = 3"}`); r.IsError || !strings.Contains(r.Text, "No checkpoint was recorded after this call (no space left on device)") {
+		t.Errorf("a cell without its checkpoint = %+v", r)
+	}
+	m.Fail("Checkpoint", nil)
+	if r := call("run_python", `{"code": "x = 4"}`); strings.Contains(r.Text, "No checkpoint") {
+		t.Errorf("a cell with its checkpoint = %+v", r)
 	}
 }
 

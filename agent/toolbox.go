@@ -183,10 +183,11 @@ func (t *Toolbox) runCell(ctx context.Context, tool string, s sandbox.Session, c
 	if err != nil {
 		return sandboxError(err)
 	}
+	out := t.noteCheckpoint(FormatCell(res, t.Format), res.CheckpointError)
 	if edited {
-		return t.noteEdited(FormatCell(res, t.Format), "code", code)
+		return t.noteEdited(out, "code", code)
 	}
-	return FormatCell(res, t.Format)
+	return out
 }
 
 func (t *Toolbox) exec(ctx context.Context, args json.RawMessage) ToolResult {
