@@ -45,6 +45,9 @@ type Toolbox struct {
 	// Approve, if set, is asked before each run_python and exec call
 	// runs, and may refuse or edit it (approve.go).
 	Approve Approve
+	// Checkpoints offers undo_last_cell and list_checkpoints: the sandbox
+	// records a checkpoint after each cell (checkpoints.go, EveryCell).
+	Checkpoints bool
 }
 
 func (t *Toolbox) timeouts() (def, max time.Duration) {
@@ -61,7 +64,8 @@ func (t *Toolbox) timeouts() (def, max time.Duration) {
 // Specs returns the tools this toolbox offers.
 func (t *Toolbox) Specs() []ToolSpec {
 	def, _ := t.timeouts()
-	return Specs(SandboxFacts{Network: t.Network, TimeoutS: int(def / time.Second), Root: t.Root, Languages: t.Languages}, t.Companions)
+	return Specs(SandboxFacts{Network: t.Network, TimeoutS: int(def / time.Second), Root: t.Root, Languages: t.Languages,
+		Checkpoints: t.Checkpoints}, t.Companions)
 }
 
 // Has reports whether the toolbox offers a tool of that name.
@@ -115,6 +119,10 @@ func (t *Toolbox) Call(ctx context.Context, name string, args json.RawMessage) T
 			return sandboxError(err)
 		}
 		return ToolResult{Text: "The interpreter was restarted: earlier variables and imports are gone; files on disk are kept."}
+	case ToolUndoLastCell:
+		return t.undoLastCell(ctx)
+	case ToolListCheckpoints:
+		return t.listCheckpoints(ctx)
 	}
 	return ToolError("tool %q is not implemented", name)
 }
@@ -175,10 +183,11 @@ func (t *Toolbox) runCell(ctx context.Context, tool string, s sandbox.Session, c
 	if err != nil {
 		return sandboxError(err)
 	}
+	out := t.noteCheckpoint(FormatCell(res, t.Format), res.CheckpointError)
 	if edited {
-		return t.noteEdited(FormatCell(res, t.Format), "code", code)
+		return t.noteEdited(out, "code", code)
 	}
-	return FormatCell(res, t.Format)
+	return out
 }
 
 func (t *Toolbox) exec(ctx context.Context, args json.RawMessage) ToolResult {

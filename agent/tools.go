@@ -45,6 +45,9 @@ type SandboxFacts struct {
 	// is the default image's (manifest.Default). run_code is offered for
 	// those besides Python.
 	Languages []cell.LanguageInfo
+	// Checkpoints says the sandbox records a checkpoint after each cell:
+	// undo_last_cell and list_checkpoints are offered (checkpoints.go).
+	Checkpoints bool
 }
 
 // RunPythonDescription is the run_python tool's description. Every sentence
@@ -90,6 +93,9 @@ func Specs(f SandboxFacts, withCompanions bool) []ToolSpec {
 			`"timeout_s":{"type":"integer","minimum":1,"maximum":3600,"description":"Time limit for this call in seconds (optional)."}` +
 			`},"required":["code"],"additionalProperties":false}`),
 	}}
+	if f.Checkpoints {
+		specs = append(specs, checkpointSpecs()...)
+	}
 	if !withCompanions {
 		return specs
 	}

@@ -50,6 +50,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	var res Result
 	var conv convstore.Conversation
 	var history []agent.Message
+	// sbxConfig is the sandbox's config: whether it keeps checkpoints.
+	var sbxConfig sandbox.Config
 	question := o.Question
 	if o.Conversation != "" {
 		c, found, err := o.Store.Load(o.Conversation)
@@ -64,7 +66,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			info, err := o.Manager.Get(ctx, c.SandboxID)
 			switch {
 			case err == nil && info.State != sandbox.StateLost:
-				res.SandboxID = c.SandboxID
+				res.SandboxID, sbxConfig = c.SandboxID, info.Config
 			case err != nil && !errors.Is(err, sandbox.ErrNotFound):
 				return res, fmt.Errorf("look up the conversation's sandbox %s: %w", c.SandboxID, err)
 			default:
@@ -82,14 +84,23 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if o.Conversation == "" {
 			defer o.Manager.Delete(context.WithoutCancel(ctx), info.ID)
 		}
+		sbxConfig = info.Config
+		if err := agent.StartCheckpoint(ctx, o.Manager, info.ID, info.Config); err != nil {
+			fmt.Fprintf(o.Stderr, "cellvm: %v (the first cell cannot be undone)\n", err)
+		}
 	}
 	tb := o.Toolbox
 	tb.Manager, tb.SandboxID = o.Manager, res.SandboxID
+	tb.Checkpoints = agent.EveryCell(sbxConfig)
+	system := o.System
+	if tb.Checkpoints && system == "" {
+		system = agent.DefaultSystem + " " + agent.UndoSystem
+	}
 	if o.Config.Network != nil {
 		tb.Network = o.Config.Network.Allow
 	}
 	p := printer{stdout: o.Stdout, stderr: o.Stderr, outDir: o.OutDir}
-	r := agent.Runner{Model: o.Model, Tools: &tb, System: o.System, MaxTurns: o.MaxTurns, OnEvent: p.event}
+	r := agent.Runner{Model: o.Model, Tools: &tb, System: system, MaxTurns: o.MaxTurns, OnEvent: p.event}
 	out, err := r.Run(ctx, history, question)
 	res.Outcome, res.Images = out, p.saved
 	if o.Conversation != "" {

@@ -1,5 +1,7 @@
 // Package mcpserver offers cellvm's tools (run_python, exec, read_file,
-// write_file, list_files, upload_file, restart_python) to any MCP client,
+// write_file, list_files, upload_file, restart_python, and undo_last_cell
+// and list_checkpoints when Options.Config has every-cell checkpoints) to
+// any MCP client,
 // over stdio or Streamable HTTP, using the official Go SDK. Each MCP
 // session gets its own sandbox, created on its first tool call (listing
 // tools costs no VM) and deleted when the session ends, so one client's
@@ -75,6 +77,7 @@ func New(m sandbox.Manager, opts Options) *Server {
 	})
 	tb := opts.Toolbox
 	tb.Network = networkOf(opts.Config)
+	tb.Checkpoints = agent.EveryCell(opts.Config)
 	for _, spec := range tb.Specs() {
 		var schema map[string]any
 		if err := json.Unmarshal(spec.Schema, &schema); err != nil {
@@ -198,6 +201,10 @@ func (s *Server) sandboxFor(ctx context.Context, ss *mcp.ServerSession) (string,
 	sess.id = info.ID
 	sess.caller, sess.hasCaller = sandbox.CallerFrom(ctx)
 	s.log.Info("session sandbox created", "sandbox", info.ID)
+	if err := agent.StartCheckpoint(ctx, s.m, info.ID, s.opts.Config); err != nil {
+		// undo_last_cell then cannot take back the first cell; nothing else is lost.
+		s.log.Warn("session sandbox's first checkpoint", "sandbox", info.ID, "err", err)
+	}
 	return info.ID, nil
 }
 
@@ -222,6 +229,7 @@ func (s *Server) call(ctx context.Context, ss *mcp.ServerSession, name string, a
 	} else {
 		tb := s.opts.Toolbox
 		tb.Manager, tb.SandboxID, tb.Network = s.m, id, networkOf(s.opts.Config)
+		tb.Checkpoints = agent.EveryCell(s.opts.Config)
 		res = tb.Call(ctx, name, args)
 	}
 	out := &mcp.CallToolResult{IsError: res.IsError}

@@ -40,13 +40,14 @@ func (a *app) chatCommand() *cobra.Command {
 	maxChars := fs.Int("max-chars", 8000, "characters of each output section shown to the model (cut from the middle)")
 	companions := fs.Bool("tools", true, "offer run_code (the image's other languages), exec, read_file and write_file beside run_python")
 	conf := addConfigFlags(fs)
+	cp := addCheckpointFlags(fs)
 	system := fs.String("system", "", "system prompt (default: cellvm's)")
 	outDir := fs.String("out-dir", ".", "where images from tool results are saved")
 	confirm := fs.Bool("confirm", false, "ask before each cell or command runs: y runs it, n refuses (the model is told), e edits it ($VISUAL/$EDITOR on a terminal, else lines read from stdin up to a single \".\")")
 	cmd.RunE = func(_ *cobra.Command, args []string) error {
 		return a.chat(chatArgs{conn: conn, guest: guest, provider: *provider, model: *model, conversation: *conversation,
 			maxTurns: *maxTurns, maxTokens: *maxTokens, timeout: *timeout, maxChars: *maxChars, companions: *companions,
-			conf: conf, system: *system, outDir: *outDir, confirm: *confirm}, args)
+			conf: conf, cp: cp, system: *system, outDir: *outDir, confirm: *confirm}, args)
 	}
 	return cmd
 }
@@ -59,6 +60,7 @@ type chatArgs struct {
 	timeout                       time.Duration
 	companions, confirm           bool
 	conf                          *configFlags
+	cp                            *checkpointFlags
 	system, outDir                string
 }
 
@@ -88,6 +90,9 @@ func (a *app) chat(o chatArgs, args []string) error {
 	}
 	cfg, err := o.conf.config()
 	if err != nil {
+		return err
+	}
+	if cfg.Checkpoints, err = o.cp.config(); err != nil {
 		return err
 	}
 

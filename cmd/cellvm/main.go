@@ -70,6 +70,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.serveCommand(),
 		a.sandboxCommand(),
 		a.snapshotCommand(),
+		a.checkpointCommand(),
 		a.workspaceCommand(),
 		a.imageCommand(),
 		a.cellCommand(),

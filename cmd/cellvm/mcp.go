@@ -14,6 +14,7 @@ import (
 
 	"github.com/cellvm/cellvm/agent"
 	"github.com/cellvm/cellvm/agent/mcpserver"
+	"github.com/cellvm/cellvm/sandbox"
 )
 
 // mcpFlags are the tool settings of an MCP server, on stdio (`cellvm mcp`)
@@ -23,6 +24,10 @@ type mcpFlags struct {
 	maxChars   int
 	companions bool
 	conf       *configFlags
+	// cp are `cellvm mcp`'s --checkpoints and --keep; checkpoints is
+	// serve's --mcp-checkpoints (every cell, the default keep).
+	cp          *checkpointFlags
+	checkpoints bool
 }
 
 func addMCPFlags(fs *pflag.FlagSet, withConfig bool) *mcpFlags {
@@ -32,8 +37,21 @@ func addMCPFlags(fs *pflag.FlagSet, withConfig bool) *mcpFlags {
 	fs.BoolVar(&f.companions, "tools", true, "offer run_code (the image's other languages: JavaScript, TypeScript, Bash), exec, read_file, write_file, list_files, upload_file and restart_python beside run_python")
 	if withConfig {
 		f.conf = addConfigFlags(fs)
+		f.cp = addCheckpointFlags(fs)
 	}
 	return f
+}
+
+// checkpointConfig is the Config.Checkpoints of the sessions' sandboxes:
+// with every-cell checkpoints the tools include undo_last_cell.
+func (f *mcpFlags) checkpointConfig() (*sandbox.CheckpointConfig, error) {
+	if f.cp != nil {
+		return f.cp.config()
+	}
+	if f.checkpoints {
+		return &sandbox.CheckpointConfig{EveryCell: true}, nil
+	}
+	return nil, nil
 }
 
 func (f *mcpFlags) toolbox() agent.Toolbox {
@@ -55,6 +73,9 @@ func (a *app) mcpCommand() *cobra.Command {
 	cmd.RunE = func(*cobra.Command, []string) error {
 		cfg, err := mf.conf.config()
 		if err != nil {
+			return err
+		}
+		if cfg.Checkpoints, err = mf.checkpointConfig(); err != nil {
 			return err
 		}
 		log, err := newLogger(a.stderr, guest.logLevel)

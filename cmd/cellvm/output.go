@@ -72,6 +72,22 @@ func printResult(r cell.Result, stdout, stderr io.Writer, outDir string, seen st
 	if note := lossNote(r); note != "" {
 		fmt.Fprintln(stderr, note)
 	}
+	if note := checkpointNote(r.Checkpoint, r.CheckpointError); note != "" {
+		fmt.Fprintln(stderr, note)
+	}
+}
+
+// checkpointNote is the line on stderr after a cell or exec of a sandbox
+// with every-cell checkpoints: the checkpoint recorded, or why none was
+// (the sandbox runs on either way).
+func checkpointNote(n int, failed string) string {
+	switch {
+	case failed != "":
+		return "cellvm: no checkpoint was recorded after this cell: " + failed
+	case n > 0:
+		return fmt.Sprintf("[checkpoint %d]", n)
+	}
+	return ""
 }
 
 // lossNote is the line printResult ends with when the cell did not simply

@@ -170,14 +170,7 @@ func TestMCPOverStreamableHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
-	tools, err := cs.ListTools(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tl := range tools.Tools {
-		names = append(names, tl.Name)
-	}
+	names := mcpToolNames(t, ctx, cs)
 	for _, want := range []string{agent.ToolRunPython, agent.ToolExec, agent.ToolReadFile, agent.ToolWriteFile, agent.ToolRestartPython, agent.ToolListFiles, agent.ToolUploadFile} {
 		if !strings.Contains(strings.Join(names, ","), want) {
 			t.Errorf("tool %s missing from %v", want, names)

@@ -130,9 +130,15 @@ func (a *app) sandboxCreateCommand() *cobra.Command {
 	cmd.Flags().StringVar(&image, "image", "", "the root image to boot (cellvm image ls lists them; default: the daemon's own)")
 	cmd.Flags().StringVar(&workspace, "workspace", "", "mount this persistent volume at /workspace (made on first use, kept after the sandbox; cellvm workspace ls lists them)")
 	lf := addLabelFlags(cmd.Flags(), "label the sandbox KEY=VALUE (repeatable; sandbox ls -l KEY=VALUE finds it)")
+	cpf := addCheckpointFlags(cmd.Flags())
 	return a.daemonCommandChecked(cmd, func([]string) error {
 		if err := life.check(); err != nil {
 			return err
+		}
+		if cc, err := cpf.config(); err != nil {
+			return err
+		} else if cc != nil && workspace != "" {
+			return usagef("--checkpoints with --workspace: a workspace is a disk that outlives the sandbox and would not roll back")
 		}
 		if _, err := lf.labels(); err != nil {
 			return err
@@ -153,16 +159,22 @@ func (a *app) sandboxCreateCommand() *cobra.Command {
 		}
 		cfg.Workspace, cfg.Image = workspace, image
 		cfg.Labels, _ = lf.labels()
-		info, err := c.Create(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		if a.jsonOut {
-			return printJSON(a.stdout, info)
-		}
-		fmt.Fprintln(a.stdout, info.ID)
-		return nil
+		cfg.Checkpoints, _ = cpf.config()
+		return a.printCreated(c.Create(ctx, cfg))
 	})
+}
+
+// printCreated prints a sandbox a command created: its id, or with
+// --json its Info.
+func (a *app) printCreated(info sandbox.Info, err error) error {
+	if err != nil {
+		return err
+	}
+	if a.jsonOut {
+		return printJSON(a.stdout, info)
+	}
+	fmt.Fprintln(a.stdout, info.ID)
+	return nil
 }
 
 // daemonCommandChecked is daemonCommand with a check of the flags and
@@ -245,6 +257,9 @@ func (a *app) execCommand() *cobra.Command {
 		} else {
 			fmt.Fprint(a.stdout, r.Stdout)
 			fmt.Fprint(a.stderr, r.Stderr)
+			if note := checkpointNote(r.Checkpoint, r.CheckpointError); note != "" {
+				fmt.Fprintln(a.stderr, note)
+			}
 		}
 		if r.TimedOut {
 			if !a.jsonOut {

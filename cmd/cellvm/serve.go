@@ -166,6 +166,7 @@ func addMCPFlagsPrefixed(fs interface {
 	fs.DurationVar(&f.timeout, "mcp-timeout", 60*time.Second, "default time limit of one MCP tool call")
 	fs.IntVar(&f.maxChars, "mcp-max-chars", 8000, "characters of each output section an MCP tool returns")
 	fs.BoolVar(&f.companions, "mcp-tools", true, "offer the companion tools beside run_python over MCP")
+	fs.BoolVar(&f.checkpoints, "mcp-checkpoints", false, "MCP sessions' sandboxes record a checkpoint after each cell, and the tools include undo_last_cell")
 	return f
 }
 

@@ -59,6 +59,7 @@ func serverTLS(o *serveOptions, log *slog.Logger) (*tls.Config, string, error) {
 // idles out (--mcp-idle-timeout). The returned function ends the sessions.
 func newMCPHandler(m sandbox.Manager, o *serveOptions, tenantFile *tenant.File, log *slog.Logger) (http.Handler, func()) {
 	cfg := sandbox.Config{IdleTimeout: o.mcpSession + time.Minute}
+	cfg.Checkpoints, _ = o.mcpFlags.checkpointConfig() // a plain bool: no error
 	srv := mcpserver.New(m, mcpserver.Options{Config: cfg, Toolbox: o.mcpFlags.toolbox(), Log: log, Version: moduleVersion()})
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() }, &mcp.StreamableHTTPOptions{
 		SessionTimeout: o.mcpSession,

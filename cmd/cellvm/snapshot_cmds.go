@@ -151,15 +151,7 @@ func (a *app) sandboxForkCommand() *cobra.Command {
 		return err
 	}, func(ctx context.Context, c *api.Client, args []string) error {
 		cfg, _ := build(args[0])
-		info, err := c.Create(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		if a.jsonOut {
-			return printJSON(a.stdout, info)
-		}
-		fmt.Fprintln(a.stdout, info.ID)
-		return nil
+		return a.printCreated(c.Create(ctx, cfg))
 	})
 }
 

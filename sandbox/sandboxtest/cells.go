@@ -117,6 +117,9 @@ func (m *Manager) RunCell(ctx context.Context, id string, spec sandbox.Cell, onE
 	m.mu.Lock()
 	b.info.Cells++
 	res.ExecutionCount = b.info.Cells
+	if res.Status != cell.StatusLost {
+		res.Checkpoint, res.CheckpointError = m.afterCell(b, sandbox.CheckpointCell, code)
+	}
 	m.mu.Unlock()
 	if onEvent != nil {
 		onEvent(cell.Event{Type: cell.EventEnd, End: &res})

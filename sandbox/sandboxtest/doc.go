@@ -13,7 +13,9 @@
 // machine, image, env, variables and files. A workspace is held by one
 // sandbox at a time and its files outlive it. An image is deleted only
 // while no sandbox or snapshot uses it. The caps on sandboxes, memory and
-// snapshot disk refuse with ErrFull. Events, logs and capacity follow the
+// snapshot disk refuse with ErrFull. Checkpoints copy a sandbox's
+// variables, files and execution count, so an undo, a restore or a branch
+// brings them back (checkpoints.go). Events, logs and capacity follow the
 // calls, and every cell ends with its end event.
 //
 // What is not real: there is no VM, no Python and no network. A cell is

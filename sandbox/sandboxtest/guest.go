@@ -28,23 +28,33 @@ func (m *Manager) Exec(ctx context.Context, id string, req sandbox.ExecRequest) 
 	if err := req.Validate(); err != nil {
 		return cell.ExecResult{}, err
 	}
-	if err := m.withBox(id, func(*box) error { return nil }); err != nil {
+	var b *box
+	if err := m.withBox(id, func(found *box) error { b = found; return nil }); err != nil {
 		return cell.ExecResult{}, err
 	}
+	res := fakeCommand(req)
+	m.mu.Lock()
+	res.Checkpoint, res.CheckpointError = m.afterCell(b, sandbox.CheckpointExec, execCode(req.Argv))
+	m.mu.Unlock()
+	return res, nil
+}
+
+// fakeCommand runs the fake's commands.
+func fakeCommand(req sandbox.ExecRequest) cell.ExecResult {
 	argv, _ := json.Marshal(req.Argv)
 	switch req.Argv[0] {
 	case "echo":
-		return cell.ExecResult{Stdout: strings.Join(req.Argv[1:], " ") + "\n"}, nil
+		return cell.ExecResult{Stdout: strings.Join(req.Argv[1:], " ") + "\n"}
 	case "cat":
-		return cell.ExecResult{Stdout: string(req.Stdin)}, nil
+		return cell.ExecResult{Stdout: string(req.Stdin)}
 	case "hex":
-		return cell.ExecResult{Stdout: hex.EncodeToString(req.Stdin)}, nil
+		return cell.ExecResult{Stdout: hex.EncodeToString(req.Stdin)}
 	case "argv":
-		return cell.ExecResult{Stdout: string(argv), ExitCode: 3, Stderr: "to stderr\n"}, nil
+		return cell.ExecResult{Stdout: string(argv), ExitCode: 3, Stderr: "to stderr\n"}
 	case "sleep":
-		return cell.ExecResult{ExitCode: 137, TimedOut: true, DurationMS: req.Timeout.Milliseconds()}, nil
+		return cell.ExecResult{ExitCode: 137, TimedOut: true, DurationMS: req.Timeout.Milliseconds()}
 	}
-	return cell.ExecResult{ExitCode: 127, Stdout: string(argv), Stderr: req.Argv[0] + ": not found\n"}, nil
+	return cell.ExecResult{ExitCode: 127, Stdout: string(argv), Stderr: req.Argv[0] + ": not found\n"}
 }
 
 // Upload keeps the file; a read error or more than MaxUploadBytes keeps

@@ -3,6 +3,7 @@ package sandboxtest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -50,6 +51,8 @@ type Manager struct {
 	calls    []string
 	happened []string
 	deleted  []string
+	// checkpointsMade counts checkpoints, for their times.
+	checkpointsMade int
 }
 
 // box is a sandbox.
@@ -66,6 +69,8 @@ type box struct {
 	// release wakes a "gate" cell; Interrupt sends on it.
 	release chan struct{}
 	logs    map[sandbox.LogSource][]string
+	// checkpoints are the kept ones, oldest first (checkpoints.go).
+	checkpoints []*checkpoint
 }
 
 // epoch is the fake's clock: every sandbox is created at it, and
@@ -216,9 +221,15 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 	}
 	defer m.mu.Unlock()
 	var from *snap
+	var branch *checkpoint
 	if cfg.Snapshot != "" {
 		var err error
 		if cfg, from, err = m.forkConfig(cfg); err != nil {
+			return sandbox.Info{}, err
+		}
+	} else if cfg.Checkpoint != nil {
+		var err error
+		if cfg, branch, err = m.branchConfig(cfg); err != nil {
 			return sandbox.Info{}, err
 		}
 	}
@@ -260,10 +271,17 @@ func (m *Manager) Create(ctx context.Context, cfg sandbox.Config) (sandbox.Info,
 	if from != nil {
 		b.sessions, b.files = from.copyState()
 	}
+	if branch != nil {
+		b.sessions, b.files = branch.sessions.clone(), maps.Clone(branch.files)
+		b.info.Cells, b.contextsMade = branch.cells, branch.contextsMade
+	}
 	m.boxes[id] = b
-	if cfg.Image != "" {
+	switch {
+	case branch != nil:
+		m.note("create %s branch of %s checkpoint %d", id, cfg.Checkpoint.Sandbox, cfg.Checkpoint.N)
+	case cfg.Image != "":
 		m.note("create %s image %s", id, cfg.Image)
-	} else {
+	default:
 		m.note("create %s", id)
 	}
 	m.events.Publish(sandbox.Event{Type: sandbox.EventCreated, Sandbox: id, Tenant: cfg.Tenant})

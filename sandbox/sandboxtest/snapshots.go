@@ -29,12 +29,13 @@ func (s *snap) copyState() (sessions, map[string][]byte) {
 	return s.sessions.clone(), maps.Clone(s.files)
 }
 
-// startedFrom is how a sandbox of cfg starts: a fork from its snapshot, a
+// startedFrom is how a sandbox of cfg starts: a fork from its snapshot (a
+// branch from its checkpoint), a
 // cold start or one with a workspace (a template's machine has no
 // workspace disk) by booting, anything else from the template.
 func startedFrom(cfg sandbox.Config) string {
 	switch {
-	case cfg.Snapshot != "":
+	case cfg.Snapshot != "", cfg.Checkpoint != nil:
 		return sandbox.StartedFromSnapshot
 	case cfg.Start == sandbox.StartCold, cfg.Workspace != "":
 		return sandbox.StartedFromBoot

@@ -3,7 +3,7 @@ export {
   CommandStartOptions, ProcessResult, CommandExitError, CommandHandle, WatchHandle, ProcessInfo, EntryInfo, FilesystemEvent,
 } from './sandbox.js';
 export { Connection, DEFAULT_SOCKET } from './transport.js';
-export { Execution, Result, ExecutionError, CommandResult, ContextInfo, SandboxInfo, SnapshotInfo, Truncated, WorkspaceInfo, ImageInfo } from './models.js';
+export { Execution, Result, ExecutionError, CommandResult, ContextInfo, SandboxInfo, SnapshotInfo, CheckpointInfo, Truncated, WorkspaceInfo, ImageInfo } from './models.js';
 export {
   CellvmError, Invalid, Unauthorized, Forbidden, NotFound, Busy, Lost, TooLarge, Internal, NotSupported, Full,
   ConnectError, ConnectionLost, Timeout, ProtocolError,

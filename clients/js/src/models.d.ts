@@ -47,6 +47,10 @@ export class Execution {
   readonly killedBy: 'timeout' | 'oom' | 'signal' | null;
   readonly truncated: Truncated;
   readonly durationMs: number;
+  /** The checkpoint recorded after the cell (a sandbox with every-cell checkpoints), else null. */
+  readonly checkpoint: number | null;
+  /** Why no checkpoint was recorded after the cell (the sandbox runs on), else null. */
+  readonly checkpointError: string | null;
   readonly mainResult?: Result;
   /** The text of the value of the cell's last expression. */
   readonly text?: string;
@@ -59,6 +63,25 @@ export interface CommandResult {
   timedOut: boolean;
   truncated: Truncated;
   durationMs: number;
+  /** Execution's checkpoint and checkpointError. */
+  checkpoint: number | null;
+  checkpointError: string | null;
+  raw: Record<string, unknown>;
+}
+
+/** One kept checkpoint of a sandbox created with checkpoints. */
+export interface CheckpointInfo {
+  /** Numbered from 1 in the order recorded; a restore to n drops those after it. */
+  n: number;
+  kind: 'cell' | 'exec' | 'manual';
+  executionCount: number;
+  /** Hex SHA-256 of the cell's code (an exec's argv joined by NULs); '' for a manual one. */
+  codeSha256: string;
+  createdAt: string;
+  sizeBytes: number;
+  /** The memory files a restore of it composes. */
+  depth: number;
+  pauseMs: number;
   raw: Record<string, unknown>;
 }
 

@@ -68,6 +68,9 @@ export class Execution {
     this.killedBy = typeof raw.killed_by === 'string' ? raw.killed_by : null;
     this.truncated = truncated(raw.truncated);
     this.durationMs = Number(raw.duration_ms ?? 0);
+    // The checkpoint recorded after the cell (every-cell checkpoints), or why none was.
+    this.checkpoint = checkpointOf(raw);
+    this.checkpointError = textOrNull(raw.checkpoint_error);
   }
   get mainResult() { return this.results.find((r) => r.main); }
   /** The text of the value of the cell's last expression, if any. */
@@ -77,7 +80,19 @@ export class Execution {
 export function commandResult(raw) {
   return {
     exitCode: Number(raw.exit_code ?? 0), stdout: String(raw.stdout ?? ''), stderr: String(raw.stderr ?? ''),
-    timedOut: Boolean(raw.timed_out), truncated: truncated(raw.truncated), durationMs: Number(raw.duration_ms ?? 0), raw,
+    timedOut: Boolean(raw.timed_out), truncated: truncated(raw.truncated), durationMs: Number(raw.duration_ms ?? 0),
+    checkpoint: checkpointOf(raw), checkpointError: textOrNull(raw.checkpoint_error), raw,
+  };
+}
+
+const checkpointOf = (raw) => (Number.isInteger(raw.checkpoint) && raw.checkpoint > 0 ? raw.checkpoint : null);
+
+/** One kept checkpoint of a sandbox created with checkpoints. */
+export function checkpointInfo(raw) {
+  return {
+    n: Number(raw.n ?? 0), kind: String(raw.kind ?? ''), executionCount: Number(raw.execution_count ?? 0),
+    codeSha256: String(raw.code_sha256 ?? ''), createdAt: raw.created_at, sizeBytes: Number(raw.size_bytes ?? 0),
+    depth: Number(raw.depth ?? 0), pauseMs: Number(raw.pause_ms ?? 0), raw,
   };
 }
 

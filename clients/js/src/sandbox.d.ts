@@ -1,6 +1,6 @@
 import { CellvmError } from './errors.js';
 import { Connection } from './transport.js';
-import { CommandResult, ContextInfo, Execution, ExecutionError, ImageInfo, Result, SandboxInfo, SnapshotInfo, WorkspaceInfo } from './models.js';
+import { CheckpointInfo, CommandResult, ContextInfo, Execution, ExecutionError, ImageInfo, Result, SandboxInfo, SnapshotInfo, WorkspaceInfo } from './models.js';
 
 export const DEFAULT_CELL_TIMEOUT_MS: number;
 /** Allowed on top of a cell's limit for the guest to start its interpreter. */
@@ -30,6 +30,14 @@ export interface CreateOptions extends ConnectOptions {
   start?: 'template' | 'cold';
   /** Forks this snapshot (an id from sandbox.snapshot()): its variables and files, its vCPUs and memory. */
   snapshot?: string;
+  /**
+   * Time travel: true (or { everyCell: true, keep: 20 }) records a checkpoint of the whole machine after each cell
+   * and command (the result's checkpoint), which undo() and restoreCheckpoint(n) go back to; without everyCell only
+   * checkpoint() records one. keep is 1 to 32 (default 20). Not with workspace.
+   */
+  checkpoints?: boolean | { everyCell?: boolean; keep?: number };
+  /** Branches a new sandbox from a kept checkpoint of another, as snapshot forks a snapshot. */
+  checkpoint?: { sandbox: string | { sandboxId: string }; n: number };
   /**
    * Mounts this workspace at /workspace: made empty on first use, kept when the sandbox is deleted, held by one
    * sandbox at a time (Busy when another holds it); not with snapshot. 1 to 64 of a-z, 0-9, '-', '_', '.'.
@@ -162,6 +170,14 @@ export class Sandbox {
   /** Writes the sandbox to disk and ends its VM; a resume, or any cell, command or file call, brings it back. */
   pause(opts?: { timeoutMs?: number }): Promise<void>;
   resume(opts?: { timeoutMs?: number }): Promise<void>;
+  /** Records a checkpoint now (a sandbox created with checkpoints). */
+  checkpoint(opts?: { timeoutMs?: number }): Promise<CheckpointInfo>;
+  /** The kept checkpoints, oldest first. */
+  checkpoints(): Promise<CheckpointInfo[]>;
+  /** Brings the sandbox back to checkpoint n, in the same sandbox, and drops those after it. Network calls are not undone. */
+  restoreCheckpoint(n: number, opts?: { timeoutMs?: number }): Promise<CheckpointInfo>;
+  /** Undoes the last cell: restores the checkpoint before the last one and drops the last. */
+  undo(opts?: { timeoutMs?: number }): Promise<CheckpointInfo>;
   /** Saves the sandbox's machine while it keeps running; Sandbox.create({ snapshot }) forks it. */
   snapshot(opts?: { timeoutMs?: number }): Promise<SnapshotInfo>;
   info(): Promise<SandboxInfo>;

@@ -3,7 +3,7 @@
 
 import { Readable } from 'node:stream';
 import { ConnectionLost, NotFound, ProtocolError, TooLarge } from './errors.js';
-import { Execution, Result, commandResult, contextInfo, executionError, imageInfo, sandboxInfo, snapshotInfo, workspaceInfo } from './models.js';
+import { Execution, Result, checkpointInfo, commandResult, contextInfo, executionError, imageInfo, sandboxInfo, snapshotInfo, workspaceInfo } from './models.js';
 import {
   Connection, MAX_EVENT_LINE_BYTES, answer, filesPath, imagePath, jsonCall, readBody, sandboxPath, snapshotPath, workspacePath,
 } from './transport.js';
@@ -209,6 +209,39 @@ function labelsField(v, what) {
   return { ...v };
 }
 
+/** The most checkpoints a sandbox keeps (the daemon's bound). */
+const MAX_CHECKPOINT_KEEP = 32;
+
+function count(v, what, high) {
+  if (!Number.isInteger(v)) throw new TypeError(`${what} is an integer`);
+  if (v < 1 || (high !== undefined && v > high)) throw new RangeError(`${what} ${v} is out of range 1..${high ?? ''}`);
+  return v;
+}
+
+/** create's checkpoints: true (every cell) or { everyCell, keep }; null, undefined or false: off. */
+function checkpointsField(v) {
+  if (v === undefined || v === null || v === false) return null;
+  if (v === true) return { every_cell: true };
+  if (typeof v !== 'object' || Array.isArray(v)) throw new TypeError('checkpoints is true or { everyCell, keep }');
+  const unknown = Object.keys(v).filter((k) => k !== 'everyCell' && k !== 'keep');
+  if (unknown.length) throw new TypeError(`checkpoints has unknown keys ${unknown.join(', ')}; it takes everyCell and keep`);
+  const out = {};
+  if (v.everyCell !== undefined && v.everyCell !== null) {
+    if (typeof v.everyCell !== 'boolean') throw new TypeError('checkpoints.everyCell is a boolean');
+    out.every_cell = v.everyCell;
+  }
+  if (v.keep !== undefined && v.keep !== null) out.keep = count(v.keep, 'checkpoints.keep', MAX_CHECKPOINT_KEEP);
+  return out;
+}
+
+/** create's checkpoint (a branch): { sandbox, n }, the sandbox an id or a Sandbox. */
+function checkpointRef(v) {
+  if (typeof v !== 'object' || Array.isArray(v)) throw new TypeError('checkpoint is { sandbox, n }');
+  const id = typeof v.sandbox === 'object' && v.sandbox !== null ? v.sandbox.sandboxId : v.sandbox;
+  if (typeof id !== 'string' || !id || id.length > 128) throw new TypeError('checkpoint.sandbox is a sandbox id');
+  return { sandbox: id, n: count(v.n, 'checkpoint.n') };
+}
+
 function oneOf(a, b, names) {
   if (a !== undefined && a !== null && b !== undefined && b !== null) throw new TypeError(`give one of ${names}, not both`);
   return a ?? b;
@@ -351,6 +384,9 @@ export class Sandbox {
     if (opts.snapshot !== undefined && opts.snapshot !== null) cfg.snapshot = snapshotId(opts.snapshot);
     if (opts.workspace !== undefined && opts.workspace !== null) cfg.workspace = workspaceName(opts.workspace);
     if (opts.image !== undefined && opts.image !== null) cfg.image = imageName(opts.image);
+    const cc = checkpointsField(opts.checkpoints);
+    if (cc) cfg.checkpoints = cc;
+    if (opts.checkpoint !== undefined && opts.checkpoint !== null) cfg.checkpoint = checkpointRef(opts.checkpoint);
     const raw = await jsonCall(c, 'POST', '/v1/sandboxes', cfg, { want: [201], timeoutMs: (opts.requestTimeoutMs ?? DEFAULT_CREATE_TIMEOUT_MS) + c.timeoutMs });
     return new this(c, sandboxInfo(raw));
   }
@@ -525,6 +561,39 @@ export class Sandbox {
   /** Restores a paused sandbox (Busy when it is not paused). */
   resume({ timeoutMs = DEFAULT_CREATE_TIMEOUT_MS } = {}) {
     return jsonCall(this._conn, 'POST', sandboxPath(this.sandboxId, 'resume'), undefined, { want: [204], timeoutMs: timeoutMs + this._conn.timeoutMs }).then(() => undefined);
+  }
+
+  /**
+   * Records a checkpoint of the whole machine now and resolves to its CheckpointInfo. Invalid for a sandbox
+   * created without checkpoints; Busy while a cell runs.
+   */
+  checkpoint({ timeoutMs = DEFAULT_SNAPSHOT_TIMEOUT_MS } = {}) {
+    return jsonCall(this._conn, 'POST', sandboxPath(this.sandboxId, 'checkpoints'), undefined, { want: [201], timeoutMs: timeoutMs + this._conn.timeoutMs }).then(checkpointInfo);
+  }
+
+  /** The sandbox's kept checkpoints, oldest first. */
+  async checkpoints() {
+    const v = await jsonCall(this._conn, 'GET', sandboxPath(this.sandboxId, 'checkpoints'));
+    return (Array.isArray(v?.checkpoints) ? v.checkpoints : []).filter((c) => c && typeof c === 'object').map(checkpointInfo);
+  }
+
+  /**
+   * Brings the sandbox back to checkpoint n (memory, variables, files, execution count) in the same sandbox, drops
+   * the checkpoints after it, and resolves to its CheckpointInfo. NotFound when it is not kept. What the sandbox did
+   * outside its VM (network calls) is not undone.
+   */
+  async restoreCheckpoint(n, { timeoutMs = DEFAULT_CREATE_TIMEOUT_MS } = {}) {
+    const path = sandboxPath(this.sandboxId, 'checkpoints', String(count(n, 'a checkpoint\'s n')), 'restore');
+    return checkpointInfo(await jsonCall(this._conn, 'POST', path, undefined, { want: [200], timeoutMs: timeoutMs + this._conn.timeoutMs }));
+  }
+
+  /**
+   * Undoes the last cell: restores the checkpoint before the last one, drops the last, and resolves to the restored
+   * CheckpointInfo. Repeated undos walk back; NotFound with fewer than two kept.
+   */
+  async undo({ timeoutMs = DEFAULT_CREATE_TIMEOUT_MS } = {}) {
+    const path = sandboxPath(this.sandboxId, 'checkpoints', 'undo');
+    return checkpointInfo(await jsonCall(this._conn, 'POST', path, undefined, { want: [200], timeoutMs: timeoutMs + this._conn.timeoutMs }));
   }
 
   /**

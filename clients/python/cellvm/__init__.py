@@ -27,7 +27,7 @@ from .errors import (
     NotSupported, ProtocolError, Timeout, TooLarge, Upstream, BuildFailed,
 )
 from .models import (
-    CommandResult, ContextInfo, EntryInfo, Execution, ExecutionError, FilesystemEvent, ImageInfo, ProcessInfo, Logs, Result, SandboxInfo, SnapshotInfo, Truncated,
+    CheckpointInfo, CommandResult, ContextInfo, EntryInfo, Execution, ExecutionError, FilesystemEvent, ImageInfo, ProcessInfo, Logs, Result, SandboxInfo, SnapshotInfo, Truncated,
     WorkspaceInfo,
 )
 from .sandbox import Sandbox
@@ -38,7 +38,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Sandbox", "AsyncSandbox", "Connection", "DEFAULT_SOCKET",
     "Execution", "ContextInfo", "Result", "Logs", "ExecutionError", "Truncated", "CommandResult", "SandboxInfo", "SnapshotInfo",
-    "WorkspaceInfo", "ImageInfo", "ProcessInfo", "EntryInfo", "FilesystemEvent", "CommandHandle", "WatchHandle",
+    "CheckpointInfo", "WorkspaceInfo", "ImageInfo", "ProcessInfo", "EntryInfo", "FilesystemEvent", "CommandHandle", "WatchHandle",
     "CommandExitError",
     "CellvmError", "Invalid", "Unauthorized", "Forbidden", "NotFound", "Busy", "Lost", "TooLarge", "Internal", "NotSupported",
     "Full", "ConnectError", "ConnectionLost", "Timeout", "ProtocolError", "Upstream", "BuildFailed",

@@ -22,7 +22,7 @@ from ._procs import CommandHandle, WatchHandle
 from ._transport import Connection
 from .errors import NotFound
 from .models import (
-    CommandResult, ContextInfo, Execution, ExecutionError, ImageInfo, Result, SandboxInfo, SnapshotInfo, WorkspaceInfo,
+    CheckpointInfo, CommandResult, ContextInfo, Execution, ExecutionError, ImageInfo, Result, SandboxInfo, SnapshotInfo, WorkspaceInfo,
 )
 
 def _session_args(language: Any, context: Any) -> None:
@@ -195,7 +195,7 @@ def create_plan(conn: Connection, *, vcpus: Optional[int], memory_mib: Optional[
                 workspace: Optional[str] = None, image: Optional[str] = None,
                 template: Optional[str] = None, metadata: Optional[Dict[str, str]] = None,
                 labels: Optional[Dict[str, str]] = None, envs: Optional[Dict[str, str]] = None,
-                timeout: Optional[int] = None) -> Plan:
+                timeout: Optional[int] = None, checkpoints: Any = None, checkpoint: Any = None) -> Plan:
     """POST /v1/sandboxes. E2B's names take E2B's meanings: ``timeout`` is
     the lifetime in seconds (``ttl_s``), ``template`` the image (its
     "base" and "code-interpreter-v1" are the daemon's own), ``metadata``
@@ -233,7 +233,61 @@ def create_plan(conn: Connection, *, vcpus: Optional[int], memory_mib: Optional[
         cfg["image"] = image_name(image)
     if labels:
         cfg["labels"] = labels
+    cc = checkpoints_arg(checkpoints)
+    if cc is not None:
+        cfg["checkpoints"] = cc
+    if checkpoint is not None:
+        cfg["checkpoint"] = checkpoint_ref(checkpoint)
     return Plan(ex.json_call("POST", ex.sandboxes_path(), cfg, want=(201,)), boot_timeout + conn.timeout, SandboxInfo.from_raw)
+
+
+#: Bounds of a sandbox's checkpoints (the daemon's: sandbox/checkpoints.go).
+MAX_CHECKPOINT_KEEP = 32
+
+
+def _count(v: Any, what: str, low: int = 1, high: Optional[int] = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{what} is an int, not {type(v).__name__}")
+    if v < low or (high is not None and v > high):
+        raise ValueError(f"{what} {v} is out of range {low}..{high if high is not None else ''}")
+    return v
+
+
+def checkpoints_arg(value: Any) -> Optional[Dict[str, Any]]:
+    """``create(checkpoints=...)``: None (off), True (every cell, the
+    daemon's keep) or {"every_cell": bool, "keep": n}."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return {"every_cell": True}
+    if not isinstance(value, dict):
+        raise TypeError(f"checkpoints is True or a dict {{'every_cell': bool, 'keep': n}}, not {type(value).__name__}")
+    unknown = set(value) - {"every_cell", "keep"}
+    if unknown:
+        raise ValueError(f"checkpoints has unknown keys {sorted(unknown)}; it takes every_cell and keep")
+    out: Dict[str, Any] = {}
+    if value.get("every_cell") is not None:
+        if not isinstance(value["every_cell"], bool):
+            raise TypeError("checkpoints' every_cell is a bool")
+        out["every_cell"] = value["every_cell"]
+    if value.get("keep") is not None:
+        out["keep"] = _count(value["keep"], "checkpoints' keep", 1, MAX_CHECKPOINT_KEEP)
+    return out
+
+
+def checkpoint_ref(value: Any) -> Dict[str, Any]:
+    """``create(checkpoint=...)``: {"sandbox": id, "n": n}, or a
+    (sandbox, n) pair, the sandbox an id or a Sandbox."""
+    if isinstance(value, dict):
+        sbx, n = value.get("sandbox"), value.get("n")
+    elif isinstance(value, (tuple, list)) and len(value) == 2:
+        sbx, n = value
+    else:
+        raise TypeError("checkpoint is {'sandbox': id, 'n': n} or a (sandbox, n) pair")
+    sbx = getattr(sbx, "sandbox_id", sbx)
+    if not isinstance(sbx, str) or not sbx or len(sbx) > 128:
+        raise ValueError("checkpoint's sandbox is a sandbox id")
+    return {"sandbox": sbx, "n": _count(n, "checkpoint's n")}
 
 
 def info_plan(conn: Connection, sandbox_id: str) -> Plan:
@@ -826,6 +880,37 @@ class SandboxCalls:
         runs; Full when the daemon's snapshot disk cap is reached."""
         return self._do(Plan(ex.json_call("POST", ex.sandbox_path(self.sandbox_id, "snapshot"), want=(201,)),
                              timeout + self._conn.timeout, SnapshotInfo.from_raw))
+
+    def checkpoint(self, *, timeout: float = DEFAULT_SNAPSHOT_TIMEOUT_S):
+        """Records a checkpoint of the whole machine now and returns its
+        :class:`CheckpointInfo`. Invalid for a sandbox created without
+        ``checkpoints=``; Busy while a cell runs."""
+        return self._do(Plan(ex.json_call("POST", ex.sandbox_path(self.sandbox_id, "checkpoints"), want=(201,)),
+                             timeout + self._conn.timeout, CheckpointInfo.from_raw))
+
+    def checkpoints(self):
+        """The sandbox's kept checkpoints (:class:`CheckpointInfo`), oldest first."""
+        return self._do(Plan(ex.json_call("GET", ex.sandbox_path(self.sandbox_id, "checkpoints")), self._conn.timeout,
+                             lambda v: [CheckpointInfo.from_raw(c) for c in (v or {}).get("checkpoints") or []
+                                        if isinstance(c, dict)]))
+
+    def restore_checkpoint(self, n: int, *, timeout: float = DEFAULT_CREATE_TIMEOUT_S):
+        """Brings the sandbox back to checkpoint ``n`` (its memory,
+        variables, files and execution count), in the same sandbox, drops
+        the checkpoints after it and returns its :class:`CheckpointInfo`.
+        NotFound when it is not kept. What the sandbox did outside its VM
+        (network calls) is not undone."""
+        path = ex.sandbox_path(self.sandbox_id, "checkpoints", str(_count(n, "a checkpoint's n")), "restore")
+        return self._do(Plan(ex.json_call("POST", path, want=(200,)), timeout + self._conn.timeout, CheckpointInfo.from_raw))
+
+    def undo(self, *, timeout: float = DEFAULT_CREATE_TIMEOUT_S):
+        """Undoes the last cell: restores the checkpoint before the last
+        one (with every-cell checkpoints, the state before the last cell or
+        command), drops the last and returns the restored
+        :class:`CheckpointInfo`. Repeated undos walk back; NotFound with
+        fewer than two kept."""
+        return self._do(Plan(ex.json_call("POST", ex.sandbox_path(self.sandbox_id, "checkpoints", "undo"), want=(200,)),
+                             timeout + self._conn.timeout, CheckpointInfo.from_raw))
 
     def set_timeout(self, timeout: float):
         """E2B's setTimeout: the sandbox lives ``timeout`` more seconds from

@@ -35,6 +35,7 @@ class AsyncSandbox(SandboxCalls):
                image: Optional[str] = None, timeout: Optional[float] = None,
                metadata: Optional[Dict[str, str]] = None,
                envs: Optional[Dict[str, str]] = None, request_timeout: float = DEFAULT_CREATE_TIMEOUT_S,
+               checkpoints: Any = None, checkpoint: Any = None,
                connection: Optional[Connection] = None, socket_path: Optional[str] = None) -> "_Creating":
         """Creates a sandbox; await the result (or use it in ``async with``).
         The arguments are :meth:`cellvm.Sandbox.create`'s: ``ttl_s`` and
@@ -43,7 +44,7 @@ class AsyncSandbox(SandboxCalls):
         plan = create_plan(conn, vcpus=vcpus, memory_mib=memory_mib, network=network, env=env,
                            ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, boot_timeout=request_timeout, start=start,
                            snapshot=snapshot, workspace=workspace, image=image, template=template, metadata=metadata,
-                           envs=envs, timeout=timeout)
+                           envs=envs, timeout=timeout, checkpoints=checkpoints, checkpoint=checkpoint)
         return _Creating(cls, conn, plan)
 
     @classmethod

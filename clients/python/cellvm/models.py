@@ -184,6 +184,11 @@ class Execution:
         t = raw.get("truncated") if isinstance(raw.get("truncated"), dict) else {}
         self.truncated = Truncated(stdout_bytes=int(t.get("stdout_bytes") or 0), stderr_bytes=int(t.get("stderr_bytes") or 0))
         self.duration_ms: int = int(raw.get("duration_ms") or 0)
+        #: The checkpoint recorded after the cell (a sandbox created with
+        #: every-cell checkpoints), else None; ``checkpoint_error`` says why
+        #: none was (the sandbox runs on).
+        self.checkpoint: Optional[int] = _checkpoint(raw)
+        self.checkpoint_error: Optional[str] = _checkpoint_error(raw)
 
     @property
     def main_result(self) -> Optional[Result]:
@@ -219,6 +224,9 @@ class CommandResult:
     error: Optional[str] = None
     #: The signal that ended it ("SIGKILL"), if one did.
     signal: Optional[str] = None
+    #: Execution's checkpoint and checkpoint_error.
+    checkpoint: Optional[int] = None
+    checkpoint_error: Optional[str] = None
 
     @classmethod
     def from_raw(cls, raw: Dict[str, Any]) -> "CommandResult":
@@ -226,7 +234,45 @@ class CommandResult:
         return cls(exit_code=int(raw.get("exit_code", 0)), stdout=str(raw.get("stdout") or ""),
                    stderr=str(raw.get("stderr") or ""), timed_out=bool(raw.get("timed_out")),
                    truncated=Truncated(int(t.get("stdout_bytes") or 0), int(t.get("stderr_bytes") or 0)),
-                   duration_ms=int(raw.get("duration_ms") or 0), raw=raw)
+                   duration_ms=int(raw.get("duration_ms") or 0), raw=raw,
+                   checkpoint=_checkpoint(raw), checkpoint_error=_checkpoint_error(raw))
+
+
+def _checkpoint(raw: Dict[str, Any]) -> Optional[int]:
+    n = raw.get("checkpoint")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def _checkpoint_error(raw: Dict[str, Any]) -> Optional[str]:
+    e = raw.get("checkpoint_error")
+    return e if isinstance(e, str) and e else None
+
+
+@dataclass
+class CheckpointInfo:
+    """One kept checkpoint of a sandbox (created with ``checkpoints=...``):
+    its number ``n`` (from 1, in the order recorded), what recorded it
+    (``kind`` "cell", "exec" or "manual"), the execution count then, the
+    hex SHA-256 of the cell's code ("" for a manual one), its own size on
+    disk, the memory files a restore of it composes (``depth``) and how
+    long the guest was paused for it."""
+
+    n: int
+    kind: str
+    execution_count: int
+    code_sha256: str
+    created_at: str
+    size_bytes: int
+    depth: int
+    pause_ms: int
+    raw: Dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def from_raw(cls, raw: Dict[str, Any]) -> "CheckpointInfo":
+        return cls(n=int(raw.get("n") or 0), kind=str(raw.get("kind") or ""),
+                   execution_count=int(raw.get("execution_count") or 0), code_sha256=str(raw.get("code_sha256") or ""),
+                   created_at=str(raw.get("created_at") or ""), size_bytes=int(raw.get("size_bytes") or 0),
+                   depth=int(raw.get("depth") or 0), pause_ms=int(raw.get("pause_ms") or 0), raw=raw)
 
 
 @dataclass

@@ -32,7 +32,8 @@ class Sandbox(SandboxCalls):
     (and ``commands.list``/``kill``/``send_stdin``/``connect``, ``pty``),
     ``files.read``/``write``/``list``/``get_info``/``exists``/``make_dir``/
     ``rename``/``remove``/``watch_dir``, ``connect_port``, ``network.set``, ``interrupt``, ``restart``,
-    ``pause``, ``resume``, ``snapshot``, ``info``, ``kill``; snapshots are
+    ``pause``, ``resume``, ``snapshot``, ``checkpoint``, ``checkpoints``,
+    ``restore_checkpoint``, ``undo``, ``info``, ``kill``; snapshots are
     listed, described and deleted with :meth:`list_snapshots`,
     :meth:`get_snapshot` and :meth:`delete_snapshot`, workspaces listed and
     deleted with :meth:`list_workspaces` and :meth:`delete_workspace`, root
@@ -47,6 +48,7 @@ class Sandbox(SandboxCalls):
                image: Optional[str] = None, timeout: Optional[float] = None,
                metadata: Optional[Dict[str, str]] = None,
                envs: Optional[Dict[str, str]] = None, request_timeout: float = DEFAULT_CREATE_TIMEOUT_S,
+               checkpoints: Any = None, checkpoint: Any = None,
                connection: Optional[Connection] = None, socket_path: Optional[str] = None) -> "Sandbox":
         """Creates a sandbox and returns once it runs. ``network`` is None
         (no network device at all) or an allowlist; ``env`` reaches the
@@ -71,12 +73,20 @@ class Sandbox(SandboxCalls):
         lifetime in seconds (``ttl_s``; give one of them), ``template`` the
         image ("base" and "code-interpreter-v1" are the daemon's own),
         ``metadata`` its labels (``Sandbox.list(metadata=...)`` finds it),
-        ``envs`` its env. ``request_timeout`` bounds the boot (seconds)."""
+        ``envs`` its env. ``request_timeout`` bounds the boot (seconds).
+
+        ``checkpoints`` turns time travel on: True, or {"every_cell": True,
+        "keep": 20}, records a checkpoint of the whole machine after each
+        cell and command (the result's ``checkpoint``), which
+        :meth:`undo` and :meth:`restore_checkpoint` go back to; without
+        every_cell only :meth:`checkpoint` records one. ``checkpoint``
+        ({"sandbox": id, "n": n}) branches a new sandbox from a kept
+        checkpoint, as ``snapshot`` forks a snapshot."""
         conn = connection or Connection(socket_path)
         plan = create_plan(conn, vcpus=vcpus, memory_mib=memory_mib, network=network, env=env,
                            ttl_s=ttl_s, idle_timeout_s=idle_timeout_s, boot_timeout=request_timeout, start=start,
                            snapshot=snapshot, workspace=workspace, image=image, template=template, metadata=metadata,
-                           envs=envs, timeout=timeout)
+                           envs=envs, timeout=timeout, checkpoints=checkpoints, checkpoint=checkpoint)
         return cls(conn, plan.run(conn))
 
     @classmethod
