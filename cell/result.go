@@ -115,6 +115,11 @@ type Result struct {
 	KilledBy       KilledBy  `json:"killed_by"`
 	Truncated      Truncated `json:"truncated"`
 	DurationMS     int64     `json:"duration_ms"`
+	// Checkpoint is the checkpoint recorded after the cell (a sandbox
+	// with every-cell checkpoints), and CheckpointError why none was: the
+	// sandbox runs on either way.
+	Checkpoint      int    `json:"checkpoint,omitempty"`
+	CheckpointError string `json:"checkpoint_error,omitempty"`
 }
 
 // MainResult returns the Display marked main, or nil when the cell's last
@@ -147,4 +152,7 @@ type ExecResult struct {
 	TimedOut   bool      `json:"timed_out"`
 	Truncated  Truncated `json:"truncated"`
 	DurationMS int64     `json:"duration_ms"`
+	// Checkpoint and CheckpointError are Result's.
+	Checkpoint      int    `json:"checkpoint,omitempty"`
+	CheckpointError string `json:"checkpoint_error,omitempty"`
 }

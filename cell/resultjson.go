@@ -232,6 +232,14 @@ func (e *jsonEnc) result(r *Result) {
 	e.byte1('}')
 	e.comma("duration_ms")
 	e.int(r.DurationMS)
+	if r.Checkpoint != 0 {
+		e.comma("checkpoint")
+		e.int(int64(r.Checkpoint))
+	}
+	if r.CheckpointError != "" {
+		e.comma("checkpoint_error")
+		e.str(r.CheckpointError)
+	}
 	e.byte1('}')
 }
 

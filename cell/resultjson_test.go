@@ -83,6 +83,9 @@ func corpus() []Result {
 			Error: &Error{Name: "TimeoutError", Value: "cell ran past 30s"}},
 		{Status: StatusLost, KilledBy: KilledBySignal, Error: &Error{Name: "InterpreterLost", Value: "signal 9"}},
 		{Status: StatusOK, Stdout: clipped, Stderr: clipped, Truncated: Truncated{StdoutBytes: cut, StderrBytes: cut}},
+		{Status: StatusOK, ExecutionCount: 2, Checkpoint: 2},
+		{Status: StatusError, Checkpoint: -1, CheckpointError: "disk full <&>\u2028\xff"},
+		{Status: StatusOK, CheckpointError: "checkpoint: no space"},
 		{Status: "not a status <&>", KilledBy: "martians\u2028", ExecutionCount: -1 << 62, DurationMS: -1,
 			Truncated: Truncated{StdoutBytes: 1<<63 - 1, StderrBytes: -1 << 63}},
 	}
@@ -91,6 +94,7 @@ func corpus() []Result {
 			Status: Status(s), Stdout: s, Stderr: s, KilledBy: KilledBy(s),
 			Results: []Display{{Main: true, Data: map[string]string{s: s, s + "z": s, "a" + s: s}}},
 			Error:   &Error{Name: s, Value: s, Traceback: []string{s, s}},
+			CheckpointError: s,
 		})
 	}
 	return rs
