@@ -92,8 +92,8 @@ func corpus() []Result {
 	for _, s := range awkward {
 		rs = append(rs, Result{
 			Status: Status(s), Stdout: s, Stderr: s, KilledBy: KilledBy(s),
-			Results: []Display{{Main: true, Data: map[string]string{s: s, s + "z": s, "a" + s: s}}},
-			Error:   &Error{Name: s, Value: s, Traceback: []string{s, s}},
+			Results:         []Display{{Main: true, Data: map[string]string{s: s, s + "z": s, "a" + s: s}}},
+			Error:           &Error{Name: s, Value: s, Traceback: []string{s, s}},
 			CheckpointError: s,
 		})
 	}
