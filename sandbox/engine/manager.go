@@ -940,13 +940,19 @@ func (m *VMManager) RunCell(ctx context.Context, id string, c sandbox.Cell, onEv
 	defer cancel()
 	s.cellDeadline.Store(start.Add(timeout + m.opt.CallGrace).UnixNano())
 	// With every-cell checkpoints the result's end event waits for the
-	// checkpoint, which it names.
+	// checkpoint, which it names; without, what the guest says of
+	// checkpoints in it is dropped.
 	fwd, held := onEvent, (*cell.Event)(nil)
-	if onEvent != nil && s.everyCellOn() {
+	if onEvent != nil {
 		fwd = func(ev cell.Event) {
-			if ev.Type == cell.EventEnd {
+			if ev.Type == cell.EventEnd && s.everyCellOn() {
 				held = &ev
 				return
+			}
+			if ev.Type == cell.EventEnd && ev.End != nil {
+				end := *ev.End
+				end.Checkpoint, end.CheckpointError = 0, ""
+				ev.End = &end
 			}
 			onEvent(ev)
 		}
