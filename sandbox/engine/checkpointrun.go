@@ -255,7 +255,14 @@ func (c *ckChain) accept(state, mem string, full bool) (ckFile, error) {
 	if err != nil {
 		return ckFile{}, err
 	}
-	layer := len(st.Machine.Extents) > 0
+	fi, err := os.Stat(mem)
+	if err != nil {
+		return ckFile{}, err
+	}
+	// A layer names its extents; one with none (the guest wrote nothing
+	// since the checkpoint before) is an empty file. A whole image is the
+	// machine's size, never empty.
+	layer := len(st.Machine.Extents) > 0 || fi.Size() == 0
 	if layer && full {
 		return ckFile{}, errors.New("the VMM wrote a layer where a whole image was asked for")
 	}
@@ -267,7 +274,7 @@ func (c *ckChain) accept(state, mem string, full bool) (ckFile, error) {
 			return ckFile{}, fmt.Errorf("the VMM wrote a layer over a %d-byte image, the chain's is %d bytes", st.Machine.ImageSize(), under)
 		}
 	}
-	return measureCheckpoint(st, mem)
+	return measureCheckpoint(st, mem, layer)
 }
 
 // underImageSize is the size of the whole image under the chain's newest

@@ -102,11 +102,11 @@ func readCheckpointState(path string) (*snapshot.State, error) {
 	return decodeCheckpointState(f)
 }
 
-// measureCheckpoint checks the memory file at memPath against the state
-// st says it is (a whole image of the machine's size, or a layer of its
+// measureCheckpoint checks the memory file at memPath against what st
+// says it is (a whole image of the machine's size, or a layer of its
 // extents' bytes) and returns it measured: its size and CRC-32C computed
 // here, never taken from the VMM.
-func measureCheckpoint(st *snapshot.State, memPath string) (ckFile, error) {
+func measureCheckpoint(st *snapshot.State, memPath string, layer bool) (ckFile, error) {
 	f, err := os.Open(memPath)
 	if err != nil {
 		return ckFile{}, err
@@ -117,7 +117,7 @@ func measureCheckpoint(st *snapshot.State, memPath string) (ckFile, error) {
 		return ckFile{}, err
 	}
 	want := st.Machine.ImageSize()
-	if len(st.Machine.Extents) > 0 {
+	if layer {
 		want = snapshot.ExtentsSize(st.Machine.Extents)
 	}
 	if fi.Size() != want {
@@ -131,7 +131,7 @@ func measureCheckpoint(st *snapshot.State, memPath string) (ckFile, error) {
 		return ckFile{}, fmt.Errorf("checkpoint memory file changed while it was summed")
 	}
 	out := ckFile{path: memPath, size: size, crc: sum}
-	if len(st.Machine.Extents) > 0 {
+	if layer { // non-nil, empty for an empty layer
 		out.ext = append([]snapshot.Extent{}, st.Machine.Extents...)
 	}
 	return out, nil
