@@ -146,6 +146,7 @@ func (m *VMManager) Checkpoints(ctx context.Context, id string) ([]sandbox.Check
 	}
 	s.ck.mu.Lock()
 	defer s.ck.mu.Unlock()
+	m.trim(ctx, id, s.ck) // what a background trim has yet to drop
 	return s.ck.infos(), nil
 }
 
@@ -215,11 +216,8 @@ func (m *VMManager) recordCheckpoint(ctx context.Context, s *vmSandbox, kind, co
 	c.next = n + 1
 	c.full = false
 	kept = true
-	m.trim(ctx, s.id, c)
-	i := c.find(n)
-	if i < 0 { // trimmed itself: cannot happen with keep >= 1
-		return p.info, nil
-	}
+	m.trimLater(s.id, c)
+	i := len(c.points) - 1
 	m.log.Debug("checkpoint recorded", "id", s.id, "n", n, "kind", kind, "whole", mem.whole(), "bytes", mem.size, "pause_ms", pause)
 	return c.infoAt(i), nil
 }
@@ -291,18 +289,41 @@ func (c *ckChain) underImageSize() int64 {
 	return -1
 }
 
-// trim drops the oldest checkpoints past the chain's bounds: Keep, the
-// disk budget, and the files and extents a restore of the newest would
-// compose. One that cannot be dropped is logged and kept.
-func (m *VMManager) trim(ctx context.Context, id string, c *ckChain) {
-	for len(c.points) > 1 {
-		files, extents, err := c.chainBounds(len(c.points) - 1)
-		over := len(c.points) > c.cfg.Keep ||
-			c.maxBytes > 0 && c.bytes() > c.maxBytes ||
-			err == nil && (files > maxCheckpointChain || extents > maxChainExtents)
-		if !over {
-			return
+// trimLater drops, in the background, the oldest checkpoints past the
+// chain's bounds (trim): a drop may fold a whole image, which the cell
+// whose checkpoint passed the bound does not wait for; the next record,
+// restore or list waits for it (c.mu). The caller holds c.mu.
+func (m *VMManager) trimLater(id string, c *ckChain) {
+	if !c.over() {
+		return
+	}
+	c.trims.Add(1)
+	go func() {
+		defer c.trims.Done()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if !c.closed {
+			m.trim(c.trimCtx, id, c)
 		}
+	}()
+}
+
+// over reports whether the chain is past its bounds: Keep, the disk
+// budget, or the files and extents a restore of the newest would compose.
+func (c *ckChain) over() bool {
+	if len(c.points) <= 1 {
+		return false
+	}
+	files, extents, err := c.chainBounds(len(c.points) - 1)
+	return len(c.points) > c.cfg.Keep ||
+		c.maxBytes > 0 && c.bytes() > c.maxBytes ||
+		err == nil && (files > maxCheckpointChain || extents > maxChainExtents)
+}
+
+// trim drops the oldest checkpoints while the chain is over its bounds.
+// One that cannot be dropped is logged and kept. The caller holds c.mu.
+func (m *VMManager) trim(ctx context.Context, id string, c *ckChain) {
+	for c.over() {
 		if err := c.dropOldest(ctx); err != nil {
 			m.log.Warn("the oldest checkpoint could not be dropped", "id", id, "error", err)
 			return

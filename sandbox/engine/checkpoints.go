@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -99,10 +100,17 @@ type ckChain struct {
 	// next record is a whole image.
 	resumed atomic.Bool
 	closed  bool
+	// trims are the drops past the bounds running in the background
+	// (trimLater); close ends them (stopTrims).
+	trims     sync.WaitGroup
+	trimCtx   context.Context
+	stopTrims context.CancelFunc
 }
 
 func newCkChain(dir string, cfg sandbox.CheckpointConfig, maxBytes int64) *ckChain {
-	return &ckChain{dir: dir, cfg: cfg.WithDefaults(), maxBytes: maxBytes, next: 1, full: true}
+	c := &ckChain{dir: dir, cfg: cfg.WithDefaults(), maxBytes: maxBytes, next: 1, full: true}
+	c.trimCtx, c.stopTrims = context.WithCancel(context.Background())
+	return c
 }
 
 // checkpointDir is where the checkpoints of the sandbox in sdir go.
@@ -218,8 +226,12 @@ func (c *ckChain) dropAfter(i int) {
 // close drops every checkpoint and the directory; a record after it fails.
 func (c *ckChain) close() {
 	c.mu.Lock()
+	c.closed = true // no record starts a trim from here
+	c.mu.Unlock()
+	c.stopTrims()
+	c.trims.Wait()
+	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.closed = true
 	c.points, c.base = nil, nil
 	os.RemoveAll(c.dir)
 }
