@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -93,6 +94,9 @@ func (m *VMManager) RestoreCheckpoint(ctx context.Context, id string, n int) (sa
 		return sandbox.CheckpointInfo{}, fmt.Errorf("restore checkpoint %d of sandbox %s (it runs on as it was): %w", n, id, err)
 	}
 	if from, err := s.lc.move(evPauseStart); err != nil {
+		if errors.Is(err, errCallsRunning) {
+			return sandbox.CheckpointInfo{}, fmt.Errorf("%w: a command or a file transfer is running in sandbox %s; restore a checkpoint after it", sandbox.ErrBusy, id)
+		}
 		if from == phaseCell || from == phaseSnapshotting {
 			return sandbox.CheckpointInfo{}, fmt.Errorf("%w: a cell is running in sandbox %s; restore a checkpoint between cells", sandbox.ErrBusy, id)
 		}
