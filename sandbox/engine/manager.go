@@ -355,8 +355,7 @@ func (m *VMManager) Create(ctx context.Context, cfg sandbox.Config) (info sandbo
 			return sandbox.Info{}, err
 		}
 		defer cleanup() // once its VMM holds the files, or failed to start
-	}
-	if cfg.Snapshot != "" {
+	} else if cfg.Snapshot != "" { // both: refused by Validate below
 		var fork *snapshotMeta
 		if cfg, fork, err = m.forkConfig(cfg); err != nil {
 			return sandbox.Info{}, err
