@@ -393,3 +393,59 @@ func TestCheckpointDropAfter(t *testing.T) {
 	}
 	r.checkRestores()
 }
+
+// A chain is over its bounds past Keep, and when a restore of the newest
+// would compose more than maxCheckpointChain files or maxChainExtents
+// extents, whatever Keep allows.
+func TestCheckpointChainBounds(t *testing.T) {
+	c := newCkChain(t.TempDir(), sandbox.CheckpointConfig{Keep: sandbox.MaxCheckpointKeep}, 0)
+	c.base = &ckFile{path: "base"}
+	layer := func(n, extents int) *ckPoint {
+		return &ckPoint{info: sandbox.CheckpointInfo{N: n}, mem: ckFile{ext: make([]snapshot.Extent, extents)}}
+	}
+	for n := 1; n <= 4; n++ {
+		c.points = append(c.points, layer(n, maxCheckpointExtents))
+	}
+	if files, extents, err := c.chainBounds(3); err != nil || files != 5 || extents != 4*maxCheckpointExtents {
+		t.Fatalf("chain of base and 4 layers: %d files, %d extents, %v", files, extents, err)
+	}
+	if c.over() {
+		t.Fatal("4 layers of 1024 extents are over the bounds")
+	}
+	for n := 5; n <= 17; n++ {
+		c.points = append(c.points, layer(n, maxCheckpointExtents))
+	}
+	if !c.over() {
+		t.Errorf("%d extents in the newest's chain are not over the bound of %d", 17*maxCheckpointExtents, maxChainExtents)
+	}
+	c.points = c.points[:4]
+	c.cfg.Keep = 3
+	if !c.over() {
+		t.Error("4 checkpoints are not over keep 3")
+	}
+	c.cfg.Keep = sandbox.MaxCheckpointKeep
+	c.points[2].mem.ext = nil // a whole image: the chain under 4 starts there
+	if files, _, _ := c.chainBounds(3); files != 2 {
+		t.Errorf("the newest over a whole image composes %d files, want 2", files)
+	}
+	c.base = nil
+	c.points[2].mem.ext = []snapshot.Extent{}
+	if _, _, err := c.chainBounds(3); err == nil {
+		t.Error("a chain with nothing whole under it composes")
+	}
+}
+
+// A manager's start drops what an earlier one left in its checkpoint
+// directory: no sandbox of its own holds it.
+func TestCheckpointDirSweptAtStart(t *testing.T) {
+	ck := t.TempDir()
+	stale := filepath.Join(ck, "sb-0123456789ab")
+	if err := os.MkdirAll(stale, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(stale, "1.mem"), []byte("old"), 0o600)
+	newPausableManager(t, func(o *Options) { o.CheckpointDir = ck })
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("an earlier daemon's checkpoints are still there: %v", err)
+	}
+}
