@@ -38,8 +38,8 @@ func timeTravel(t *testing.T, m *VMManager, id string) {
 	const file = "/tmp/cellvm-checkpoint.txt"
 	n1 := ckCell(t, m, id, "import os\nx = 1").Checkpoint
 	n2 := ckCell(t, m, id, "x = 2\nopen('"+file+"', 'w').write('written after checkpoint 1')").Checkpoint
-	ckCell(t, m, id, "del x")
-	if n2 <= n1 {
+	n3 := ckCell(t, m, id, "del x").Checkpoint
+	if n2 <= n1 || n3 <= n2 {
 		t.Fatalf("checkpoints %d then %d", n1, n2)
 	}
 
@@ -64,8 +64,9 @@ func timeTravel(t *testing.T, m *VMManager, id string) {
 	if got := mainText(t, m, id, "(x, os.path.exists('"+file+"'))"); got != "(1, False)" {
 		t.Fatalf("after restoring checkpoint %d: (x, file exists) = %s, want (1, False)", n1, got)
 	}
-	if _, err := m.RestoreCheckpoint(ctx, id, n2); !errors.Is(err, sandbox.ErrNotFound) {
-		t.Errorf("restore of checkpoint %d, dropped by the restore of %d: %v, want not found", n2, n1, err)
+	// The cell above recorded n1+1; n3 went with the restore.
+	if _, err := m.RestoreCheckpoint(ctx, id, n3); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("restore of checkpoint %d, dropped by the restore of %d: %v, want not found", n3, n1, err)
 	}
 
 	var branches []string
@@ -103,13 +104,18 @@ func timeTravel(t *testing.T, m *VMManager, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	found := false
 	for i, cp := range cps {
 		if cp.N == r.Checkpoint && i > 0 {
+			found = true
 			t.Logf("a cell touching 1 MiB: checkpoint %d of %d bytes, depth %d, paused %d ms", cp.N, cp.SizeBytes, cp.Depth, cp.PauseMS)
 			if cp.SizeBytes >= 8<<20 {
 				t.Errorf("a cell touching 1 MiB made a checkpoint of %d bytes, want under 8 MiB", cp.SizeBytes)
 			}
 		}
+	}
+	if !found {
+		t.Errorf("checkpoint %d of the cell touching 1 MiB is not listed as a layer: %+v", r.Checkpoint, cps)
 	}
 }
 
