@@ -46,10 +46,12 @@ type serveOptions struct {
 	boot         *serveBoot      // VM starts: deadline, slots, line (serve_boot.go)
 	resident     *serveResident  // templates' memory kept resident (serve_resident.go)
 	workspaceMiB int64
-	maxWorkspace int
-	images       *serveImages // serve_images.go
-	publicRanges prefixList
-	egress       egressOptions // serve_egress.go
+	// checkpointMiB bounds one sandbox's checkpoints on disk (0: none).
+	checkpointMiB int64
+	maxWorkspace  int
+	images        *serveImages // serve_images.go
+	publicRanges  prefixList
+	egress        egressOptions // serve_egress.go
 	// templates: warm starts from a template per machine shape, at
 	// most maxTemplates of them in templatesMiB of disk.
 	templates    bool
@@ -127,6 +129,7 @@ func (a *app) serveCommand() *cobra.Command {
 	fs.IntVar(&o.maxTemplates, "max-templates", 4, "cap on templates kept (one per VM shape asked for; the least recently used go)")
 	fs.Int64Var(&o.templatesMiB, "templates-max-mib", 8192, "cap on the templates' disk use in MiB")
 	fs.Int64Var(&o.workspaceMiB, "workspace-mib", sandbox.DefaultWorkspaceBytes>>20, "size in MiB of a workspace made from now on: the most its files can take (the file on the host is sparse)")
+	fs.Int64Var(&o.checkpointMiB, "checkpoint-max-mib", 4096, "cap in MiB on the disk one sandbox's checkpoints take; past it the oldest go (0: no cap)")
 	fs.IntVar(&o.maxWorkspace, "max-workspaces", 64, "cap on the number of workspaces (0: none); a create that would make one more is refused with 503")
 	o.life = addServeLifetimeFlags(fs)
 	o.boot = addServeBootFlags(fs)
@@ -219,6 +222,9 @@ func (o *serveOptions) check() error {
 	if o.workspaceMiB < 16 || o.workspaceMiB > engine.MaxWorkspaceBytes>>20 {
 		// The jailed VMM's RLIMIT_FSIZE bounds the offsets it can write.
 		return usagef("--workspace-mib %d: want 16 to %d", o.workspaceMiB, engine.MaxWorkspaceBytes>>20)
+	}
+	if o.checkpointMiB < 0 || o.checkpointMiB > 1<<30 {
+		return usagef("--checkpoint-max-mib %d: want 0 to %d", o.checkpointMiB, 1<<30)
 	}
 	if o.maxWorkspace < 0 {
 		return usagef("--max-workspaces %d is negative", o.maxWorkspace)
@@ -419,8 +425,9 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		Net: netHost, Jail: jailOpt, ConsoleMaxBytes: o.consoleMiB << 20,
 		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node, MaxImageBytes: maxImage,
 		WorkspaceBytes: o.workspaceMiB << 20, MaxWorkspaces: o.maxWorkspace,
-		AllowPrivate: func(t string) []netip.Prefix { return o.tenants.file.For(t).AllowPrivate() },
-		DefaultTTL:   o.life.ttl, DefaultIdleTimeout: o.life.idle, MaxTTL: o.life.maxTTL,
+		CheckpointMaxBytes: o.checkpointMiB << 20,
+		AllowPrivate:       func(t string) []netip.Prefix { return o.tenants.file.For(t).AllowPrivate() },
+		DefaultTTL:         o.life.ttl, DefaultIdleTimeout: o.life.idle, MaxTTL: o.life.maxTTL,
 		Templates: engine.TemplateOptions{Enabled: o.templates, MaxTemplates: o.maxTemplates, MaxBytes: o.templatesMiB << 20}, ImageBuild: o.images.options(o.publicRanges),
 	}
 	o.boot.apply(&opt)

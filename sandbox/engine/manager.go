@@ -115,7 +115,13 @@ type Options struct {
 	// create leaves them 0 (0 here: none), and MaxTTL caps the TTL a
 	// create may ask for (0: no cap); see sandbox.Lifetimes.
 	DefaultTTL, DefaultIdleTimeout, MaxTTL time.Duration
-	Log                                    *slog.Logger
+	// CheckpointDir holds the sandboxes' checkpoints (checkpoints.go), one
+	// directory each; "" means in each sandbox's own directory.
+	CheckpointDir string
+	// CheckpointMaxBytes bounds the disk one sandbox's checkpoints take:
+	// past it the oldest go (at least one is kept); 0 means no bound.
+	CheckpointMaxBytes int64
+	Log                *slog.Logger
 }
 
 // lifetimes are the options' defaults and cap for sandboxes' lifetimes.
@@ -193,6 +199,9 @@ type vmSandbox struct {
 	imageEntry string
 	// languages caches the languages of its image (contexts.go).
 	languages atomic.Pointer[[]cell.LanguageInfo]
+	// ck is its checkpoints (checkpoints.go); nil when it has none. Set
+	// before it first runs, never changed after.
+	ck *ckChain
 }
 
 func (s *vmSandbox) State() sandbox.State { return s.lc.phase().State() }
@@ -249,6 +258,7 @@ func NewVMManager(opt Options) (*VMManager, error) {
 		return nil, err
 	}
 	m.recover()
+	m.restartCheckpoints()
 	m.sweepImageBuilds()
 	if opt.Templates.Enabled {
 		m.templates = newTemplates(m, opt.Templates, opt.StateDir, m.log)
@@ -339,7 +349,13 @@ func guestCmdline() string {
 // Create implements Manager.
 func (m *VMManager) Create(ctx context.Context, cfg sandbox.Config) (info sandbox.Info, err error) {
 	var from *restoreSource // a fork of a snapshot (snapshot.go) or a template
-	if cfg.Snapshot != "" {
+	if cfg.Checkpoint != nil {
+		var cleanup func()
+		if cfg, from, cleanup, err = m.branchConfig(cfg); err != nil {
+			return sandbox.Info{}, err
+		}
+		defer cleanup() // once its VMM holds the files, or failed to start
+	} else if cfg.Snapshot != "" { // both: refused by Validate below
 		var fork *snapshotMeta
 		if cfg, fork, err = m.forkConfig(cfg); err != nil {
 			return sandbox.Info{}, err
@@ -480,6 +496,7 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 	}}
 	defer st.files.Close() // startVMM's once it is called
 	spec := &st.spec
+	spec.Checkpoints = cfg.Checkpoints != nil
 	if cfg.Root {
 		spec.Cmdline += " cellvm.cellsroot=1"
 	}
@@ -565,6 +582,9 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 		os.Remove(filepath.Join(s.dir, reseedPendingFile))
 	}
 	s.bootMS.Store(time.Since(start).Milliseconds())
+	if err := m.initCheckpoints(s, from); err != nil {
+		return nil, err
+	}
 	if _, err := s.lc.move(evBooted); err != nil {
 		return nil, err // deleted while it booted (the manager's Close)
 	}
@@ -725,6 +745,9 @@ func (m *VMManager) destroy(s *vmSandbox) {
 	}
 	if err := s.cgroup.Close(); err != nil {
 		m.log.Error("remove the VMM's cgroup", "id", s.id, "error", err)
+	}
+	if s.ck != nil {
+		s.ck.close()
 	}
 	if err := os.RemoveAll(s.dir); err != nil {
 		m.log.Error("remove sandbox directory", "id", s.id, "error", err)
@@ -915,7 +938,25 @@ func (m *VMManager) RunCell(ctx context.Context, id string, c sandbox.Cell, onEv
 	callCtx, cancel := context.WithTimeout(ctx, timeout+m.opt.CallGrace)
 	defer cancel()
 	s.cellDeadline.Store(start.Add(timeout + m.opt.CallGrace).UnixNano())
-	res, err := s.agent.RunSessionCell(callCtx, agentSession(sess), code, timeout, onEvent)
+	// With every-cell checkpoints the result's end event waits for the
+	// checkpoint, which it names; without, what the guest says of
+	// checkpoints in it is dropped.
+	fwd, held := onEvent, (*cell.Event)(nil)
+	if onEvent != nil {
+		fwd = func(ev cell.Event) {
+			if ev.Type == cell.EventEnd && s.everyCellOn() {
+				held = &ev
+				return
+			}
+			if ev.Type == cell.EventEnd && ev.End != nil {
+				end := *ev.End
+				end.Checkpoint, end.CheckpointError = 0, ""
+				ev.End = &end
+			}
+			onEvent(ev)
+		}
+	}
+	res, err := s.agent.RunSessionCell(callCtx, agentSession(sess), code, timeout, fwd)
 	if err != nil {
 		if ctx.Err() != nil {
 			return cell.Result{}, ctx.Err()
@@ -960,7 +1001,17 @@ func (m *VMManager) RunCell(ctx context.Context, id string, c sandbox.Cell, onEv
 			return end(cell.Result{Status: cell.StatusLost, StateKept: false,
 				Stderr: "cellvm: the guest's agent ended this cell's stream before its result; the sandbox is kept, but this cell's output and whether its variables survived are unknown\n"})
 		}
+		if held != nil {
+			onEvent(*held)
+		}
 		return cell.Result{}, m.agentErr(s, err)
+	}
+	// What the guest says of checkpoints is not believed: they are the
+	// host's.
+	res.Checkpoint, res.CheckpointError = m.everyCell(ctx, s, sandbox.CheckpointCell, codeSum(code))
+	if held != nil {
+		held.End = &res
+		onEvent(*held)
 	}
 	return res, nil
 }
@@ -1039,6 +1090,7 @@ func (m *VMManager) Exec(ctx context.Context, id string, req sandbox.ExecRequest
 	if err != nil {
 		return cell.ExecResult{}, m.agentErr(s, err)
 	}
+	r.Checkpoint, r.CheckpointError = m.everyCell(ctx, s, sandbox.CheckpointExec, argvSum(req.Argv))
 	return r, nil
 }
 

@@ -380,6 +380,9 @@ func (m *VMManager) resumeLocked(ctx context.Context, s *vmSandbox) (err error) 
 	s.proc = p
 	s.netMu.Unlock()
 	s.cgroup = st.cgroup
+	if s.ck != nil {
+		s.ck.resumed.Store(true) // checkpointrun.go
+	}
 	s.lastUsed.Store(time.Now().UnixNano())
 	s.lc.move(evResumed)
 	go m.watch(s)
