@@ -31,7 +31,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	// A fork's vCPUs and memory, when not given, are its snapshot's,
 	// which only the manager knows.
-	if cfg.Snapshot == "" {
+	if cfg.Snapshot == "" && cfg.Checkpoint == nil {
 		cfg = withDefaults
 	}
 	ae := AuditOf(r.Context())

@@ -36,11 +36,11 @@ func (c *ckChain) composeInto(i int, dir string) error {
 	if err != nil {
 		return err
 	}
-	st, err := readCheckpointState(c.points[i].state)
+	cp, err := readCheckpointState(c.points[i].state, c.points[i].mem.size)
 	if err != nil {
 		return err
 	}
-	b, err := composeState(st, chain)
+	b, err := composeState(cp, chain)
 	if err != nil {
 		return err
 	}

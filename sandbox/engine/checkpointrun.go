@@ -249,30 +249,26 @@ var checkpointVMM = control.Checkpoint
 // the chain and measures it: a whole image where one was asked for (full),
 // a layer only over a kept checkpoint or base.
 func (c *ckChain) accept(state, mem string, full bool) (ckFile, error) {
-	st, err := readCheckpointState(state)
-	if err != nil {
-		return ckFile{}, err
-	}
 	fi, err := os.Stat(mem)
 	if err != nil {
 		return ckFile{}, err
 	}
-	// A layer names its extents; one with none (the guest wrote nothing
-	// since the checkpoint before) is an empty file. A whole image is the
-	// machine's size, never empty.
-	layer := len(st.Machine.Extents) > 0 || fi.Size() == 0
-	if layer && full {
+	cp, err := readCheckpointState(state, fi.Size())
+	if err != nil {
+		return ckFile{}, err
+	}
+	if cp.Layer && full {
 		return ckFile{}, errors.New("the VMM wrote a layer where a whole image was asked for")
 	}
-	if layer && len(c.points) == 0 && c.base == nil {
+	if cp.Layer && len(c.points) == 0 && c.base == nil {
 		return ckFile{}, errors.New("the VMM wrote a layer with nothing kept under it")
 	}
-	if layer {
-		if under := c.underImageSize(); under != st.Machine.ImageSize() {
-			return ckFile{}, fmt.Errorf("the VMM wrote a layer over a %d-byte image, the chain's is %d bytes", st.Machine.ImageSize(), under)
+	if cp.Layer {
+		if under := c.underImageSize(); under != cp.State.Machine.ImageSize() {
+			return ckFile{}, fmt.Errorf("the VMM wrote a layer over a %d-byte image, the chain's is %d bytes", cp.State.Machine.ImageSize(), under)
 		}
 	}
-	return measureCheckpoint(st, mem, layer)
+	return measureCheckpoint(cp.State, mem, cp.Layer)
 }
 
 // underImageSize is the size of the whole image under the chain's newest

@@ -44,17 +44,17 @@ import (
 // (dropOldest). Every file here is the daemon's own: a fold writes a new
 // file and never one a VMM may have mapped.
 
-// Chain bounds. They are vmm/snapshot's MaxCheckpointChain and
-// MaxChainExtents (helper vmm), which a restore's VMM checks again.
+// Chain bounds (vmm/snapshot's layers.go and checkpoint.go; a restore's
+// VMM checks them again).
 const (
 	// maxCheckpointChain is the most memory files a restore composes.
-	maxCheckpointChain = 33
+	maxCheckpointChain = snapshot.MaxCheckpointChain
 	// maxChainExtents bounds the extents of a composed chain in all: each
 	// is a mapping in the restored VMM (vm.max_map_count).
-	maxChainExtents = 16384
+	maxChainExtents = snapshot.MaxChainExtents
 	// maxCheckpointExtents bounds one checkpoint's layer: the VMM
 	// coalesces its extents to this many.
-	maxCheckpointExtents = 1024
+	maxCheckpointExtents = snapshot.MaxCheckpointExtents
 )
 
 // ckFile is one memory file of a chain, as the daemon measured it.

@@ -92,8 +92,19 @@ func (f *fakeCkVMM) checkpoint(ctx context.Context, socket string, state, mem *o
 	return control.CheckpointStats{Layer: len(st.Machine.Extents) > 0, PauseMS: 1}, nil
 }
 
-// rawCheckpointState encodes st as a VMM writes a checkpoint's state file
-// (snapshot.Encode refuses extents with no layers under them).
+// State file header (vmm/snapshot's file.go), for a fake VMM that writes
+// what snapshot.EncodeCheckpoint would refuse.
+const (
+	ckHdrSize    = 32
+	ckHdrVersion = 8
+	ckHdrBodyLen = 16
+	ckHdrBodySum = 24
+)
+
+var ckCastagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// rawCheckpointState encodes st as a VMM writes a checkpoint's state
+// file, unchecked, so that a test can write a lying one.
 func rawCheckpointState(t *testing.T, st *snapshot.State, memSum uint32) []byte {
 	body, err := json.Marshal(st)
 	if err != nil {
@@ -101,11 +112,7 @@ func rawCheckpointState(t *testing.T, st *snapshot.State, memSum uint32) []byte 
 	}
 	h := make([]byte, ckHdrSize)
 	copy(h, snapshot.Magic)
-	v := uint32(snapshot.FormatVersion)
-	if len(st.Machine.Extents) > 0 {
-		v = snapshot.LayeredFormatVersion
-	}
-	binary.LittleEndian.PutUint32(h[ckHdrVersion:], v)
+	binary.LittleEndian.PutUint32(h[ckHdrVersion:], snapshot.FormatVersion)
 	binary.LittleEndian.PutUint32(h[12:], 1)
 	binary.LittleEndian.PutUint64(h[ckHdrBodyLen:], uint64(len(body)))
 	binary.LittleEndian.PutUint32(h[ckHdrBodySum:], crc32.Checksum(body, ckCastagnoli))
@@ -341,10 +348,10 @@ func TestCheckpointRefusesBadVMM(t *testing.T) {
 		st := chainState(nil, nil)
 		b := rawCheckpointState(t, st, 0)
 		b[len(b)-2] ^= 1
-		if _, err := decodeCheckpointState(bytes.NewReader(b)); !errors.Is(err, snapshot.ErrCorrupt) {
+		if _, err := snapshot.DecodeCheckpoint(bytes.NewReader(b), st.Machine.ImageSize()); !errors.Is(err, snapshot.ErrCorrupt) {
 			t.Errorf("damaged body: %v", err)
 		}
-		if _, err := decodeCheckpointState(bytes.NewReader(b[:10])); err == nil {
+		if _, err := snapshot.DecodeCheckpoint(bytes.NewReader(b[:10]), st.Machine.ImageSize()); err == nil {
 			t.Error("a cut header was read")
 		}
 	})
