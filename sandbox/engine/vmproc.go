@@ -169,7 +169,8 @@ func (m *VMManager) startVMM(ctx context.Context, dir string, st vmStart, what s
 		for _, t := range c.Tries() {
 			tries = append(tries, fmt.Sprintf("+%dms took %dms: %s", t.Start.Sub(start).Milliseconds(), t.Took.Milliseconds(), cmp.Or(t.Err, "ok")))
 		}
-		m.log.Info("the VM's agent answered", "slow", true, "vm", filepath.Base(dir), "what", what, "signalled", signalled, "agent_ms", took.Milliseconds(), "tries", tries)
+		m.log.Info("the VM's agent answered", "slow", true, "vm", filepath.Base(dir), "what", what, "signalled", signalled, "agent_ms", took.Milliseconds(), "tries", tries,
+			"vmm_log", lastLines(readTail(filepath.Join(dir, vmmLogFile), 4096), 10), "console", lastLines(consoleTail(dir, 4096), 10))
 	}
 	return p, c, nil
 }
