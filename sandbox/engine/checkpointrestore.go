@@ -133,8 +133,12 @@ func (m *VMManager) RestoreCheckpoint(ctx context.Context, id string, n int) (sa
 	// relative to it, so the next checkpoint is a layer over it.
 	c.resumed.Store(false)
 	c.full = false
+	info := c.infoAt(i)
+	// Info.Cells counts the cells of the machine that runs: the
+	// checkpoint's (its interpreters' execution counts came back with it).
+	s.cells.Store(int64(info.ExecutionCount))
 	m.log.Info("sandbox restored to a checkpoint", "id", id, "n", n, "took_ms", time.Since(start).Milliseconds())
-	return c.infoAt(i), nil
+	return info, nil
 }
 
 // Undo implements sandbox.CheckpointManager.

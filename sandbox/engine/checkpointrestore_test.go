@@ -62,6 +62,9 @@ func TestCheckpointRestoreUndoBranch(t *testing.T) {
 		t.Fatalf("undo: %+v, %v", in, err)
 	}
 	restored(2)
+	if info, err := m.Get(ctx, id); err != nil || info.Cells != in.ExecutionCount {
+		t.Fatalf("after undo Info.Cells is %d (%v), want checkpoint 2's count %d", info.Cells, err, in.ExecutionCount)
+	}
 	if cps, _ := m.Checkpoints(ctx, id); len(cps) != 2 {
 		t.Fatalf("after undo %d checkpoints kept, want 2", len(cps))
 	}
