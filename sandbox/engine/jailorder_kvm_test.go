@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,15 +24,19 @@ func logFields(line string) map[string]string {
 		}
 		var v string
 		if strings.HasPrefix(rest, `"`) {
-			end := strings.Index(rest[1:], `"`)
-			if end < 0 {
+			// slog quotes as Go does: a value may hold \" and \n.
+			q, err := strconv.QuotedPrefix(rest)
+			if err != nil {
 				break
 			}
-			v, line = rest[1:1+end], rest[2+end:]
+			v, _ = strconv.Unquote(q)
+			line = rest[len(q):]
 		} else {
 			v, line, _ = strings.Cut(rest, " ")
 		}
-		out[k] = v
+		if _, seen := out[k]; !seen {
+			out[k] = v
+		}
 	}
 	return out
 }

@@ -264,3 +264,16 @@ func TestStartsAreSignalled(t *testing.T) {
 	}
 	assertNothingLeft(t, m, state)
 }
+
+// TestLogFieldsReadsQuotedValues: the rig tests' log reader takes a
+// quoted value with escaped quotes whole (the slow-start line quotes the
+// VMM's log, whose own msg= must not replace the line's).
+func TestLogFieldsReadsQuotedValues(t *testing.T) {
+	var b strings.Builder
+	slog.New(slog.NewTextHandler(&b, nil)).Info("the VM's agent answered", "signalled", true,
+		"vmm_log", "time=x level=INFO msg=\"vmm jailed\" uid=1\nmsg=\"other\"")
+	f := logFields(strings.TrimSpace(b.String()))
+	if f["msg"] != "the VM's agent answered" || f["signalled"] != "true" || !strings.Contains(f["vmm_log"], `msg="vmm jailed"`) {
+		t.Errorf("fields %q", f)
+	}
+}
