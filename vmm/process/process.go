@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/vmm/control"
@@ -33,6 +34,7 @@ type Options struct {
 // ended it otherwise. When files has SlotEnd, the End report is written
 // there as Run returns, whatever happened.
 func Run(spec control.Spec, files control.Files, o Options) (err error) {
+	started := time.Now() // where a slow start's time went: the "vmm jailed" line says
 	var ends ending
 	if f := files[control.SlotEnd]; f != nil {
 		files = copyWithout(files, control.SlotEnd)
@@ -74,6 +76,7 @@ func Run(spec control.Spec, files control.Files, o Options) (err error) {
 			return err
 		}
 	}
+	entered := time.Now()
 	if spec.TestHooks {
 		forbiddenCallOnSIGUSR2(log)
 		rewriteArgvOnSIGWINCH(log)
@@ -94,7 +97,8 @@ func Run(spec control.Spec, files control.Files, o Options) (err error) {
 			if err := jail.Install(); err != nil {
 				return err
 			}
-			log.Info("vmm jailed", "uid", j.UID, "root", j.Root, "cgroup", j.Cgroup, "seccomp", "on")
+			log.Info("vmm jailed", "uid", j.UID, "root", j.Root, "cgroup", j.Cgroup, "seccomp", "on",
+				"jail_enter_ms", entered.Sub(started).Milliseconds(), "build_ms", time.Since(entered).Milliseconds())
 		}
 		ends.guestRuns()
 		return nil
