@@ -44,7 +44,7 @@ export async function withSandboxes(fn) {
  * fromClient(cls, pattern) matches an error of cls that is not the
  * daemon's (no CellvmError) and whose message matches pattern.
  */
-export const nowhere = { socketPath: path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cellvm-js-')), 'none.sock') };
+export const nowhere = { socketPath: path.join(os.tmpdir(), `cellvm-js-nowhere-${process.pid}-${Date.now()}`, 'none.sock') }; // never created: nothing to leave behind
 export const fromClient = (cls, pattern) => (e) => e instanceof cls && !(e instanceof CellvmError) && (!pattern || pattern.test(e.message));
 
 /** Workspace and image names the daemon's rule (1 to 64 of a-z, 0-9, '-', '_' and '.', starting with a letter or digit) refuses, and some it takes. */

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -44,6 +44,7 @@ test('no daemon, a stale socket, a silent one', async () => {
       (e) => e instanceof Timeout && /GET \/v1\/sandboxes/.test(e.message));
   } finally {
     silent.close();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 

@@ -58,6 +58,7 @@ test('the environment and a token file', needsRemote, async () => {
       if (saved[k] === undefined) delete process.env[k];
       else process.env[k] = saved[k];
     }
+    fs.rmSync(path.dirname(file), { recursive: true, force: true });
   }
 });
 
