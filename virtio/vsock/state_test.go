@@ -46,6 +46,18 @@ func (g *guest) resetLive() {
 	g.h.MMIO.Resume()
 }
 
+// hostConnectPending asks the device for a connection to guest port from
+// the host side, and leaves it waiting for the guest (closed at the end).
+func (g *guest) hostConnectPending(port uint32) {
+	g.t.Helper()
+	hc, err := net.Dial("unix", g.uds)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.t.Cleanup(func() { hc.Close() })
+	fmt.Fprintf(hc, "CONNECT %d\n", port)
+}
+
 // noRx checks that nothing reaches the guest's rx queue for a while.
 func (g *guest) noRx(why string) {
 	g.t.Helper()
@@ -120,12 +132,7 @@ func TestSnapshotResetsConnections(t *testing.T) {
 func TestResetGateIgnoresSpuriousKicks(t *testing.T) {
 	g := newGuest(t)
 	g.resetLive()
-	hc, err := net.Dial("unix", g.uds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hc.Close()
-	fmt.Fprintf(hc, "CONNECT %d\n", 9)
+	g.hostConnectPending(9)
 	g.h.Kick(evQueue)
 	g.noRx("after a kick with no new event buffer")
 	g.handleReset()
@@ -139,12 +146,7 @@ func TestResetGateIgnoresSpuriousKicks(t *testing.T) {
 func TestResetRefillWithoutKickOpensRx(t *testing.T) {
 	g := newGuest(t)
 	g.resetLive()
-	hc, err := net.Dial("unix", g.uds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hc.Close()
-	fmt.Fprintf(hc, "CONNECT %d\n", 9)
+	g.hostConnectPending(9)
 	g.h.Wait(evQueue, wait)
 	g.h.Queues[evQueue].Post(virtiotest.W(4)) // refilled, never kicked
 	g.expect(OpRequest)
