@@ -60,6 +60,10 @@ type vmProc struct {
 	ended atomic.Bool
 	// exitSeen is markLost's: the process's own exit is handled once.
 	exitSeen sync.Once
+	// spawnTook is how long the clone and exec of a process started
+	// here took (its namespaces and cgroup included), for a slow start's
+	// log line.
+	spawnTook time.Duration
 
 	// readyMu guards ready, the listener of the agent's ready signal
 	// (proto.ReadyPort) with the connection it holds, kept for the VM's
@@ -137,6 +141,21 @@ func (m *VMManager) startVMM(ctx context.Context, dir string, st vmStart, what s
 		ready = nil
 	}
 	start := time.Now()
+	// A start that hangs says where the kernel holds it: the daemon's
+	// own clone, or the VMM's threads.
+	var spawned atomic.Pointer[vmProc]
+	var answered atomic.Bool
+	watch := time.AfterFunc(slowAgent, func() {
+		if answered.Load() {
+			return
+		}
+		if p := spawned.Load(); p != nil {
+			m.log.Info("a VM is slow to start", "vm", filepath.Base(dir), "what", what, "after_ms", time.Since(start).Milliseconds(), "pid", p.pid, "vmm_stacks", kernelStacks(p.pid, false))
+			return
+		}
+		m.log.Info("a VMM process is slow to spawn", "vm", filepath.Base(dir), "what", what, "after_ms", time.Since(start).Milliseconds(), "daemon_stacks", kernelStacks(os.Getpid(), false))
+	})
+	defer watch.Stop()
 	p, err := spawnVMM(m.opt.Exe, dir, st)
 	if err != nil {
 		if ready != nil {
@@ -144,10 +163,12 @@ func (m *VMManager) startVMM(ctx context.Context, dir string, st vmStart, what s
 		}
 		return nil, nil, err
 	}
+	spawned.Store(p)
 	if st.spawned != nil {
 		st.spawned(p)
 	}
 	c, err := awaitAgent(ctx, p, dir, m.opt.BootTimeout, what, ready)
+	answered.Store(true)
 	if err != nil {
 		if ready != nil {
 			ready.Close()
@@ -169,7 +190,7 @@ func (m *VMManager) startVMM(ctx context.Context, dir string, st vmStart, what s
 		for _, t := range c.Tries() {
 			tries = append(tries, fmt.Sprintf("+%dms took %dms: %s", t.Start.Sub(start).Milliseconds(), t.Took.Milliseconds(), cmp.Or(t.Err, "ok")))
 		}
-		m.log.Info("the VM's agent answered", "slow", true, "vm", filepath.Base(dir), "what", what, "signalled", signalled, "agent_ms", took.Milliseconds(), "tries", tries,
+		m.log.Info("the VM's agent answered", "slow", true, "vm", filepath.Base(dir), "what", what, "signalled", signalled, "agent_ms", took.Milliseconds(), "spawn_ms", p.spawnTook.Milliseconds(), "tries", tries,
 			"vmm_log", lastLines(readTail(filepath.Join(dir, vmmLogFile), 4096), 10), "console", lastLines(consoleTail(dir, 4096), 10))
 	}
 	return p, c, nil
@@ -235,10 +256,11 @@ func spawnVMM(exe, dir string, st vmStart) (*vmProc, error) {
 	// The process record replaces an earlier one (a resume's); until the
 	// new one is written, none names a process that is gone.
 	os.Remove(filepath.Join(dir, procFile))
+	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start vmm process: %w", err)
 	}
-	p := &vmProc{pid: cmd.Process.Pid, dir: dir, cmd: cmd, done: make(chan struct{}), rec: procRecord{PID: cmd.Process.Pid}}
+	p := &vmProc{pid: cmd.Process.Pid, dir: dir, cmd: cmd, done: make(chan struct{}), rec: procRecord{PID: cmd.Process.Pid}, spawnTook: time.Since(t0)}
 	if st.cgroup != nil {
 		p.rec.Cgroup = st.cgroup.Path
 	}

@@ -55,7 +55,7 @@ func main() {
 }
 
 // benchParts names the benches -only can pick, in the order they run.
-var benchParts = []string{"boot", "disk", "vsock", "sandbox", "e2b", "snapshots", "images", "starts", "checkpoints"}
+var benchParts = []string{"boot", "disk", "vsock", "sandbox", "e2b", "snapshots", "images", "starts", "jail", "checkpoints"}
 
 // selectParts turns -only's list into the set of benches to run; an empty
 // list is all of them.
@@ -125,6 +125,11 @@ func run(cellvm, build, qemu string, n int, parts map[string]bool) error {
 	if parts["starts"] {
 		if err := benchStarts(cellvm, build); err != nil {
 			fmt.Println("bench: starts:", err)
+		}
+	}
+	if parts["jail"] && !parts["starts"] { // starts measures the jail too
+		if err := benchJailOnly(cellvm, build); err != nil {
+			fmt.Println("bench: jail:", err)
 		}
 	}
 	if parts["checkpoints"] {

@@ -160,3 +160,54 @@ func guestMemory(smaps []byte) (size, rss int64, err error) {
 	}
 	return size, rss, nil
 }
+
+// overheadParts splits a VMM's resident bytes outside guest memory (see
+// guestMemory) by what holds them, from /proc/PID/smaps: "file" (the
+// cellvm binary's text and data, and any other file mapped), "anon" (the
+// Go heap, goroutine stacks and device buffers), "stack" (the threads'
+// own stacks) and "kvm" (the run structures KVM maps for each vCPU).
+func overheadParts(smaps []byte) (map[string]int64, error) {
+	parts := map[string]int64{}
+	var kind string
+	var rss int64
+	var inMapping, writable bool
+	sc := bufio.NewScanner(bytes.NewReader(smaps))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if smapsHeader.MatchString(line) {
+			inMapping, rss = true, 0
+			f := strings.Fields(line)
+			writable = strings.HasPrefix(f[1], "rw")
+			path := ""
+			if len(f) >= 6 {
+				path = strings.Join(f[5:], " ")
+			}
+			switch {
+			case path == "" || strings.HasPrefix(path, "[heap]") || strings.HasPrefix(path, "[anon"):
+				kind = "anon"
+			case strings.HasPrefix(path, "[stack"):
+				kind = "stack"
+			case strings.HasPrefix(path, "anon_inode:kvm"):
+				kind = "kvm"
+			case strings.HasPrefix(path, "["):
+				kind = "other"
+			default:
+				kind = "file"
+			}
+			continue
+		}
+		if !inMapping {
+			continue
+		}
+		if kb, ok := kbField(line, "Rss"); ok {
+			rss = kb << 10
+		} else if flags, ok := strings.CutPrefix(line, "VmFlags:"); ok {
+			if !(writable && slices.Contains(strings.Fields(flags), "nr")) {
+				parts[kind] += rss
+			}
+			inMapping = false
+		}
+	}
+	return parts, sc.Err()
+}

@@ -158,3 +158,32 @@ func TestGuestMemorySelf(t *testing.T) {
 		t.Errorf("nr resident bytes grew by %d, want about %d", d, touched)
 	}
 }
+
+func TestOverheadParts(t *testing.T) {
+	fixture := smapsFixture + `00400000-01400000 r-xp 00000000 00:2a 99                         /usr/local/bin/cellvm
+Size:              16384 kB
+Rss:                6000 kB
+VmFlags: rd ex mr mw me sd 
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]
+Size:                132 kB
+Rss:                  12 kB
+VmFlags: rd wr mr mw me gd ac 
+`
+	parts, err := overheadParts([]byte(fixture))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"anon": 4000 << 10, "file": 6000 << 10, "stack": 12 << 10, "kvm": 4 << 10}
+	for k, v := range want {
+		if parts[k] != v {
+			t.Errorf("%s = %d, want %d (all: %v)", k, parts[k], v, parts)
+		}
+	}
+	var sum int64
+	for _, v := range parts {
+		sum += v
+	}
+	if sum != 4000<<10+6000<<10+12<<10+4<<10 {
+		t.Errorf("the parts sum to %d: the guest's mappings were counted (%v)", sum, parts)
+	}
+}

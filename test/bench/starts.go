@@ -28,6 +28,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cellvm/cellvm/cell"
@@ -214,8 +216,9 @@ func (s *startsBench) overhead(kind, id string) {
 	if u.guestSize != int64(snapShape.MemoryMiB)<<20 {
 		note = fmt.Sprintf(" (the guest mappings found span %.1f MiB, not %d: this line may be wrong)", mib(u.guestSize), snapShape.MemoryMiB)
 	}
-	s.line("VMM overhead (RSS less the guest's resident pages), %s: %.1f MiB (RSS %.1f MiB, guest resident %.1f of %.0f MiB); %s%s",
-		kind, over, mib(u.rss), mib(u.guestRSS), mib(u.guestSize), verdict(over, overheadGoalMiB, " MiB"), note)
+	s.line("VMM overhead (RSS less the guest's resident pages), %s: %.1f MiB (RSS %.1f MiB, guest resident %.1f of %.0f MiB; the rest: file %.1f, anon %.1f, stacks %.1f, kvm %.1f MiB); %s%s",
+		kind, over, mib(u.rss), mib(u.guestRSS), mib(u.guestSize), mib(u.parts["file"]), mib(u.parts["anon"]), mib(u.parts["stack"]), mib(u.parts["kvm"]),
+		verdict(over, overheadGoalMiB, " MiB"), note)
 }
 
 // cellsPerSecond runs *startsCells trivial cells in a row on one sandbox.
@@ -276,44 +279,109 @@ func (s *startsBench) pauses(ctx context.Context, id string) error {
 	return nil
 }
 
-// jail alternates cold creates on a jailed manager and on the unjailed
-// one, and prints the median create to agent up of each.
+// jail alternates cold creates on the unjailed manager and on jailed
+// ones, and prints the median create to agent up of each: the whole jail,
+// and (with a cgroup) the jail without its cgroup, which tells the
+// namespaces, pivot_root and seccomp from the cgroup's limits. Each jailed
+// VM's cpu.stat says how long its cgroup's CPU quota held it back.
 func (s *startsBench) jail(ctx context.Context, coldCfg sandbox.Config) error {
 	j := benchJail()
 	if j == nil {
 		s.line("create -> agent up, jailed / unjailed: not measured (the jail needs root)")
 		return nil
 	}
-	jm, done, err := newBenchManager(s.cellvm, s.build, j, engine.TemplateOptions{})
+	type arm struct {
+		name string
+		b    *snapBench
+		j    *engine.JailOptions
+		took []time.Duration
+	}
+	arms := []*arm{{name: "unjailed", b: s.snapBench}}
+	jails := []*engine.JailOptions{j}
+	if j.CgroupParent != "" {
+		jails = append(jails, &engine.JailOptions{UIDBase: j.UIDBase})
+	}
+	for _, jo := range jails {
+		jm, done, err := newBenchManager(s.cellvm, s.build, jo, engine.TemplateOptions{})
+		if err != nil {
+			return err
+		}
+		defer done()
+		b := &snapBench{m: jm}
+		defer b.cleanup(ctx)
+		name := "jailed"
+		if jo.CgroupParent == "" && j.CgroupParent != "" {
+			name = "jailed without a cgroup"
+		}
+		arms = append(arms, &arm{name: name, b: b, j: jo})
+	}
+	for i := range max(*startsJail, 1) {
+		line := fmt.Sprintf("jail round %d:", i+1)
+		for _, a := range arms {
+			start := time.Now()
+			info, err := a.b.create(ctx, coldCfg)
+			if err != nil {
+				return fmt.Errorf("jail round %d, %s: %w", i+1, a.name, err)
+			}
+			d := time.Since(start)
+			a.took = append(a.took, d)
+			line += fmt.Sprintf(" %s %v", a.name, dur(d))
+			if a.j != nil && a.j.CgroupParent != "" {
+				line += " (" + throttled(filepath.Join(a.j.CgroupParent, info.ID)) + ")"
+			}
+			if i == 0 && s.bench == "jail" {
+				s.overhead("cold boot, "+a.name, info.ID)
+			}
+			a.b.delete(ctx, info.ID)
+		}
+		fmt.Println(line)
+	}
+	pOff := percentile(arms[0].took, 50)
+	for _, a := range arms[1:] {
+		pOn := percentile(a.took, 50)
+		r := ratio(pOn, pOff)
+		goal := verdict(r, jailGoal, "")
+		if a.name != "jailed" {
+			goal = "(a breakdown)"
+		}
+		s.line("create -> agent up (cold boot), %s / unjailed: %.3f (%v vs %v, medians of %d); %s", a.name, r, dur(pOn), dur(pOff), len(a.took), goal)
+	}
+	return nil
+}
+
+// throttled is what a cgroup's cpu.stat says of its CPU quota: how often
+// and how long it held the cgroup's threads back.
+func throttled(cg string) string {
+	b, err := os.ReadFile(filepath.Join(cg, "cpu.stat"))
+	if err != nil {
+		return "no cpu.stat: " + err.Error()
+	}
+	v := map[string]string{}
+	for line := range strings.Lines(string(b)) {
+		if k, val, ok := strings.Cut(strings.TrimSpace(line), " "); ok {
+			v[k] = val
+		}
+	}
+	return fmt.Sprintf("cpu %s us, throttled %s times for %s us", v["usage_usec"], v["nr_throttled"], v["throttled_usec"])
+}
+
+// benchJailOnly is the jail part of the starts bench alone (-only jail):
+// no template, only the jail's cold creates.
+func benchJailOnly(cellvm, build string) error {
+	fmt.Printf("\njail: create -> agent up, jailed against unjailed (1 vCPU, %d MiB, %d creates each), nested rig %s\n",
+		snapShape.MemoryMiB, max(*startsJail, 1), time.Now().Format("2006-01-02"))
+	m, done, err := newBenchManager(cellvm, build, nil, engine.TemplateOptions{})
 	if err != nil {
 		return err
 	}
 	defer done()
-	jailed := &snapBench{m: jm}
-	defer jailed.cleanup(ctx)
-	var on, off []time.Duration
-	for i := range max(*startsJail, 1) {
-		for _, b := range []*snapBench{s.snapBench, jailed} {
-			start := time.Now()
-			info, err := b.create(ctx, coldCfg)
-			if err != nil {
-				return fmt.Errorf("jail round %d: %w", i+1, err)
-			}
-			d := time.Since(start)
-			b.delete(ctx, info.ID)
-			if b == jailed {
-				on = append(on, d)
-			} else {
-				off = append(off, d)
-			}
-		}
-		fmt.Printf("jail round %d: agent up jailed %v, unjailed %v\n", i+1, dur(on[i]), dur(off[i]))
-	}
-	pOn, pOff := percentile(on, 50), percentile(off, 50)
-	r := ratio(pOn, pOff)
-	s.line("create -> agent up (cold boot), jailed / unjailed: %.3f (%v vs %v, medians of %d); %s", r, dur(pOn), dur(pOff), len(on),
-		verdict(r, jailGoal, ""))
-	return nil
+	ctx := context.Background()
+	s := &startsBench{snapBench: &snapBench{m: m}, measureLines: measureLines{bench: "jail"}, cellvm: cellvm, build: build}
+	defer s.summary()
+	defer s.cleanup(ctx)
+	cfg := snapShape
+	cfg.Start = sandbox.StartCold
+	return s.jail(ctx, cfg)
 }
 
 // runTrivial runs trivialCell and checks that its result is 2.
@@ -332,6 +400,8 @@ func runTrivial(ctx context.Context, m sandbox.Manager, id string) error {
 // memory's mappings (their span and their resident bytes).
 type vmmMemory struct {
 	rss, guestSize, guestRSS int64
+	// parts splits the rest by what holds it (overheadParts).
+	parts map[string]int64
 }
 
 func vmmMemoryOf(id string) (vmmMemory, error) {
@@ -352,6 +422,9 @@ func vmmMemoryOf(id string) (vmmMemory, error) {
 		return vmmMemory{}, err
 	}
 	if u.guestSize, u.guestRSS, err = guestMemory(smaps); err != nil {
+		return vmmMemory{}, err
+	}
+	if u.parts, err = overheadParts(smaps); err != nil {
 		return vmmMemory{}, err
 	}
 	return u, nil

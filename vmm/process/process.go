@@ -35,6 +35,7 @@ type Options struct {
 // there as Run returns, whatever happened.
 func Run(spec control.Spec, files control.Files, o Options) (err error) {
 	started := time.Now() // where a slow start's time went: the "vmm jailed" line says
+	execMS := sinceExec().Milliseconds()
 	var ends ending
 	if f := files[control.SlotEnd]; f != nil {
 		files = copyWithout(files, control.SlotEnd)
@@ -98,7 +99,7 @@ func Run(spec control.Spec, files control.Files, o Options) (err error) {
 				return err
 			}
 			log.Info("vmm jailed", "uid", j.UID, "root", j.Root, "cgroup", j.Cgroup, "seccomp", "on",
-				"jail_enter_ms", entered.Sub(started).Milliseconds(), "build_ms", time.Since(entered).Milliseconds())
+				"since_exec_ms", execMS, "jail_enter_ms", entered.Sub(started).Milliseconds(), "build_ms", time.Since(entered).Milliseconds())
 		}
 		ends.guestRuns()
 		return nil
