@@ -15,7 +15,7 @@ import (
 
 // CgroupLimits are what one VMM's cgroup allows.
 type CgroupLimits struct {
-	VCPUs       int   // cpu.max: this many CPUs' worth of time
+	CPUMilli    int   // cpu.max: this many thousandths of a CPU's time (1000: one CPU)
 	MemoryBytes int64 // memory.max (and no swap)
 	Pids        int   // pids.max: threads and processes
 }
@@ -67,7 +67,7 @@ func NewCgroup(parent, name string, l CgroupLimits) (*Cgroup, error) {
 		}
 	}()
 	writes := []struct{ file, value string }{
-		{"cpu.max", fmt.Sprintf("%d 100000", max(l.VCPUs, 1)*100000)},
+		{"cpu.max", fmt.Sprintf("%d 100000", max(l.CPUMilli, 1)*100)},
 		{"memory.max", strconv.FormatInt(l.MemoryBytes, 10)},
 		{"pids.max", strconv.Itoa(l.Pids)},
 	}

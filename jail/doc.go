@@ -11,7 +11,7 @@
 //   - a per-VM unprivileged uid and gid, no supplementary groups, an empty
 //     capability bounding set, no_new_privs;
 //   - rlimits on open files, threads and file size;
-//   - a cgroup v2 per VM (cpu.max from its vCPUs, memory.max for guest
+//   - a cgroup v2 per VM (cpu.max from its vCPUs plus half a CPU for its own threads, memory.max for guest
 //     memory plus overhead, pids.max), entered at clone time;
 //   - a seccomp-bpf allowlist, installed after the machine is built and
 //     before the guest's first instruction (Seccomp, below, says what each

@@ -105,7 +105,7 @@ func TestDaemonJailsVMM(t *testing.T) {
 		t.Errorf("VMM cgroup %q, want cellvm/%s", cg, info.ID)
 	} else {
 		dir := filepath.Join("/sys/fs/cgroup/cellvm", info.ID)
-		for file, want := range map[string]string{"cpu.max": "200000 100000", "memory.max": fmt.Sprint((384 + 256) << 20), "pids.max": "256"} {
+		for file, want := range map[string]string{"cpu.max": "250000 100000", "memory.max": fmt.Sprint((384 + 256) << 20), "pids.max": "256"} {
 			if b, err := os.ReadFile(filepath.Join(dir, file)); err != nil || strings.TrimSpace(string(b)) != want {
 				t.Errorf("%s/%s = %q (%v), want %q", dir, file, b, err, want)
 			}
