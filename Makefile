@@ -44,9 +44,13 @@ typescript:
 image: typescript
 	image/build.sh
 
+## cellvm: build/bin/cellvm and build/bin/cellvm-vmm, the small binary the
+## daemon starts for each VM; cellvm carries its SHA-256 and runs only that
+## one (else `cellvm vmm`). Keep the two side by side.
 cellvm:
 	@mkdir -p $(BIN)
-	$(GO) build -buildvcs=auto -ldflags "-X main.buildCommit=$$(git rev-parse HEAD 2>/dev/null) -X main.buildRelease=$(VERSION)" -o $(BIN)/cellvm ./cmd/cellvm
+	$(GO) build -buildvcs=auto -o $(BIN)/cellvm-vmm ./cmd/cellvm-vmm
+	$(GO) build -buildvcs=auto -ldflags "-X main.buildCommit=$$(git rev-parse HEAD 2>/dev/null) -X main.buildRelease=$(VERSION) -X main.vmmSHA256=$$(sha256sum $(BIN)/cellvm-vmm | cut -d' ' -f1)" -o $(BIN)/cellvm ./cmd/cellvm
 
 ## initramfs: the static guest init as /init of build/initramfs.cpio
 initramfs:

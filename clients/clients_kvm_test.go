@@ -23,12 +23,19 @@ import (
 // host takes about a second.
 func realDaemon(t *testing.T) string {
 	t.Helper()
+	sock, _ := realDaemonState(t)
+	return sock
+}
+
+// realDaemonState is realDaemon, and the daemon's state directory.
+func realDaemonState(t *testing.T) (sock, state string) {
+	t.Helper()
 	kvmtest.Require(t)
 	dir, err := os.MkdirTemp("", "cellvm-rig-clients-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock, state := filepath.Join(dir, "cellvm.sock"), filepath.Join(dir, "state")
+	sock, state = filepath.Join(dir, "cellvm.sock"), filepath.Join(dir, "state")
 	cmd := exec.Command(kvmtest.BuildFile(t, "bin/cellvm"), "serve", "--socket", sock, "--state-dir", state, "--network=false", "--templates=false", "--cell-timeout", "10m")
 	cmd.Env = append(os.Environ(),
 		"CELLVM_KERNEL="+kvmtest.BuildFile(t, "kernel/vmlinux"),
@@ -53,7 +60,7 @@ func realDaemon(t *testing.T) string {
 	})
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if _, err := os.Stat(sock); err == nil {
-			return sock
+			return sock, state
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the daemon did not listen within 30 s:\n%s", log.String())

@@ -212,7 +212,7 @@ func newEmbeddedManager(b *guestFlags, log *slog.Logger) (sandbox.Manager, func(
 		return nil, nil, err
 	}
 	m, err := engine.NewVMManager(engine.Options{
-		Exe: exe, ExeEnv: vmmExeEnv, Kernel: k, Initrd: i, RootFS: r, StateDir: dir, Log: log,
+		Exe: vmmBinary(exe, vmmExeEnv, log), ExeEnv: vmmExeEnv, Kernel: k, Initrd: i, RootFS: r, StateDir: dir, Log: log,
 		BootTimeout: bootTimeoutFromEnv(), Jail: jailOpt, TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1",
 	})
 	if err != nil {

@@ -420,7 +420,7 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 	}
 	engine.SetResultMemory(o.resultMiB<<20, log)
 	opt := engine.Options{
-		Exe: exe, ExeEnv: vmmExeEnv, Kernel: k, Initrd: i, RootFS: r, StateDir: o.stateDir, ImagesDir: o.imagesDir,
+		Exe: vmmBinary(exe, vmmExeEnv, log), ExeEnv: vmmExeEnv, Kernel: k, Initrd: i, RootFS: r, StateDir: o.stateDir, ImagesDir: o.imagesDir,
 		MaxSandboxes: o.maxSandboxes, MaxMemoryMiB: o.maxMemory, Log: log,
 		Net: netHost, Jail: jailOpt, ConsoleMaxBytes: o.consoleMiB << 20,
 		TestHooks: os.Getenv("CELLVM_TEST_HOOKS") == "1", Node: o.node, MaxImageBytes: maxImage,

@@ -1,11 +1,11 @@
 package main
 
 import (
+	"errors"
 	"io"
 
 	"github.com/spf13/cobra"
 
-	"github.com/cellvm/cellvm/vmm/control"
 	"github.com/cellvm/cellvm/vmm/process"
 )
 
@@ -28,16 +28,14 @@ func (a *app) vmmCommand() *cobra.Command {
 	}
 }
 
-// cmdVMM runs one VM in this process until the guest ends or the process
-// gets SIGTERM/SIGINT. The console goes to stdout, the VMM's log to stderr.
+// cmdVMM runs one VM in this process (process.Main) until the guest ends
+// or the process gets SIGTERM/SIGINT. The console goes to stdout, the
+// VMM's log to stderr. The daemon starts cellvm-vmm instead where it can
+// (vmmBinary): the same body in a binary a fifth the size.
 func cmdVMM(args []string, stdout, stderr io.Writer) error {
-	path, err := control.ConfigPath(args)
-	if err != nil {
-		return usageError{err}
+	err := process.Main(args, stdout, stderr)
+	if u, ok := errors.AsType[*process.UsageError](err); ok {
+		return usageError{u.Err}
 	}
-	spec, files, err := control.Load(path)
-	if err != nil {
-		return err
-	}
-	return process.Run(spec, files, process.Options{Stdout: stdout, Stderr: stderr, StopOnSignal: true})
+	return err
 }

@@ -35,7 +35,9 @@ import (
 
 // Options configure a VMManager.
 type Options struct {
-	// Exe is the cellvm binary started as `cellvm vmm` for each VM.
+	// Exe is the binary started as `Exe vmm --config FILE` for each VM:
+	// cellvm-vmm, the VMM's own small binary, or cellvm itself (the
+	// daemon chooses: cmd/cellvm's vmmBinary).
 	Exe string
 	// ExeEnv is added to a VMM's otherwise empty environment (vmmEnv).
 	// Only a test binary that runs as cellvm sets it (cmd/cellvm's
@@ -231,7 +233,7 @@ func NewVMManager(opt Options) (*VMManager, error) {
 	if opt.ConsoleMaxBytes < consolelog.MinMax {
 		return nil, fmt.Errorf("console log cap %d bytes is below the minimum %d", opt.ConsoleMaxBytes, consolelog.MinMax)
 	}
-	for name, p := range map[string]string{"cellvm binary": opt.Exe, "kernel": opt.Kernel, "initramfs": opt.Initrd, "root image": opt.RootFS} {
+	for name, p := range map[string]string{"VMM binary": opt.Exe, "kernel": opt.Kernel, "initramfs": opt.Initrd, "root image": opt.RootFS} {
 		if p == "" {
 			return nil, fmt.Errorf("no %s configured", name)
 		}

@@ -95,6 +95,17 @@ func benchJail() *engine.JailOptions {
 	return j
 }
 
+// benchVMM is the binary the benches' managers start for each VM: the
+// cellvm-vmm that make cellvm builds beside cellvm, as the daemon does, or
+// cellvm itself (`cellvm vmm`) without one.
+func benchVMM(cellvm string) string {
+	vmm := filepath.Join(filepath.Dir(cellvm), "cellvm-vmm")
+	if _, err := os.Stat(vmm); err == nil {
+		return vmm
+	}
+	return cellvm
+}
+
 // newBenchManager returns a manager over a fresh state directory, and a
 // function that closes it (destroying what it still holds) and removes the
 // directory; calling it again does nothing. tweak changes the options
@@ -105,7 +116,7 @@ func newBenchManager(cellvm, build string, j *engine.JailOptions, tpl engine.Tem
 		return nil, nil, err
 	}
 	opts := engine.Options{
-		Exe: cellvm, Kernel: filepath.Join(build, "kernel/vmlinux"), Initrd: filepath.Join(build, "initramfs.cpio"),
+		Exe: benchVMM(cellvm), Kernel: filepath.Join(build, "kernel/vmlinux"), Initrd: filepath.Join(build, "initramfs.cpio"),
 		RootFS: filepath.Join(build, "rootfs.ext4"), StateDir: state, BootTimeout: 5 * time.Minute,
 		Log: slog.New(slog.DiscardHandler), Jail: j, Templates: tpl,
 	}
