@@ -191,6 +191,9 @@ type vmSandbox struct {
 	lastUsed  atomic.Int64 // unix nanoseconds
 	bootMS    atomic.Int64 // how long Create took to boot the VM
 	queuedMS  atomic.Int64 // how long its start waited for a slot (admit.go)
+	// startSteps says where its start's time went (launch), for the
+	// "sandbox created" line: set once, before the sandbox is shared.
+	startSteps startSteps
 	// startedFrom is Info.StartedFrom.
 	startedFrom string
 	// internal: a template build's or an image build's VM, which no
@@ -419,7 +422,7 @@ func (m *VMManager) Create(ctx context.Context, cfg sandbox.Config) (info sandbo
 	if err != nil {
 		return sandbox.Info{}, err
 	}
-	m.log.Info("sandbox created", "id", s.id, "vcpus", cfg.VCPUs, "memory_mib", cfg.MemoryMiB, "started_from", s.startedFrom, "boot_ms", s.bootMS.Load(), "queued_ms", s.queuedMS.Load())
+	m.log.Info("sandbox created", "id", s.id, "vcpus", cfg.VCPUs, "memory_mib", cfg.MemoryMiB, "started_from", s.startedFrom, "boot_ms", s.bootMS.Load(), "queued_ms", s.queuedMS.Load(), "steps", s.startSteps)
 	m.events.Publish(sandbox.Event{Type: sandbox.EventCreated, Sandbox: s.id, Tenant: s.cfg.Tenant})
 	return m.info(s), nil
 }
@@ -467,6 +470,7 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 		return nil, err
 	}
 	defer release() // the VM has started (its agent answered) or failed
+	admitted := time.Now()
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox directory: %w", err)
 	}
@@ -564,9 +568,14 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 	bootCtx, cancel := context.WithTimeout(ctx, m.opt.BootTimeout)
 	defer cancel()
 	start := time.Now()
-	if _, s.agent, err = m.startVMM(ctx, s.dir, st, "booting"); err != nil {
+	s.startSteps.Prepare = start.Sub(admitted)
+	var p *vmProc
+	if p, s.agent, err = m.startVMM(ctx, s.dir, st, "booting"); err != nil {
 		return nil, err
 	}
+	s.startSteps.Spawn = p.spawnTook
+	s.startSteps.Agent = time.Since(start) - p.spawnTook
+	renew := time.Now()
 	if len(cfg.Env) > 0 && !(from != nil && maps.Equal(cfg.Env, from.env)) {
 		// The guest's processes get the sandbox's env from its agent,
 		// before the first cell starts the interpreter. A restored guest
@@ -583,6 +592,7 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 		}
 		os.Remove(filepath.Join(s.dir, reseedPendingFile))
 	}
+	s.startSteps.Renew = time.Since(renew)
 	s.bootMS.Store(time.Since(start).Milliseconds())
 	if err := m.initCheckpoints(s, from); err != nil {
 		return nil, err

@@ -187,3 +187,18 @@ VmFlags: rd wr mr mw me gd ac
 		t.Errorf("the parts sum to %d: the guest's mappings were counted (%v)", sum, parts)
 	}
 }
+
+func TestStartBreakdownFields(t *testing.T) {
+	ms := map[string]int64{}
+	parseSteps("prepare=12 spawn=3 agent=900 renew=40", ms)
+	parseSteps(`time=2026-12-03T15:07:06.431Z level=INFO msg="vmm built" since_exec_ms=628 jail_enter_ms=35 build_ms=1229`, ms)
+	want := map[string]int64{"prepare": 12, "spawn": 3, "agent": 900, "renew": 40, "since_exec": 628, "jail_enter": 35, "build": 1229}
+	for k, v := range want {
+		if ms[k] != v {
+			t.Errorf("%s = %d, want %d (all %v)", k, ms[k], v, ms)
+		}
+	}
+	if got := formatBreakdown(medianBreakdown([]map[string]int64{{"spawn": 1, "cell": 5}, {"spawn": 3, "cell": 7}, {"spawn": 2, "cell": 6}})); got != "spawn 2, cell 6" {
+		t.Errorf("median breakdown %q", got)
+	}
+}

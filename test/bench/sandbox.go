@@ -118,7 +118,7 @@ func newBenchManager(cellvm, build string, j *engine.JailOptions, tpl engine.Tem
 	opts := engine.Options{
 		Exe: benchVMM(cellvm), Kernel: filepath.Join(build, "kernel/vmlinux"), Initrd: filepath.Join(build, "initramfs.cpio"),
 		RootFS: filepath.Join(build, "rootfs.ext4"), StateDir: state, BootTimeout: 5 * time.Minute,
-		Log: slog.New(slog.DiscardHandler), Jail: j, Templates: tpl,
+		Log: slog.New(createdSteps), Jail: j, Templates: tpl,
 	}
 	for _, f := range tweak {
 		f(&opts)

@@ -68,6 +68,8 @@ type startsBench struct {
 	*snapBench
 	measureLines
 	cellvm, build string
+	// steps are each kind of start's breakdowns (startBreakdown).
+	steps map[string][]map[string]int64
 }
 
 func benchStarts(cellvm, build string) error {
@@ -97,8 +99,8 @@ func (s *startsBench) run(ctx context.Context, started time.Time, n int) error {
 	if err != nil {
 		return err
 	}
-	s.line("create -> first result of %s, cold boot (the baseline): p50 %v, p99 %v (over %d)", trivialCell,
-		dur(percentile(cold, 50)), dur(percentile(cold, 99)), len(cold))
+	s.line("create -> first result of %s, cold boot (the baseline): p50 %v, p99 %v (over %d); median ms: %s", trivialCell,
+		dur(percentile(cold, 50)), dur(percentile(cold, 99)), len(cold), formatBreakdown(medianBreakdown(s.steps["cold boot"])))
 	coldPSS, err := vmmPSS(coldIDs[0])
 	if err != nil {
 		return fmt.Errorf("cold VM's PSS: %w", err)
@@ -185,7 +187,12 @@ func (s *startsBench) starts(ctx context.Context, kind string, n, keep int, from
 		}
 		d := time.Since(start)
 		ds = append(ds, d)
-		fmt.Printf("%s %d/%d: agent up in %v (queued %d ms), first result in %v\n", kind, i+1, n, dur(up), info.QueuedMS, dur(d))
+		steps := startBreakdown(info.ID, (d - up).Milliseconds())
+		if s.steps == nil {
+			s.steps = map[string][]map[string]int64{}
+		}
+		s.steps[kind] = append(s.steps[kind], steps)
+		fmt.Printf("%s %d/%d: agent up in %v (queued %d ms), first result in %v (ms: %s)\n", kind, i+1, n, dur(up), info.QueuedMS, dur(d), formatBreakdown(steps))
 		if i < n-keep {
 			s.delete(ctx, info.ID)
 		} else {
@@ -200,8 +207,9 @@ func (s *startsBench) against(kind string, ds, cold []time.Duration) {
 	p50, p99 := percentile(ds, 50), percentile(ds, 99)
 	c50, c99 := percentile(cold, 50), percentile(cold, 99)
 	r50, r99 := ratio(p50, c50), ratio(p99, c99)
-	s.line("create -> first result of %s, %s / cold boot: p50 %.4f (%v vs %v), p99 %.4f (%v vs %v), over %d; %s",
-		trivialCell, kind, r50, dur(p50), dur(c50), r99, dur(p99), dur(c99), len(ds), verdict(max(r50, r99), startGoal, ""))
+	s.line("create -> first result of %s, %s / cold boot: p50 %.4f (%v vs %v), p99 %.4f (%v vs %v), over %d; %s; median ms: %s",
+		trivialCell, kind, r50, dur(p50), dur(c50), r99, dur(p99), dur(c99), len(ds), verdict(max(r50, r99), startGoal, ""),
+		formatBreakdown(medianBreakdown(s.steps[kind])))
 }
 
 // overhead prints the VMM's RSS less the guest memory's resident pages.

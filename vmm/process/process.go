@@ -98,9 +98,12 @@ func Run(spec control.Spec, files control.Files, o Options) (err error) {
 			if err := jail.Install(); err != nil {
 				return err
 			}
-			log.Info("vmm jailed", "uid", j.UID, "root", j.Root, "cgroup", j.Cgroup, "seccomp", "on",
-				"since_exec_ms", execMS, "jail_enter_ms", entered.Sub(started).Milliseconds(), "build_ms", time.Since(entered).Milliseconds())
+			log.Info("vmm jailed", "uid", j.UID, "root", j.Root, "cgroup", j.Cgroup, "seccomp", "on")
 		}
+		// Where the process's start went, jailed or not: the kernel's
+		// clone to Run, the jail's mounts, and the machine's build (a
+		// boot's kernel load, a restore's mapping and state).
+		log.Info("vmm built", "since_exec_ms", execMS, "jail_enter_ms", entered.Sub(started).Milliseconds(), "build_ms", time.Since(entered).Milliseconds())
 		ends.guestRuns()
 		return nil
 	}
