@@ -38,13 +38,20 @@ func BenchmarkHostToGuest(b *testing.B) {
 	h.Kick(rxQueue)
 	txHdr := h.Heap.Alloc(HeaderLen, 8)
 	var local uint32
-	// send posts a header on tx, reclaiming what the device has taken.
+	txOut := false // the one header buffer is on tx, not yet taken
+	// send posts a header on tx, once the device has taken the last one
+	// (rewriting the buffer before would race the device's read of it).
 	send := func(op uint16, fwd uint32) {
-		for {
-			if _, _, ok := tx.Reclaim(); !ok {
-				break
+		for deadline := time.Now().Add(5 * time.Second); txOut; {
+			if _, _, ok := tx.Reclaim(); ok {
+				txOut = false
+			} else if time.Now().After(deadline) {
+				b.Fatal("the device did not take a tx header")
+			} else {
+				time.Sleep(10 * time.Microsecond)
 			}
 		}
+		txOut = true
 		hd := Header{SrcCID: guestCID, DstCID: HostCID, SrcPort: port, DstPort: local, Type: TypeStream, Op: op, BufAlloc: guestBuf, FwdCnt: fwd}
 		var raw [HeaderLen]byte
 		hd.Encode(raw[:])

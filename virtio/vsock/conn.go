@@ -44,6 +44,11 @@ type conn struct {
 	peerBufAlloc uint32
 	peerFwdCnt   uint32
 	toGuest      []byte
+	// ahead is the reader's next chunk, read while the rx goroutine
+	// copied toGuest into the guest: it becomes toGuest when that is
+	// taken (took). ahead is nil whenever toGuest is empty, so toGuest's
+	// length alone says whether the guest has data to take.
+	ahead []byte
 }
 
 // move takes c to the state after ev. An illegal move is logged
@@ -136,7 +141,11 @@ func (c *conn) took(h *Header, room uint32) []byte {
 		data, c.toGuest = c.toGuest[:n], c.toGuest[n:]
 		c.txCnt += n
 		if len(c.toGuest) == 0 {
-			c.cond.Broadcast() // the reader may fetch more
+			// The chunk read ahead is next; the reader may fetch more
+			// into the buffer just emptied (data is copied out of it
+			// under mu before the reader can run).
+			c.toGuest, c.ahead = c.ahead, nil
+			c.cond.Broadcast()
 		}
 	case OpShutdown:
 		c.move(evShutSent)
@@ -181,30 +190,34 @@ func (c *conn) guestShutdown(flags uint32) {
 		return
 	}
 	if flags&ShutdownRcv != 0 {
-		c.toGuest = nil
+		c.toGuest, c.ahead = nil, nil
 	}
 	c.cond.Broadcast()
 }
 
 // hostReader moves host socket data towards the guest, reading no more
-// than the guest has credit for. It reads into one buffer of its own and
-// hands it to the rx goroutine as toGuest, without a copy; it reads again
-// only once toGuest is empty, so the buffer is never written while the rx
-// goroutine copies from it.
+// than the guest has credit for. It reads into two buffers of its own in
+// turn and hands each to the rx goroutine without a copy: as toGuest, or
+// as ahead while toGuest is still being taken, so the next read from the
+// host overlaps the copy of the last into the guest. It reads only while
+// ahead is empty, so the buffer it reads into is never the one toGuest
+// holds: that is the other, the last one handed over.
 func (c *conn) hostReader() {
 	s := c.s
 	defer s.wg.Done()
-	buf := make([]byte, MaxPayload)
+	bufs := [2][]byte{make([]byte, MaxPayload), make([]byte, MaxPayload)}
+	next := 0
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
-		for !c.state.killed() && (c.state.phase != phaseEstablished || c.state.recv != recvOpen || len(c.toGuest) > 0 || c.peerCredit() == 0) {
+		for !c.state.killed() && (c.state.phase != phaseEstablished || c.state.recv != recvOpen || c.ahead != nil || c.readCredit() == 0) {
 			c.cond.Wait()
 		}
 		if c.state.killed() {
 			return
 		}
-		n := min(c.peerCredit(), MaxPayload)
+		n := min(c.readCredit(), MaxPayload)
+		buf := bufs[next]
 		s.mu.Unlock()
 		k, err := c.uds.Read(buf[:n])
 		s.mu.Lock()
@@ -212,9 +225,14 @@ func (c *conn) hostReader() {
 			return
 		}
 		if k > 0 {
-			// No copy: buf is read again only once toGuest is empty,
-			// and fillRx copies toGuest into guest memory under mu.
-			c.toGuest = buf[:k:k]
+			// No copy: took copies toGuest into guest memory under mu,
+			// and this buffer is read again only after it is taken.
+			if len(c.toGuest) == 0 {
+				c.toGuest = buf[:k:k]
+			} else {
+				c.ahead = buf[:k:k]
+			}
+			next ^= 1
 			s.schedule(c)
 		}
 		if err != nil {
@@ -224,6 +242,12 @@ func (c *conn) hostReader() {
 			return
 		}
 	}
+}
+
+// readCredit is how much more the reader may read: the guest's credit
+// less what toGuest already holds for it.
+func (c *conn) readCredit() uint32 {
+	return c.peerCredit() - min(uint32(len(c.toGuest)), c.peerCredit())
 }
 
 // hostWriter writes guest data (and the OK line) to the host socket, then

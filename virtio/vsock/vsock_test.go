@@ -555,3 +555,55 @@ func TestHostToGuestStreamIntact(t *testing.T) {
 		t.Fatalf("stream differs at byte %d of %d", i, len(want))
 	}
 }
+
+// The host reader reads its next chunk while the guest has yet to take
+// the last (toGuest), so a host-to-guest stream never waits for the
+// guest's copy before its next read: with the guest's rx buffers all
+// full, the connection holds one chunk in toGuest and one read ahead, and
+// no more; once the guest takes them the stream arrives whole.
+func TestHostReaderReadsAhead(t *testing.T) {
+	g := newGuest(t)
+	c, req := g.hostRequest(91)
+	const credit = 1 << 20
+	g.send(Header{SrcPort: 91, DstPort: req.SrcPort, Op: OpResponse, BufAlloc: credit}, nil)
+	readLine(t, c)
+	want := make([]byte, 6*MaxPayload)
+	for i := range want {
+		want[i] = byte(i / 11)
+	}
+	go c.Write(want)
+	// 32 rx buffers of 4 KiB take two chunks; the third waits in
+	// toGuest and the fourth is read ahead.
+	var toGuest, ahead int
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		g.dev.sess.mu.Lock()
+		for _, cn := range g.dev.sess.conns {
+			toGuest, ahead = len(cn.toGuest), len(cn.ahead)
+		}
+		g.dev.sess.mu.Unlock()
+		if toGuest > 0 && ahead > 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if toGuest == 0 || ahead == 0 {
+		t.Fatalf("with the rx queue full: toGuest %d bytes, read ahead %d; want both held", toGuest, ahead)
+	}
+	time.Sleep(50 * time.Millisecond)
+	g.dev.sess.mu.Lock()
+	for _, cn := range g.dev.sess.conns {
+		if len(cn.toGuest)+len(cn.ahead) > 2*MaxPayload {
+			t.Errorf("the reader holds %d bytes for the guest, more than two chunks", len(cn.toGuest)+len(cn.ahead))
+		}
+	}
+	g.dev.sess.mu.Unlock()
+	got := make([]byte, 0, len(want))
+	for len(got) < len(want) {
+		_, d := g.expect(OpRW)
+		got = append(got, d...)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the stream read ahead arrived out of order or damaged")
+	}
+}
