@@ -16,7 +16,8 @@
 # messages to its stdout; its own report goes to stderr.
 #
 # Exit codes: CMD's own; 124 when --timeout expired (QEMU is killed);
-# 123 when L1 printed nothing for RIG_STALL seconds (default 600; 0 off), its
+# 123 when L1 did not start CMD within RIG_BOOT seconds (default 240; 0
+# off), printed nothing for RIG_STALL seconds (default 600; 0 off), its
 # heartbeat stopped for RIG_HEARTBEAT seconds (default 90; 0 off), or its
 # kernel reported a soft lockup of RIG_LOCKUP seconds (default 150; 0 off),
 # and was killed; 125 when L1 ended without reporting (crash, panic, setup
@@ -208,8 +209,9 @@ stalled=0
 stall_s=${RIG_STALL:-600}
 lockup_s=${RIG_LOCKUP:-150}
 hb_s=${RIG_HEARTBEAT:-90}
-for v in stall_s lockup_s hb_s; do
-	[[ ${!v} =~ ^[0-9]+$ ]] || { echo "run.sh: RIG_STALL, RIG_LOCKUP and RIG_HEARTBEAT must be whole seconds" >&2; exit 2; }
+boot_s=${RIG_BOOT:-240}
+for v in stall_s lockup_s hb_s boot_s; do
+	[[ ${!v} =~ ^[0-9]+$ ]] || { echo "run.sh: RIG_STALL, RIG_LOCKUP, RIG_HEARTBEAT and RIG_BOOT must be whole seconds" >&2; exit 2; }
 done
 hb_size=0
 hb_last=""
@@ -226,6 +228,15 @@ while kill -0 "$qpid" 2>/dev/null; do
 	fi
 	if awk -v a="$now" -v b="$t0" -v t="$timeout_s" 'BEGIN { exit !(a - b >= t) }'; then
 		timed_out=1
+		kill -9 "$qpid" 2>/dev/null || true
+		break
+	fi
+	# Boot watchdog: L1 boots to CMD in 6-10 s. One was seen to hang in
+	# its early boot with every vCPU halted in QEMU (no console line, no
+	# heartbeat, QEMU idle): it would wait out RIG_STALL's ten minutes
+	# for nothing, where a fresh L1 (test-rig.sh's next attempt) boots.
+	if [[ -z $t_started ]] && ((boot_s > 0)) && awk -v a="$now" -v b="$t0" -v t="$boot_s" 'BEGIN { exit !(a - b >= t) }'; then
+		stalled=4
 		kill -9 "$qpid" 2>/dev/null || true
 		break
 	fi
@@ -286,6 +297,11 @@ if ((timed_out)); then
 	echo "run.sh: TIMEOUT: L1 killed after ${timeout_s}s (--timeout); the command did not finish" >&2
 	echo "cellvm-rig: wall ${wall}s, timed out" >&2
 	exit 124
+fi
+if ((stalled == 4)); then
+	echo "run.sh: STALLED: L1 did not start the command within ${boot_s}s of QEMU's start (RIG_BOOT; a hung boot; console: $(tail -c 300 "$console" | tr -d '\r' | tr '\n' ' ')); L1 killed" >&2
+	echo "cellvm-rig: wall ${wall}s, stalled" >&2
+	exit 123
 fi
 if ((stalled == 3)); then
 	echo "run.sh: STALLED: L1's heartbeat stopped ${hb_s}s ago (RIG_HEARTBEAT; last: $(tail -n1 "$heartbeat" | tr -d '\r')); L1 killed" >&2

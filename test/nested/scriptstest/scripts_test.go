@@ -273,3 +273,44 @@ func TestRigCountsRerunsAndFlakyPackages(t *testing.T) {
 		t.Errorf("output lacks %q:\n%s", want, out)
 	}
 }
+
+// TestRunKillsAnL1ThatNeverStartsItsCommand: an L1 whose boot hangs (a
+// QEMU that prints nothing and never runs the command, as one was seen
+// with every vCPU halted) is killed after RIG_BOOT seconds with exit 123,
+// which test-rig.sh answers with a fresh L1, instead of RIG_STALL's ten
+// minutes. run.sh runs from a copy of this directory whose mkinitramfs.sh
+// is a fake, under a fake QEMU that only sleeps.
+func TestRunKillsAnL1ThatNeverStartsItsCommand(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash is not installed")
+	}
+	if out, err := exec.Command("bash", "-c", `ls /boot/vmlinuz-* >/dev/null 2>&1 && [ -x /bin/busybox ] && command -v modinfo`).CombinedOutput(); err != nil {
+		t.Skipf("run.sh needs a host kernel in /boot, a static busybox and kmod: %s", out)
+	}
+	tree := t.TempDir()
+	nested := filepath.Join(tree, "test", "nested")
+	if err := os.MkdirAll(nested, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"run.sh", "init.sh"} {
+		b, err := os.ReadFile(filepath.Join("..", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(nested, f), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script(t, nested, "mkinitramfs.sh", `: >"$2"`+"\n")
+	bin := t.TempDir()
+	script(t, bin, "qemu-system-x86_64", "exec sleep 300\n")
+	cmd := exec.Command(filepath.Join(nested, "run.sh"), "--timeout", "120", "--", "true")
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "RIG_BOOT=3")
+	out, _ := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 123 {
+		t.Fatalf("run.sh exited %d, want 123 (a hung boot killed):\n%s", code, out)
+	}
+	if !strings.Contains(string(out), "did not start the command within 3s") {
+		t.Errorf("run.sh did not say why it killed L1:\n%s", out)
+	}
+}
