@@ -72,6 +72,14 @@ func doctor(kvmOnly bool, stdout io.Writer) int {
 		}
 		check(f.name, true, fmt.Sprintf("%s (%d MiB)", f.path, fi.Size()>>20), "")
 	}
+	if exe, err := os.Executable(); err == nil {
+		// Not fatal: without it each VM runs as `cellvm vmm`, larger.
+		if path, problem := findVMMBinary(exe); problem == "" {
+			check("VMM binary", true, path, "")
+		} else {
+			check("VMM binary", false, problem, "make cellvm")
+		}
+	}
 	if p, err := exec.LookPath("iptables"); err == nil {
 		check("iptables", true, p+" (needed for network policies)", "")
 	} else {

@@ -27,23 +27,35 @@ const vmmBinaryName = "cellvm-vmm"
 // is the same VMM, only larger. A test binary acting as cellvm (extra, its
 // role's environment) is always its own VMM.
 func vmmBinary(exe string, extra []string, log *slog.Logger) string {
-	if len(extra) > 0 || vmmSHA256 == "" {
+	if len(extra) > 0 {
 		return exe
 	}
-	path := filepath.Join(filepath.Dir(exe), vmmBinaryName)
-	sum, err := fileSHA256(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		log.Warn("no cellvm-vmm next to cellvm: each VM runs as `cellvm vmm`, about 15 MiB larger (copy build/bin/cellvm-vmm beside cellvm)", "want", path)
-		return exe
-	case err != nil:
-		log.Warn("cellvm-vmm cannot be read: each VM runs as `cellvm vmm`", "path", path, "err", err)
-		return exe
-	case sum != vmmSHA256:
-		log.Warn("cellvm-vmm is not the one built with this cellvm: each VM runs as `cellvm vmm` (rebuild both with make cellvm)", "path", path)
+	path, problem := findVMMBinary(exe)
+	if problem != "" {
+		log.Warn(problem, "want", filepath.Join(filepath.Dir(exe), vmmBinaryName))
 		return exe
 	}
 	return path
+}
+
+// findVMMBinary is cellvm-vmm's path next to exe when it is the one built
+// with this cellvm; otherwise exe, and what is wrong, for a log line or
+// `cellvm doctor`.
+func findVMMBinary(exe string) (path, problem string) {
+	if vmmSHA256 == "" {
+		return exe, "" // built without cellvm-vmm (go build ./cmd/cellvm): `cellvm vmm` is the VMM
+	}
+	path = filepath.Join(filepath.Dir(exe), vmmBinaryName)
+	sum, err := fileSHA256(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return exe, "no cellvm-vmm next to cellvm: each VM runs as `cellvm vmm`, about 15 MiB larger (copy build/bin/cellvm-vmm beside cellvm)"
+	case err != nil:
+		return exe, "cellvm-vmm cannot be read (" + err.Error() + "): each VM runs as `cellvm vmm`"
+	case sum != vmmSHA256:
+		return exe, "cellvm-vmm is not the one built with this cellvm: each VM runs as `cellvm vmm` (rebuild both with make cellvm)"
+	}
+	return path, ""
 }
 
 // fileSHA256 is the hex SHA-256 of the file at path.

@@ -57,3 +57,15 @@ func TestVMMBinaryIsTheOneBuiltWithCellvm(t *testing.T) {
 		t.Errorf("a missing cellvm-vmm: runs %s, logged %q", got, logs.String())
 	}
 }
+
+// cellvm doctor says which VMM binary the daemon would run, and what is
+// wrong with a cellvm-vmm it would not.
+func TestDoctorNamesTheVMMBinary(t *testing.T) {
+	defer func(old string) { vmmSHA256 = old }(vmmSHA256)
+	vmmSHA256 = "0000" // no cellvm-vmm beside the test binary has this sum
+	var out bytes.Buffer
+	doctor(false, &out)
+	if !strings.Contains(out.String(), "VMM binary") || !strings.Contains(out.String(), "no cellvm-vmm next to cellvm") {
+		t.Errorf("doctor did not report the missing cellvm-vmm:\n%s", out.String())
+	}
+}
