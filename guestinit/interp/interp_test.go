@@ -443,19 +443,24 @@ func TestRestart(t *testing.T) {
 	if got := mainText(t, res); got != "False" {
 		t.Errorf("x survived a restart")
 	}
-	// Restart during a cell ends it as lost.
+	// Restart during a cell ends it as lost. The cell's Run returns as
+	// soon as Restart kills the process, before Restart starts the next
+	// one: the test waits for Restart before its next cell, which could
+	// otherwise run and end the test (closing the interpreter) first.
+	restarted := make(chan error, 1)
 	go func() {
 		for in.running.Load() == nil {
 			time.Sleep(10 * time.Millisecond)
 		}
 		time.Sleep(200 * time.Millisecond)
-		if err := in.Restart(); err != nil {
-			t.Error(err)
-		}
+		restarted <- in.Restart()
 	}()
 	res = runT(t, in, "import time\ntime.sleep(30)", time.Minute)
 	if res.Status != cell.StatusLost || res.StateKept {
 		t.Errorf("cell during restart: %+v", res)
+	}
+	if err := <-restarted; err != nil {
+		t.Errorf("restart during a cell: %v", err)
 	}
 	expectOK(t, run(t, in, "1"))
 }
