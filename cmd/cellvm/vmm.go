@@ -9,8 +9,9 @@ import (
 	"github.com/cellvm/cellvm/vmm/process"
 )
 
-// vmmCommand is `cellvm vmm --config FILE`, the process the daemon starts
-// per VM (package vmm/process is its body, vmm/control its spec). It
+// vmmCommand is `cellvm vmm --config FILE`, one VM's process: the daemon
+// starts the same as cellvm-vmm where it can (vmmBinary), and this one
+// otherwise (package vmm/process is its body, vmm/control its spec). It
 // parses its own arguments so that its argv shape stays fixed; the daemon
 // finds its VMMs by what it recorded (pid, start time, cgroup), never by
 // argv, which a compromised VMM could rewrite.

@@ -8,8 +8,8 @@
 //   - Spec (spec.go) is the one description of a VMM process: the machine,
 //     its devices, its jail, its logs. It is JSON (vmm.json in a sandbox's
 //     directory), read and validated by the process (Load) before it does
-//     anything. The process's command line is `cellvm vmm --config FILE`
-//     (Args); a restarted daemon finds the process again by what it
+//     anything. The process's command line is `cellvm-vmm vmm --config
+//     FILE`, or `cellvm vmm --config FILE` (Args after the binary); a restarted daemon finds the process again by what it
 //     recorded of it (pid, start time, cgroup), never by that argv, which
 //     the process could rewrite.
 //   - Files the VMM cannot or must not open itself (a workspace disk, the

@@ -159,7 +159,8 @@ func (s Spec) slotName(slot string) string {
 	return slot
 }
 
-// The VMM process's command line is `cellvm vmm --config FILE`. A
+// The VMM process's command line is `cellvm-vmm vmm --config FILE` (or
+// cellvm's own binary in cellvm-vmm's place). A
 // restarted daemon does not find its VMMs by it (a VMM can rewrite its
 // own argv) but by what it recorded of them: pid, start time, cgroup.
 // IsVMM is for tests and tools that look at a process.

@@ -17,7 +17,8 @@ import (
 
 // Spec is one VMM process: the machine it runs and the files it is
 // handed. The daemon writes it as JSON (vmm.json in the sandbox's
-// directory) and starts `cellvm vmm --config FILE` on it; `cellvm boot`
+// directory) and starts `cellvm-vmm vmm --config FILE` on it (or `cellvm
+// vmm`: cmd/cellvm's vmmBinary says which); `cellvm boot`
 // builds the same Spec from its flags and runs it in its own process.
 // Nothing about the VM depends on the daemon's memory once the process
 // runs.

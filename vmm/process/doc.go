@@ -1,9 +1,10 @@
 // Package process is the body of a VMM process: it runs the one machine a
 // control.Spec describes, with the files handed to it in the spec's slots,
 // until the guest ends or it is stopped, and says why it ended (the End
-// report). `cellvm vmm --config FILE` (the process the daemon starts per
-// VM) and `cellvm boot` (a machine on the terminal) both run it; the
-// command line only parses flags.
+// report). `cellvm-vmm vmm --config FILE` (the process the daemon starts
+// per VM: cmd/cellvm-vmm, a binary of the VMM alone), `cellvm vmm
+// --config FILE` (the same, in cellvm) and `cellvm boot` (a machine on the
+// terminal) all run it (Main, Run); the command lines only parse flags.
 //
 // The order is the jail's (package jail), Firecracker's and Cloud
 // Hypervisor's: open what a jail hides (the page map, opened so that it
