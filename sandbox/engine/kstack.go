@@ -20,13 +20,20 @@ func kernelStacks(pid int, all bool) []string {
 	}
 	count := map[string]int{}
 	var order []string
+	idle, unread := 0, 0
+	var idleOne, unreadWhy string
 	for _, t := range tasks {
 		b, err := os.ReadFile(filepath.Join(fmt.Sprintf("/proc/%d/task", pid), t.Name(), "stack"))
 		if err != nil {
+			unread, unreadWhy = unread+1, err.Error()
 			continue
 		}
 		s := stackFrames(string(b))
-		if s == "" || !all && idleStack(s) {
+		if s == "" {
+			s = "(running in user space)"
+		}
+		if !all && idleStack(s) {
+			idle, idleOne = idle+1, s
 			continue
 		}
 		if count[s] == 0 {
@@ -34,9 +41,17 @@ func kernelStacks(pid int, all bool) []string {
 		}
 		count[s]++
 	}
-	out := make([]string, 0, len(order))
+	out := make([]string, 0, len(order)+2)
 	for _, s := range order {
 		out = append(out, fmt.Sprintf("%dx %s", count[s], s))
+	}
+	// What was left out is counted: an empty list would not tell "all
+	// waiting in user space" from "nothing could be read".
+	if idle > 0 {
+		out = append(out, fmt.Sprintf("%dx idle (one: %s)", idle, idleOne))
+	}
+	if unread > 0 {
+		out = append(out, fmt.Sprintf("%dx unreadable (%s)", unread, unreadWhy))
 	}
 	return out
 }

@@ -35,4 +35,9 @@ func TestKernelStacksOfThisProcess(t *testing.T) {
 	if !strings.Contains(all[0], "x ") {
 		t.Errorf("kernelStacks = %q, want counted stacks", all)
 	}
+	// Without idle threads' stacks, they are still counted: the list is
+	// never empty for a live process.
+	if busy := kernelStacks(os.Getpid(), false); len(busy) == 0 {
+		t.Errorf("kernelStacks without idle threads is empty; want them counted")
+	}
 }

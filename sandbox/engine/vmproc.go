@@ -145,7 +145,7 @@ func (m *VMManager) startVMM(ctx context.Context, dir string, st vmStart, what s
 	// own clone, or the VMM's threads.
 	var spawned atomic.Pointer[vmProc]
 	var answered atomic.Bool
-	watch := time.AfterFunc(slowAgent, func() {
+	look := func() {
 		if answered.Load() {
 			return
 		}
@@ -154,8 +154,12 @@ func (m *VMManager) startVMM(ctx context.Context, dir string, st vmStart, what s
 			return
 		}
 		m.log.Info("a VMM process is slow to spawn", "vm", filepath.Base(dir), "what", what, "after_ms", time.Since(start).Milliseconds(), "daemon_stacks", kernelStacks(os.Getpid(), false))
-	})
-	defer watch.Stop()
+	}
+	// Twice: at 10 s, and at 40 s for a start that hangs (one took a
+	// minute), whose stacks may have moved.
+	for _, after := range []time.Duration{slowAgent, 4 * slowAgent} {
+		defer time.AfterFunc(after, look).Stop()
+	}
 	p, err := spawnVMM(m.opt.Exe, dir, st)
 	if err != nil {
 		if ready != nil {
