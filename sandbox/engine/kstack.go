@@ -32,7 +32,17 @@ func kernelStacks(pid int, all bool) []string {
 		if s == "" {
 			s = "(running in user space)"
 		}
-		if !all && idleStack(s) {
+		// A thread with a signal pending says so, with its mask: a
+		// start held in the jail's privilege drop waits for one thread
+		// to take the runtime's per-thread-syscall signal.
+		pending := false
+		if st, err := os.ReadFile(filepath.Join(fmt.Sprintf("/proc/%d/task", pid), t.Name(), "status")); err == nil {
+			if pend := statusField(string(st), "SigPnd"); pend != "" && strings.Trim(pend, "0") != "" {
+				pending = true
+				s += fmt.Sprintf(" [tid %s %s SigPnd=%s SigBlk=%s]", t.Name(), statusField(string(st), "State"), pend, statusField(string(st), "SigBlk"))
+			}
+		}
+		if !all && !pending && idleStack(s) {
 			idle, idleOne = idle+1, s
 			continue
 		}
@@ -72,6 +82,16 @@ func stackFrames(text string) string {
 		}
 	}
 	return strings.Join(fns, " < ")
+}
+
+// statusField is the value of field name in a /proc/PID/status text.
+func statusField(status, name string) string {
+	for line := range strings.Lines(status) {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 // idleStack reports whether a stack is a thread waiting for work (a

@@ -41,3 +41,16 @@ func TestKernelStacksOfThisProcess(t *testing.T) {
 		t.Errorf("kernelStacks without idle threads is empty; want them counted")
 	}
 }
+
+func TestStatusField(t *testing.T) {
+	st := "Name:\tcellvm-vmm\nState:\tS (sleeping)\nSigPnd:\t0000000000000000\nSigBlk:\t0000000400000000\n"
+	if got := statusField(st, "SigBlk"); got != "0000000400000000" {
+		t.Errorf("SigBlk = %q", got)
+	}
+	if got := statusField(st, "State"); got != "S (sleeping)" {
+		t.Errorf("State = %q", got)
+	}
+	if got := statusField(st, "ShdPnd"); got != "" {
+		t.Errorf("a missing field = %q", got)
+	}
+}
