@@ -521,22 +521,31 @@ func TestCloseRemovesSocket(t *testing.T) {
 	expectClosed(t, c)
 }
 
-// TestHostToGuestStreamIntact streams 1 MiB of a counting pattern through
-// 4 KiB rx buffers on 64 KiB of guest credit, so the host reader stops
-// and refills its one buffer many times: every byte arrives, in order, once.
-// The reader hands that buffer to rx without a copy; a refill while rx
-// still copies from it would show here as a wrong byte.
-func TestHostToGuestStreamIntact(t *testing.T) {
-	g := newGuest(t)
-	c, req := g.hostRequest(90)
-	const credit = 64 << 10
-	g.send(Header{SrcPort: 90, DstPort: req.SrcPort, Op: OpResponse, BufAlloc: credit}, nil)
-	readLine(t, c)
-	want := make([]byte, 1<<20)
+// hostStream opens a host connection to the guest's port with credit
+// bytes of guest buffer, and has the host write n bytes of a pattern on
+// it (in the background); it returns the guest's request and the bytes.
+func (g *guest) hostStream(port uint32, credit, n int) (Header, []byte) {
+	g.t.Helper()
+	c, req := g.hostRequest(port)
+	g.send(Header{SrcPort: port, DstPort: req.SrcPort, Op: OpResponse, BufAlloc: uint32(credit)}, nil)
+	readLine(g.t, c)
+	want := make([]byte, n)
 	for i := range want {
 		want[i] = byte(i / 7)
 	}
 	go c.Write(want)
+	return req, want
+}
+
+// TestHostToGuestStreamIntact streams 1 MiB of a counting pattern through
+// 4 KiB rx buffers on 64 KiB of guest credit, so the host reader stops
+// and refills its two buffers many times: every byte arrives, in order,
+// once. The reader hands each buffer to rx without a copy; a refill while
+// rx still copies from it would show here as a wrong byte.
+func TestHostToGuestStreamIntact(t *testing.T) {
+	g := newGuest(t)
+	const credit = 64 << 10
+	req, want := g.hostStream(90, credit, 1<<20)
 	got := make([]byte, 0, len(want))
 	announced := 0
 	for len(got) < len(want) {
@@ -563,15 +572,7 @@ func TestHostToGuestStreamIntact(t *testing.T) {
 // no more; once the guest takes them the stream arrives whole.
 func TestHostReaderReadsAhead(t *testing.T) {
 	g := newGuest(t)
-	c, req := g.hostRequest(91)
-	const credit = 1 << 20
-	g.send(Header{SrcPort: 91, DstPort: req.SrcPort, Op: OpResponse, BufAlloc: credit}, nil)
-	readLine(t, c)
-	want := make([]byte, 6*MaxPayload)
-	for i := range want {
-		want[i] = byte(i / 11)
-	}
-	go c.Write(want)
+	_, want := g.hostStream(91, 1<<20, 6*MaxPayload)
 	// 32 rx buffers of 4 KiB take two chunks; the third waits in
 	// toGuest and the fourth is read ahead.
 	var toGuest, ahead int
