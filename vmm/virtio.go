@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"os"
 
 	"golang.org/x/sys/unix"
 
@@ -75,60 +76,75 @@ func (c irqCloser) Close() error {
 
 // notifier turns a guest's write of queue index q to QueueNotify into a
 // t.Notify(q) on its own goroutine, through an ioeventfd.
+//
+// The eventfd is non-blocking and read through the runtime's netpoller,
+// so a notifier waiting for the guest is a parked goroutine, not a thread
+// in poll(2). A thread in a blocking call is what a Go 1.26
+// stop-the-world can wait a minute for (package stwguard): the jail's
+// privilege drop stops the world about 45 times, and each time its signal
+// threw every notifier out of poll and back in. It also kept one thread
+// per queue.
 type notifier struct {
 	vm   *kvm.VM
 	ev   kvm.IOEventFD
-	stop int // eventfd that wakes the goroutine to exit
+	file *os.File // ev.FD, which it owns
 	done chan struct{}
 }
 
 func newNotifier(vm *kvm.VM, addr uint64, q uint16, t *mmio.MMIO) (*notifier, error) {
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	file, efd, err := newEventFile(fmt.Sprintf("ioeventfd-%#x-q%d", addr, q))
 	if err != nil {
-		return nil, fmt.Errorf("eventfd: %w", err)
-	}
-	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
-	if err != nil {
-		unix.Close(efd)
-		return nil, fmt.Errorf("eventfd: %w", err)
+		return nil, err
 	}
 	match := uint64(q)
-	n := &notifier{vm: vm, ev: kvm.IOEventFD{FD: efd, Addr: addr, Len: 4, Datamatch: &match}, stop: stop, done: make(chan struct{})}
+	n := &notifier{vm: vm, ev: kvm.IOEventFD{FD: efd, Addr: addr, Len: 4, Datamatch: &match}, file: file, done: make(chan struct{})}
 	if err := vm.RegisterIOEventFD(n.ev); err != nil {
-		unix.Close(efd)
-		unix.Close(stop)
+		file.Close()
 		return nil, fmt.Errorf("queue %d notify: %w", q, err)
 	}
 	go n.loop(q, t)
 	return n, nil
 }
 
-func (n *notifier) loop(q uint16, t *mmio.MMIO) {
+// newEventFile is a new eventfd as a pollable *os.File, and its
+// descriptor: non-blocking, so that its Read parks the goroutine in the
+// netpoller, and Close wakes it.
+func newEventFile(name string) (*os.File, int, error) {
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, -1, fmt.Errorf("eventfd: %w", err)
+	}
+	return os.NewFile(uintptr(efd), name), efd, nil
+}
+
+// loop calls t.Notify(q) for each read of a non-zero count, until the
+// file is closed.
+func (n *notifier) loop(q uint16, t notifyTarget) {
 	defer close(n.done)
-	fds := []unix.PollFd{{Fd: int32(n.ev.FD), Events: unix.POLLIN}, {Fd: int32(n.stop), Events: unix.POLLIN}}
+	watchEventFD(n.file, func() { t.Notify(q) })
+}
+
+// notifyTarget is what a notifier notifies: a transport (*mmio.MMIO).
+type notifyTarget interface{ Notify(q uint16) }
+
+// watchEventFD calls fn once for each read of f, an eventfd, that gives a
+// non-zero count, until a read fails (f was closed).
+func watchEventFD(f *os.File, fn func()) {
 	buf := make([]byte, 8)
 	for {
-		if _, err := unix.Poll(fds, -1); err != nil {
-			if err == unix.EINTR {
-				continue
-			}
+		k, err := f.Read(buf)
+		if err != nil {
 			return
 		}
-		if fds[1].Revents != 0 {
-			return
-		}
-		if fds[0].Revents != 0 {
-			if _, err := unix.Read(n.ev.FD, buf); err == nil && binary.LittleEndian.Uint64(buf) > 0 {
-				t.Notify(q)
-			}
+		if k == len(buf) && binary.LittleEndian.Uint64(buf) > 0 {
+			fn()
 		}
 	}
 }
 
 func (n *notifier) Close() error {
 	n.vm.UnregisterIOEventFD(n.ev)
-	unix.Write(n.stop, one)
+	err := n.file.Close() // wakes loop's Read, which then returns
 	<-n.done
-	unix.Close(n.stop)
-	return unix.Close(n.ev.FD)
+	return err
 }

@@ -21,9 +21,11 @@ import (
 	"github.com/cellvm/cellvm/guestinit/drop"
 	"github.com/cellvm/cellvm/guestinit/pid1"
 	"github.com/cellvm/cellvm/image/buildplan"
+	"github.com/cellvm/cellvm/stwguard"
 )
 
 func main() {
+	stwguard.Start()
 	if os.Getpid() == 1 {
 		pid1.Main() // never returns
 	}

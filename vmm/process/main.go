@@ -3,6 +3,7 @@ package process
 import (
 	"io"
 
+	"github.com/cellvm/cellvm/stwguard"
 	"github.com/cellvm/cellvm/vmm/control"
 )
 
@@ -13,6 +14,7 @@ import (
 // Both binaries that can be a VMM run it: cellvm-vmm, the small one the
 // daemon starts, and `cellvm vmm`. A usage error is a *UsageError.
 func Main(args []string, stdout, stderr io.Writer) error {
+	stwguard.Start() // before the jail's privilege drop stops the world ~45 times
 	path, err := control.ConfigPath(args)
 	if err != nil {
 		return &UsageError{err}
