@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 	"testing"
+
+	"github.com/cellvm/cellvm/stwguard"
 )
 
 // TestMain lets the test binary stand in for the cellvm binary: with
@@ -10,6 +12,9 @@ import (
 // tests, so the tests exercise the real command, exit status included,
 // without building a second binary (which matters in the slow nested rig).
 func TestMain(m *testing.M) {
+	// This binary is the daemon in its tests, as cellvm is in production
+	// (main.go): the same guard against a minute-long stop-the-world.
+	stwguard.Start()
 	if os.Getenv("CELLVM_TEST_MAIN") == "1" {
 		// The daemon's VMMs are this binary too: they need the variable
 		// (and only it; the engine gives a VMM no other environment).

@@ -17,6 +17,7 @@ import (
 	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/netpolicy"
 	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/stwguard"
 	"github.com/cellvm/cellvm/test/kvmtest"
 	"github.com/cellvm/cellvm/test/netnstest"
 )
@@ -116,6 +117,9 @@ func worldServer() {
 }
 
 func TestMain(m *testing.M) {
+	// This binary is the daemon in its tests, as cellvm is in production
+	// (main.go): the same guard against a minute-long stop-the-world.
+	stwguard.Start()
 	if os.Getenv("CELLVM_TEST_WORLD") == "1" {
 		worldServer()
 		return
