@@ -60,7 +60,8 @@ func TestWorkingSetRecordsTouchedPages(t *testing.T) {
 	}
 	defer pm.Close()
 	r := regs.List()
-	const read, aroundMax = 3, 15 // the page read; how far fault-around reaches from it
+	// The page read, and how far fault-around reaches from it.
+	const read, aroundMax = 3, 15
 	if r[0].Data[read*pageSize] != read+1 { // read image page 3
 		t.Fatal("image page 3 does not read the file's")
 	}
