@@ -50,6 +50,7 @@ func Run(spec control.Spec, files control.Files, o Options) (err error) {
 		files.Close()
 		return err
 	}
+	enoughProcs(spec.VCPUs)
 	log := o.Log
 	if log == nil {
 		level, _ := spec.Level() // NewPlan validated it
