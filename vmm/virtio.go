@@ -102,7 +102,10 @@ func newNotifier(vm *kvm.VM, addr uint64, q uint16, t *mmio.MMIO) (*notifier, er
 		file.Close()
 		return nil, fmt.Errorf("queue %d notify: %w", q, err)
 	}
-	go n.loop(q, t)
+	go func() {
+		defer close(n.done)
+		watchEventFD(file, func() { t.Notify(q) })
+	}()
 	return n, nil
 }
 
@@ -116,16 +119,6 @@ func newEventFile(name string) (*os.File, int, error) {
 	}
 	return os.NewFile(uintptr(efd), name), efd, nil
 }
-
-// loop calls t.Notify(q) for each read of a non-zero count, until the
-// file is closed.
-func (n *notifier) loop(q uint16, t notifyTarget) {
-	defer close(n.done)
-	watchEventFD(n.file, func() { t.Notify(q) })
-}
-
-// notifyTarget is what a notifier notifies: a transport (*mmio.MMIO).
-type notifyTarget interface{ Notify(q uint16) }
 
 // watchEventFD calls fn once for each read of f, an eventfd, that gives a
 // non-zero count, until a read fails (f was closed).
@@ -144,7 +137,7 @@ func watchEventFD(f *os.File, fn func()) {
 
 func (n *notifier) Close() error {
 	n.vm.UnregisterIOEventFD(n.ev)
-	err := n.file.Close() // wakes loop's Read, which then returns
+	err := n.file.Close() // wakes the watcher's Read, which then returns
 	<-n.done
 	return err
 }
