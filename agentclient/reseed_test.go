@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -59,6 +60,10 @@ func TestReseed(t *testing.T) {
 		if !r.Kernel || !r.Clock || r.Interpreter { // the fake interpreter cannot reseed
 			t.Fatalf("reseeded %+v", r)
 		}
+		// The guest says how long each part it ran took, for the host's log.
+		if !regexp.MustCompile(`^kernel=[0-9]+ clock=[0-9]+$`).MatchString(r.Steps) {
+			t.Fatalf("reseed steps %q: want kernel=N clock=N", r.Steps)
+		}
 	}
 	if len(fm.entropy) != 2 || len(fm.entropy[0]) != reseedBytes || bytes.Equal(fm.entropy[0], fm.entropy[1]) {
 		t.Fatalf("entropy handed to the kernel: %d calls, %d bytes; two reseeds must bring different bytes", len(fm.entropy), len(fm.entropy[0]))
@@ -88,6 +93,9 @@ func TestReseedNetwork(t *testing.T) {
 	r, err := c.Reseed(ctxT(t), now, &proto.NetConfig{Addr: "10.77.0.6/30", Gateway: "10.77.0.5", DNS: []string{"10.77.0.5"}}, RenewAll)
 	if err != nil || !r.Network {
 		t.Fatalf("reseed with a network: %+v %v", r, err)
+	}
+	if !regexp.MustCompile(`^kernel=[0-9]+ clock=[0-9]+ network=[0-9]+$`).MatchString(r.Steps) {
+		t.Fatalf("reseed steps %q: want kernel=N clock=N network=N", r.Steps)
 	}
 	if len(fm.nets) != 1 || fm.nets[0] != "10.77.0.6/30 10.77.0.5 [10.77.0.5]" {
 		t.Fatalf("network handed to the machine: %q", fm.nets)

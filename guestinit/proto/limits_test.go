@@ -158,3 +158,21 @@ func TestWriteJSONKeepsHTMLAsIs(t *testing.T) {
 		t.Fatalf("HTML was escaped on the wire: %q", b.String())
 	}
 }
+
+// TestReseededStepsBounded: the guest's account of a reseed's parts is a
+// short UTF-8 line for the host's log, and anything longer or not UTF-8
+// is a bad frame.
+func TestReseededStepsBounded(t *testing.T) {
+	for steps, ok := range map[string]bool{
+		"": true,
+		"kernel=12 clock=3 network=40 interpreter=250000": true,
+		strings.Repeat("x", maxReseedSteps):               true,
+		strings.Repeat("x", maxReseedSteps+1):             false,
+		"kernel=\xff":                                     false,
+	} {
+		err := (&Response{Reseeded: &Reseeded{Kernel: true, Steps: steps}}).Validate()
+		if (err == nil) != ok {
+			t.Errorf("steps %q (%d bytes): Validate = %v, want ok %v", steps, len(steps), err, ok)
+		}
+	}
+}

@@ -402,6 +402,11 @@ type Reseeded struct {
 	Interpreter bool `json:"interpreter"` // a running interpreter's random reseeded
 	NumPy       bool `json:"numpy"`       // and NumPy's global generator
 	Network     bool `json:"network"`     // eth0 took the request's Net
+	// Steps is how long each part took in the guest, by its own clock,
+	// for the host's log only (a guest's report of time is not trusted
+	// for anything else): "kernel=N clock=N network=N interpreter=N" in
+	// microseconds, the parts it ran. Empty from an older agent.
+	Steps string `json:"steps,omitempty"`
 }
 
 // Validate implements Validator.
@@ -445,9 +450,15 @@ func (r *Response) Validate() error {
 		return r.Proc.Validate()
 	case r.Contexts != nil:
 		return validateContexts(r.Contexts)
+	case r.Reseeded != nil:
+		return checkText("reseed steps", r.Reseeded.Steps, maxReseedSteps)
 	}
 	return nil
 }
+
+// maxReseedSteps bounds Reseeded.Steps: four parts of a name and a number
+// each need under 80 bytes.
+const maxReseedSteps = 128
 
 func validateResult(r *cell.Result) error {
 	switch r.Status {

@@ -439,6 +439,6 @@ func (m *VMManager) newMachine(ctx context.Context, s *vmSandbox, renew agentcli
 		return fmt.Errorf("the restored guest would not take fresh entropy, the host's clock and its network: %w", err)
 	}
 	m.log.Info("restored guest reseeded", "id", s.id, "renew", renew, "kernel", r.Kernel, "clock", r.Clock,
-		"interpreter", r.Interpreter, "numpy", r.NumPy, "network", r.Network)
+		"interpreter", r.Interpreter, "numpy", r.NumPy, "network", r.Network, "guest_steps_us", r.Steps)
 	return nil
 }
