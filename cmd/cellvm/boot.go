@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 
@@ -102,14 +103,33 @@ func boot(b *bootArgs, stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 	}
 	spec.Kernel = b.kernel
-	if err := requireKVM(); err != nil {
-		return err
-	}
+	// The KVM probe (a tiny guest) runs while the machine is built, and
+	// the guest's first instruction waits for its verdict: the probe
+	// costs a boot nothing where KVM works. Where it does not, its
+	// verdict is the error, whatever failed first.
+	kvmOK := startKVMCheck()
 	files, err := bootFiles(b, &spec)
 	if err != nil {
+		if kerr := kvmOK(); kerr != nil {
+			return kerr
+		}
 		return err
 	}
-	return process.Run(spec, files, process.Options{Stdin: stdin, Stdout: stdout, Stderr: stderr, Log: log})
+	err = process.Run(spec, files, process.Options{Stdin: stdin, Stdout: stdout, Stderr: stderr, Log: log, HostCheck: kvmOK})
+	if err != nil {
+		if kerr := kvmOK(); kerr != nil {
+			return kerr
+		}
+	}
+	return err
+}
+
+// startKVMCheck starts requireKVM and returns its result's waiter, which
+// may be called any number of times.
+func startKVMCheck() func() error {
+	done := make(chan error, 1)
+	go func() { done <- requireKVM() }()
+	return sync.OnceValue(func() error { return <-done })
 }
 
 // bootFiles opens the files the machine of b is handed (a snapshot's, the

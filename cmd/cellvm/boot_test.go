@@ -53,17 +53,26 @@ func TestUnusableKVMRefusedAtOnce(t *testing.T) {
 	k := filepath.Join(t.TempDir(), "k")
 	os.WriteFile(k, []byte("x"), 0o644)
 	before, _ := filepath.Glob(filepath.Join(os.TempDir(), "cellvm-run-*"))
-	for _, args := range [][]string{
+	cases := [][]string{
 		{"boot", "--kernel", k},
 		{"run", "-c", "1"},
 		{"serve", "--socket", filepath.Join(t.TempDir(), "s.sock"), "--network=false"},
-	} {
+	}
+	// With a real kernel, boot builds the machine while the probe runs
+	// (where /dev/kvm opens at all); the guest must still never start.
+	if real := filepath.Join(kvmtest.RepoRoot(t), "build", "kernel", "vmlinux"); statOK(real) {
+		cases = append(cases, []string{"boot", "--kernel", real})
+	}
+	for _, args := range cases {
 		var out, errb strings.Builder
 		start := time.Now()
 		code := run(args, strings.NewReader(""), &out, &errb)
 		took := time.Since(start)
 		if code == 0 || !strings.Contains(errb.String(), v.Reason) || !strings.Contains(errb.String(), "cellvm doctor") {
 			t.Errorf("%v: exit %d, stderr %q; want non-zero, the reason %q and a pointer to 'cellvm doctor'", args, code, errb.String(), v.Reason)
+		}
+		if out.Len() != 0 || strings.Contains(errb.String(), `msg="vm starting"`) {
+			t.Errorf("%v: the guest started on an unusable KVM: console %q, log %q", args, out.String(), errb.String())
 		}
 		// A bound for a hang, not a timing claim: the probe's own deadline
 		// is kvm.DefaultProbeTimeout.
@@ -111,4 +120,9 @@ func TestKVMDoctorLine(t *testing.T) {
 			}
 		}
 	}
+}
+
+func statOK(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

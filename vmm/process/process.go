@@ -26,6 +26,11 @@ type Options struct {
 	// StopOnSignal makes SIGTERM and SIGINT stop the VM, which is how the
 	// daemon ends a VMM; `cellvm boot` leaves them their default.
 	StopOnSignal bool
+	// HostCheck, when set, is waited for before the guest's first
+	// instruction (before the jail's privilege drop): `cellvm boot`'s
+	// KVM probe, which runs while the machine is built. Its error ends
+	// the VM before the guest runs, and is the one Run returns.
+	HostCheck func() error
 }
 
 // Run runs the machine spec describes, with files in its slots, until the
@@ -97,6 +102,11 @@ func Run(spec control.Spec, files control.Files, o Options) (err error) {
 	cfg.Console, cfg.ConsoleInput, cfg.Log, cfg.Pagemap = console, o.Stdin, log, pagemap
 	cfg.QueueGate = jailCheck(spec.Jail, log, selfProbe)
 	cfg.BeforeGuest = func() error {
+		if o.HostCheck != nil {
+			if err := o.HostCheck(); err != nil {
+				return err
+			}
+		}
 		ran := time.Now()
 		if j := spec.Jail; j != nil {
 			if err := jail.Drop(*j); err != nil {
