@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/cellvm/cellvm/cell"
 	"github.com/cellvm/cellvm/sandbox"
@@ -148,10 +149,14 @@ type Result struct {
 	Manifest json.RawMessage `json:"manifest,omitempty"`
 }
 
+// The patterns are compiled on first use, not at init: {1,512} alone
+// compiles to 512 copies of its class, a cost every cellvm command paid.
 var (
-	keyRE  = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-	fileRE = regexp.MustCompile(`^[A-Za-z0-9._/-]{1,512}$`)
+	keyRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{64}$`) })
+	uuidRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	})
+	fileRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._/-]{1,512}$`) })
 )
 
 // UUIDOf is the ext4 UUID for a build key: its first 32 hex digits.
@@ -171,7 +176,7 @@ func (p *Plan) Validate() error {
 	if !sandbox.ValidImageName(p.Name) {
 		return fmt.Errorf("plan: bad image name %q", p.Name)
 	}
-	if !keyRE.MatchString(p.Key) || !uuidRE.MatchString(p.UUID) || p.UUID != UUIDOf(p.Key) {
+	if !keyRE().MatchString(p.Key) || !uuidRE().MatchString(p.UUID) || p.UUID != UUIDOf(p.Key) {
 		return errors.New("plan: bad key or uuid")
 	}
 	if p.DiskBytes < 16<<20 || p.DiskBytes > 1<<40 {
@@ -190,12 +195,12 @@ func (p *Plan) Validate() error {
 		return fmt.Errorf("plan: mode %q", p.Mode)
 	}
 	for _, l := range p.Layers {
-		if !fileRE.MatchString(l.File) || strings.Contains(l.File, "..") || l.Size < 0 {
+		if !fileRE().MatchString(l.File) || strings.Contains(l.File, "..") || l.Size < 0 {
 			return fmt.Errorf("plan: layer file %q", l.File)
 		}
 	}
 	for _, f := range []string{p.Collect, p.Modules} {
-		if !fileRE.MatchString(f) || strings.Contains(f, "..") {
+		if !fileRE().MatchString(f) || strings.Contains(f, "..") {
 			return fmt.Errorf("plan: file %q", f)
 		}
 	}
