@@ -25,6 +25,10 @@ func TestBootBadArguments(t *testing.T) {
 		{[]string{"nonsense"}, 2, "unknown command"},
 		{[]string{"run", "--memory", "10", "-c", "1"}, 2, "memory"},
 		{[]string{"run", "--vcpus", "99", "-c", "1"}, 2, "vcpus"},
+		// 0 is the API's "default"; typed on the command line it is refused.
+		{[]string{"run", "--memory", "0", "-c", "1"}, 2, "--memory must be at least 1 MiB"},
+		{[]string{"run", "--vcpus", "0", "-c", "1"}, 2, "--vcpus must be at least 1"},
+		{[]string{"sandbox", "create", "--memory", "-5"}, 2, "--memory must be at least 1 MiB"},
 		{[]string{"run", "--timeout", "-1s", "-c", "1"}, 2, "--timeout must be positive"},
 		{[]string{"run"}, 2, "no code"},
 		{[]string{"boot", "--kernel", "x", "--log-level", "loud"}, 2, "bad --log-level"},

@@ -97,6 +97,14 @@ func addConfigFlags(fs *pflag.FlagSet) *configFlags {
 
 // config builds and validates the sandbox config.
 func (c *configFlags) config() (sandbox.Config, error) {
+	// The API reads 0 as "the default"; on the command line a 0 the
+	// user typed is a mistake, not a request for 512 MiB.
+	if c.memory < 1 {
+		return sandbox.Config{}, usageError{fmt.Errorf("--memory must be at least 1 MiB, got %d", c.memory)}
+	}
+	if c.vcpus < 1 {
+		return sandbox.Config{}, usageError{fmt.Errorf("--vcpus must be at least 1, got %d", c.vcpus)}
+	}
 	cfg := sandbox.Config{VCPUs: c.vcpus, MemoryMiB: c.memory, Root: c.root}
 	if len(c.allow) > 0 {
 		cfg.Network = &sandbox.NetworkPolicy{Allow: c.allow}
