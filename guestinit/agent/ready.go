@@ -69,6 +69,11 @@ func (a *Announcer) Run(ctx context.Context) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	// The log is the guest's serial console, where every character is a
+	// trip through the VMM (and under nested emulation a slow one): the
+	// first announcement says the agent is up, at Info; the ones after a
+	// snapshot or restore are on a start's path, and at Debug.
+	announced := false
 	backoff := minBackoff
 	for ctx.Err() == nil {
 		c, err := a.Dial()
@@ -76,11 +81,16 @@ func (a *Announcer) Run(ctx context.Context) {
 			log.Debug("ready: host not listening", "err", err, "retry_in", backoff)
 		} else {
 			start := now()
-			log.Info("ready: announced to the host")
+			if !announced {
+				log.Info("ready: announced to the host")
+				announced = true
+			} else {
+				log.Debug("ready: announced to the host")
+			}
 			a.hold(ctx, c)
 			if now().Sub(start) >= stableConn {
 				backoff = minBackoff
-				log.Info("ready: connection ended (a snapshot or restore reset it); announcing again")
+				log.Debug("ready: connection ended (a snapshot or restore reset it); announcing again")
 				continue
 			}
 		}

@@ -2,8 +2,10 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
@@ -91,7 +93,11 @@ func TestAnnouncerReconnects(t *testing.T) {
 	if !strings.HasPrefix(line, proto.ReadyPrefix+" ") || !strings.HasSuffix(line, "\n") || len(line) > proto.MaxReadyLine {
 		t.Fatalf("ready line %q", line)
 	}
-	a := &Announcer{Dial: h.dial, Line: line, sleep: h.sleep, now: h.now}
+	// The log is the guest's serial console: only the first announcement
+	// is at Info; those after a reset, on a start's path, are not.
+	var logs bytes.Buffer
+	a := &Announcer{Dial: h.dial, Line: line, sleep: h.sleep, now: h.now,
+		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() { a.Run(ctx); close(ran) }()
@@ -146,5 +152,8 @@ func TestAnnouncerReconnects(t *testing.T) {
 	}
 	if h.dials != 15 {
 		t.Errorf("%d dials, want 15", h.dials)
+	}
+	if n := strings.Count(logs.String(), "\n"); n != 1 || !strings.Contains(logs.String(), "ready: announced to the host") {
+		t.Errorf("Info log over 3 announcements: %q; want the first one's line alone", logs.String())
 	}
 }

@@ -89,7 +89,9 @@ func (ss *session) reseed(req *proto.Request) bool {
 		took("interpreter")
 	}
 	r.Steps = strings.Join(steps, " ")
-	ss.s.log.Info("agent: reseeded after a restore", "clock", r.Clock, "interpreter", r.Interpreter, "numpy", r.NumPy,
+	// At Debug: the host logs the same ("restored guest reseeded"), and
+	// this log is the serial console, on the start's path.
+	ss.s.log.Debug("agent: reseeded after a restore", "clock", r.Clock, "interpreter", r.Interpreter, "numpy", r.NumPy,
 		"network", r.Network, "generators_kept", req.KeepGenerators, "steps_us", r.Steps)
 	return ss.reply(proto.Response{Reseeded: &r})
 }
