@@ -29,7 +29,7 @@ type Options struct {
 	// HostCheck, when set, is waited for before the guest's first
 	// instruction (before the jail's privilege drop): `cellvm boot`'s
 	// KVM probe, which runs while the machine is built. Its error ends
-	// the VM before the guest runs, and is the one Run returns.
+	// the VM before the guest runs, and Run returns it (wrapped).
 	HostCheck func() error
 }
 
