@@ -33,24 +33,35 @@ func MarkDirty(m Memory, addr, n uint64) {
 	}
 }
 
-// EnableDirtyLog turns the devices' dirty log on, empty. It must be called
-// before any device runs (it is not safe against concurrent marks).
+// EnableDirtyLog turns the devices' dirty log on, empty. A machine calls
+// it before any device runs; a mark that races it (a test's device
+// already polling its queue) is either not logged or logged, never half.
 func (m *Regions) EnableDirtyLog() {
-	m.dirty = make([][]atomic.Uint64, len(m.regs))
+	log := make([][]atomic.Uint64, len(m.regs))
 	for i, r := range m.regs {
 		pages := (uint64(len(r.Data)) + PageSize - 1) / PageSize
-		m.dirty[i] = make([]atomic.Uint64, (pages+63)/64)
+		log[i] = make([]atomic.Uint64, (pages+63)/64)
 	}
+	m.dirty.Store(&log)
 }
 
 // DirtyLogEnabled says whether EnableDirtyLog was called.
-func (m *Regions) DirtyLogEnabled() bool { return m.dirty != nil }
+func (m *Regions) DirtyLogEnabled() bool { return m.dirty.Load() != nil }
+
+// dirtyLog is the log, nil when off.
+func (m *Regions) dirtyLog() [][]atomic.Uint64 {
+	if p := m.dirty.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // MarkDirty implements DirtyMarker: it sets the bits of the pages that
 // [addr, addr+n) touches, in each region it overlaps. An address outside
 // guest memory marks nothing (the access itself fails).
 func (m *Regions) MarkDirty(addr, n uint64) {
-	if m.dirty == nil || n == 0 {
+	dirty := m.dirtyLog()
+	if dirty == nil || n == 0 {
 		return
 	}
 	end := addr + n
@@ -63,7 +74,7 @@ func (m *Regions) MarkDirty(addr, n uint64) {
 		if lo >= hi {
 			continue
 		}
-		bm := m.dirty[i]
+		bm := dirty[i]
 		for p := (lo - r.GuestAddr) / PageSize; p <= (hi-1-r.GuestAddr)/PageSize; p++ {
 			w := &bm[p/64]
 			if bit := uint64(1) << (p % 64); w.Load()&bit == 0 {
@@ -77,12 +88,13 @@ func (m *Regions) MarkDirty(addr, n uint64) {
 // the last take, and clears it (nil when the log is off or i is not a
 // region). A mark that races the take lands in one or the other.
 func (m *Regions) TakeDirtyLog(i int) []uint64 {
-	if m.dirty == nil || i < 0 || i >= len(m.dirty) {
+	dirty := m.dirtyLog()
+	if dirty == nil || i < 0 || i >= len(dirty) {
 		return nil
 	}
-	out := make([]uint64, len(m.dirty[i]))
-	for w := range m.dirty[i] {
-		out[w] = m.dirty[i][w].Swap(0)
+	out := make([]uint64, len(dirty[i]))
+	for w := range dirty[i] {
+		out[w] = dirty[i][w].Swap(0)
 	}
 	return out
 }
@@ -90,12 +102,13 @@ func (m *Regions) TakeDirtyLog(i int) []uint64 {
 // RestoreDirtyLog ORs bitmap back into region i's log: a checkpoint that
 // failed gives back the pages it took, so that the next one writes them.
 func (m *Regions) RestoreDirtyLog(i int, bitmap []uint64) {
-	if m.dirty == nil || i < 0 || i >= len(m.dirty) {
+	dirty := m.dirtyLog()
+	if dirty == nil || i < 0 || i >= len(dirty) {
 		return
 	}
 	for w, bits := range bitmap {
-		if w < len(m.dirty[i]) && bits != 0 {
-			m.dirty[i][w].Or(bits)
+		if w < len(dirty[i]) && bits != 0 {
+			dirty[i][w].Or(bits)
 		}
 	}
 }

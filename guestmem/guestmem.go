@@ -39,8 +39,9 @@ type Region struct {
 type Regions struct {
 	regs []Region
 	// dirty is the devices' dirty log, one bitmap per region (dirty.go);
-	// nil when off.
-	dirty [][]atomic.Uint64
+	// nil when off. It is published whole, so a device that marks while
+	// it is turned on sees either no log or all of it.
+	dirty atomic.Pointer[[][]atomic.Uint64]
 }
 
 // New returns size bytes of zeroed guest memory at guest address 0, backed by
