@@ -21,7 +21,8 @@ const (
 )
 
 // LoadELF loads an x86-64 ELF vmlinux: each PT_LOAD segment at its physical
-// address, the rest of its memory size zeroed.
+// address, the rest of its memory size zeroed (sparse.go: the pages that
+// read zero already are not written).
 func LoadELF(mem guestmem.Memory, r io.ReaderAt, size int64) (Kernel, error) {
 	var eh [elfHeaderSize]byte
 	if n, _ := r.ReadAt(eh[:], 0); n != len(eh) {
@@ -79,7 +80,7 @@ func LoadELF(mem guestmem.Memory, r io.ReaderAt, size int64) (Kernel, error) {
 		if err := copyIn(mem, r, int64(off), int64(filesz), paddr); err != nil {
 			return Kernel{}, fmt.Errorf("segment %d: %w", i, err)
 		}
-		clear(dst[filesz:])
+		clearPages(dst[filesz:])
 		if end := paddr + memsz; end > k.End {
 			k.End = end
 		}

@@ -71,22 +71,6 @@ func LoadKernel(mem guestmem.Memory, r io.ReaderAt, size int64) (Kernel, error) 
 	return Kernel{}, ErrUnknownFormat
 }
 
-// copyIn copies n bytes at file offset off of r to guest address addr.
-func copyIn(mem guestmem.Memory, r io.ReaderAt, off, n int64, addr uint64) error {
-	dst, err := mem.Slice(addr, uint64(n))
-	if err != nil {
-		return err
-	}
-	got, err := r.ReadAt(dst, off)
-	if got != len(dst) {
-		if err == nil || err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return fmt.Errorf("read %d bytes at offset %d: %w", n, off, err)
-	}
-	return nil
-}
-
 // LoadInitrd puts the initrd at path as high in low memory as it fits
 // (page aligned, below maxAddr and the MMIO gap, above the kernel) and
 // returns where.
