@@ -207,6 +207,10 @@ type vmSandbox struct {
 	// ck is its checkpoints (checkpoints.go); nil when it has none. Set
 	// before it first runs, never changed after.
 	ck *ckChain
+	// recordWorkingSet is the directory of the snapshot whose working
+	// set the sandbox, a fork of it, records after its first cell's
+	// result (forkwset.go); nil when it records none, or has.
+	recordWorkingSet atomic.Pointer[string]
 }
 
 func (s *vmSandbox) State() sandbox.State { return s.lc.phase().State() }
@@ -366,6 +370,7 @@ func (m *VMManager) Create(ctx context.Context, cfg sandbox.Config) (info sandbo
 			return sandbox.Info{}, err
 		}
 		from = &restoreSource{dir: m.snapshotDir(fork.Info.ID), name: "snapshot " + fork.Info.ID, startedFrom: sandbox.StartedFromSnapshot, env: fork.Config.Env}
+		from.prefetch, from.recordWorkingSet = m.forkPrefetch(from.dir) // forkwset.go
 		if fork.Network {
 			from.mac, _ = net.ParseMAC(fork.MAC) // forkConfig checked it
 		}
@@ -438,6 +443,9 @@ type restoreSource struct {
 	// prefetch is the snapshot's recorded working set (templatewset.go),
 	// checked to be its memory file's; none when nil.
 	prefetch []snapshot.Extent
+	// recordWorkingSet says the sandbox records the snapshot's working
+	// set after its first cell's result (forkwset.go).
+	recordWorkingSet bool
 }
 
 // launch starts a running sandbox of cfg: booted, or restored from from.
@@ -459,6 +467,9 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 	s.startedFrom = sandbox.StartedFromBoot
 	if from != nil {
 		s.startedFrom = from.startedFrom
+		if from.recordWorkingSet {
+			s.recordWorkingSet.Store(&from.dir)
+		}
 	}
 	// A slot to start the VM in (admit.go) before anything is made: a
 	// start refused or given up while it waits leaves only the
@@ -1021,6 +1032,7 @@ func (m *VMManager) RunCell(ctx context.Context, id string, c sandbox.Cell, onEv
 	// What the guest says of checkpoints is not believed: they are the
 	// host's.
 	res.Checkpoint, res.CheckpointError = m.everyCell(ctx, s, sandbox.CheckpointCell, codeSum(code))
+	m.recordAfterFirstResult(s)
 	if held != nil {
 		held.End = &res
 		onEvent(*held)

@@ -72,7 +72,19 @@ func writeWorkingSet(dir string, ext []snapshot.Extent) (*snapshot.WorkingSet, e
 	if err := snapshot.EncodeWorkingSet(&b, ws); err != nil {
 		return nil, fmt.Errorf("the VMM's answer: %w", err)
 	}
-	if err := writeFileSync(filepath.Join(dir, workingSetFile), b.Bytes(), 0o600); err != nil {
+	// Forks read a snapshot's record while another fork may write it
+	// (forkwset.go): it is written aside and renamed into place whole.
+	tmp, err := os.CreateTemp(dir, workingSetFile+".*")
+	if err != nil {
+		return nil, fmt.Errorf("working set: %w", err)
+	}
+	tmp.Close()
+	if err := writeFileSync(tmp.Name(), b.Bytes(), 0o600); err != nil {
+		os.Remove(tmp.Name())
+		return nil, fmt.Errorf("working set: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, workingSetFile)); err != nil {
+		os.Remove(tmp.Name())
 		return nil, fmt.Errorf("working set: %w", err)
 	}
 	return ws, nil

@@ -37,7 +37,8 @@ func TestTemplateRecordsItsWorkingSet(t *testing.T) {
 	if spec.Restore == nil || !reflect.DeepEqual(spec.Restore.Prefetch, fakeWorkingSet) {
 		t.Fatalf("a create from the template restores with %+v, want prefetch %+v", spec.Restore, fakeWorkingSet)
 	}
-	// A fork of a user's snapshot has no record: nothing to prefetch.
+	// The first fork of a user's snapshot has no record yet: nothing to
+	// prefetch (forkwset_test.go follows it further).
 	parent := createFrom(t, m, sandbox.Config{Start: sandbox.StartCold}, sandbox.StartedFromBoot)
 	snap, err := m.Snapshot(context.Background(), parent.ID)
 	if err != nil {
