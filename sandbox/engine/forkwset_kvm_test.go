@@ -28,7 +28,9 @@ func TestForkWorkingSetPrefetched(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Delete(ctx, parent.ID)
-	mainText(t, m, parent.ID, "x = 41")
+	if got := mainText(t, m, parent.ID, "x = 41\nx"); got != "41" {
+		t.Fatalf("x = %s in the parent", got)
+	}
 	snap, err := m.Snapshot(ctx, parent.ID)
 	if err != nil {
 		t.Fatal(err)
