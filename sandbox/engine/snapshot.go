@@ -282,7 +282,13 @@ func (m *VMManager) DeleteSnapshot(ctx context.Context, id string) error {
 	if _, err := m.loadSnapshot(id); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(m.snapshotDir(id)); err != nil {
+	err := os.RemoveAll(m.snapshotDir(id))
+	if err != nil {
+		// A fork recording the snapshot's working set (forkwset.go) may
+		// have put its file in the directory while it was emptied.
+		err = os.RemoveAll(m.snapshotDir(id))
+	}
+	if err != nil {
 		return fmt.Errorf("delete snapshot %s: %w", id, err)
 	}
 	m.log.Info("snapshot deleted", "id", id)
