@@ -104,28 +104,34 @@ func (g *mcpSessions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("tenant %s has %d MCP sessions open, its cap (serve --mcp-max-sessions); end one (DELETE) or let one idle out", tenant, n), http.StatusTooManyRequests)
 		return
 	}
-	rec := &sessionRecorder{ResponseWriter: w}
-	g.next.ServeHTTP(rec, r)
-	if sid := rec.sid; sid != "" {
+	// The session counts from its response's header on, before the
+	// client can read it: a client that opened one and at once asks for
+	// another must find the first counted (counting it only once the
+	// handler had returned let a second session past the cap).
+	rec := &sessionRecorder{ResponseWriter: w, opened: func(sid string) {
 		g.mu.Lock()
 		if g.sessions[sid] == nil {
 			g.sessions[sid] = &mcpSession{owner: key, tenant: tenant, lastSeen: now}
 		}
 		g.mu.Unlock()
-	}
+	}}
+	g.next.ServeHTTP(rec, r)
 }
 
-// sessionRecorder notes the session id a response hands out.
+// sessionRecorder hands opened the session id a response hands out, as
+// its header is written.
 type sessionRecorder struct {
 	http.ResponseWriter
-	sid         string
+	opened      func(sid string)
 	wroteHeader bool
 }
 
 func (r *sessionRecorder) note() {
 	if !r.wroteHeader {
 		r.wroteHeader = true
-		r.sid = r.Header().Get(mcpSessionHeader)
+		if sid := r.Header().Get(mcpSessionHeader); sid != "" {
+			r.opened(sid)
+		}
 	}
 }
 
@@ -133,6 +139,13 @@ func (r *sessionRecorder) WriteHeader(code int) { r.note(); r.ResponseWriter.Wri
 func (r *sessionRecorder) Write(b []byte) (int, error) {
 	r.note()
 	return r.ResponseWriter.Write(b)
+}
+
+// FlushError notes the session before a flush sends the header (the SDK
+// flushes through http.ResponseController, which finds this first).
+func (r *sessionRecorder) FlushError() error {
+	r.note()
+	return http.NewResponseController(r.ResponseWriter).Flush()
 }
 
 // Unwrap lets http.ResponseController reach the connection (the SDK
