@@ -65,20 +65,24 @@ func TestForkWorkingSetPrefetched(t *testing.T) {
 	t.Logf("recorded working set: %d extents, %d KiB of the %d MiB memory file", len(rec.Extents), rec.Bytes()>>10, rec.MemoryBytes>>20)
 
 	second := fork("second")
-	sdir := m.sandboxDir(second)
-	spec, err := control.ReadSpec(filepath.Join(sdir, specFile))
-	if err != nil || spec.Restore == nil || !reflect.DeepEqual(spec.Restore.Prefetch, rec.Extents) {
-		t.Fatalf("the second fork's restore %+v (%v), want the recorded working set", spec.Restore, err)
+	wantPrefetched(t, m, second, rec.Extents)
+}
+
+// wantPrefetched fails t unless sandbox id's VMM was handed want as its
+// restore's prefetch and its log says it prefetched, and logs that line.
+func wantPrefetched(t *testing.T, m *VMManager, id string, want []snapshot.Extent) {
+	t.Helper()
+	dir := m.sandboxDir(id)
+	spec, err := control.ReadSpec(filepath.Join(dir, specFile))
+	if err != nil || spec.Restore == nil || !reflect.DeepEqual(spec.Restore.Prefetch, want) {
+		t.Fatalf("%s's restore %+v (%v), want the recorded working set", id, spec.Restore, err)
 	}
-	b, _ := os.ReadFile(filepath.Join(sdir, "vmm.log"))
-	var line string
+	b, _ := os.ReadFile(filepath.Join(dir, "vmm.log"))
 	for _, l := range strings.Split(string(b), "\n") {
 		if strings.Contains(l, "prefetched the recorded working set") {
-			line = l
+			t.Logf("VMM: %s", l)
+			return
 		}
 	}
-	if line == "" {
-		t.Fatalf("the second fork's VMM log says no prefetch:\n%s", b)
-	}
-	t.Logf("VMM: %s", line)
+	t.Fatalf("%s's VMM log says no prefetch:\n%s", id, b)
 }

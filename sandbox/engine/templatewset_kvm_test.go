@@ -4,8 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"reflect"
-	"strings"
 	"testing"
 	"time"
 
@@ -45,22 +43,7 @@ func TestTemplateWorkingSetPrefetched(t *testing.T) {
 	if info.StartedFrom != sandbox.StartedFromTemplate {
 		t.Fatalf("started_from %q, want %q", info.StartedFrom, sandbox.StartedFromTemplate)
 	}
-	dir := m.sandboxDir(info.ID)
-	spec, err := control.ReadSpec(filepath.Join(dir, specFile))
-	if err != nil || spec.Restore == nil || !reflect.DeepEqual(spec.Restore.Prefetch, ws.Extents) {
-		t.Fatalf("the create's restore %+v (%v), want the recorded working set", spec.Restore, err)
-	}
-	b, _ := os.ReadFile(filepath.Join(dir, "vmm.log"))
-	var line string
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, "prefetched the recorded working set") {
-			line = l
-		}
-	}
-	if line == "" {
-		t.Fatalf("the VMM's log says no prefetch:\n%s", b)
-	}
-	t.Logf("VMM: %s", line)
+	wantPrefetched(t, m, info.ID, ws.Extents)
 
 	// The same create without the record (the page cache as warm).
 	os.Remove(filepath.Join(m.opt.StateDir, "templates", tpl.Key, workingSetFile))
