@@ -184,6 +184,16 @@ func CgroupPids(path string) ([]int, error) {
 	return pids, nil
 }
 
+// Move moves process pid, all its threads, into the cgroup (cgroup.procs):
+// a VMM started ahead in a pool's cgroup joins its VM's before it is given
+// the VM. What it was charged before stays with the cgroup it left.
+func (c *Cgroup) Move(pid int) error {
+	if err := writeExisting(filepath.Join(c.Path, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+		return fmt.Errorf("move process %d into cgroup %s: %w", pid, c.Path, err)
+	}
+	return nil
+}
+
 // FD is the directory descriptor for syscall.SysProcAttr.CgroupFD.
 func (c *Cgroup) FD() int { return int(c.dir.Fd()) }
 

@@ -11,25 +11,29 @@ import (
 	"time"
 )
 
-// TestCgroupCloseKillsWhatRuns: Close of a cgroup a process still runs in
-// kills it (cgroup.kill) and removes the cgroup; a second Close, and a
-// Kill of a cgroup that is gone, are no errors.
-func TestCgroupCloseKillsWhatRuns(t *testing.T) {
-	var dir string
+// testCgroupDir makes a cgroup v2 directory for a test, removed after it;
+// the test is skipped where there is none to write.
+func testCgroupDir(t *testing.T, name string) string {
+	t.Helper()
 	for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
 		if !CgroupV2(root) {
 			continue
 		}
-		d := filepath.Join(root, fmt.Sprintf("cellvm-jail-test-%d", os.Getpid()))
+		d := filepath.Join(root, fmt.Sprintf("cellvm-jail-%s-%d", name, os.Getpid()))
 		if err := os.Mkdir(d, 0o755); err == nil {
-			dir = d
-			break
+			t.Cleanup(func() { os.Remove(d) })
+			return d
 		}
 	}
-	if dir == "" {
-		t.Skip("no writable cgroup v2 hierarchy here")
-	}
-	defer os.Remove(dir)
+	t.Skip("no writable cgroup v2 hierarchy here")
+	return ""
+}
+
+// TestCgroupCloseKillsWhatRuns: Close of a cgroup a process still runs in
+// kills it (cgroup.kill) and removes the cgroup; a second Close, and a
+// Kill of a cgroup that is gone, are no errors.
+func TestCgroupCloseKillsWhatRuns(t *testing.T) {
+	dir := testCgroupDir(t, "close")
 	fd, err := os.Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -67,5 +71,42 @@ func TestCgroupCloseKillsWhatRuns(t *testing.T) {
 	}
 	if err := CgroupAt(dir).Kill(); err != nil {
 		t.Errorf("kill a cgroup that is gone: %v", err)
+	}
+}
+
+// TestCgroupMove: Move takes a running process out of the cgroup it was
+// cloned into and puts it, whole, in another.
+func TestCgroupMove(t *testing.T) {
+	dir := testCgroupDir(t, "move")
+	pool, vm := CgroupAt(filepath.Join(dir, "pool")), CgroupAt(filepath.Join(dir, "vm"))
+	for _, c := range []*Cgroup{pool, vm} {
+		if err := os.Mkdir(c.Path, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	fd, err := os.Open(pool.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(fd.Fd())}
+	err = cmd.Start()
+	fd.Close()
+	if err != nil {
+		t.Skipf("clone into a cgroup: %v", err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	if err := vm.Move(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	in, _ := CgroupPids(vm.Path)
+	left, _ := CgroupPids(pool.Path)
+	if !slices.Contains(in, cmd.Process.Pid) || len(left) != 0 {
+		t.Errorf("after Move: the VM's cgroup holds %v, the pool's %v; want %d moved", in, left, cmd.Process.Pid)
+	}
+	if err := vm.Move(1 << 30); err == nil {
+		t.Error("Move of a pid that does not exist succeeded")
 	}
 }

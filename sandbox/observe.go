@@ -159,6 +159,29 @@ type Capacity struct {
 	// Boots is the queue of VM starts (boots, restores, resumes), when
 	// the manager bounds them.
 	Boots *BootQueue `json:"boots,omitempty"`
+	// VMMPool is the pool of VMM processes started ahead of the VMs that
+	// will need them (serve --vmm-pool), when there is one.
+	VMMPool *VMMPoolInfo `json:"vmm_pool,omitempty"`
+}
+
+// VMMPoolInfo is the state of the pool of ready VMM processes: Size are
+// kept ready, Ready are now, and MemoryMiB is what they hold (their
+// resident memory; they hold no guest memory). Shrunk says memory
+// pressure has emptied the pool until it falls. The counters run from the
+// daemon's start: starts that took a ready process (Claimed) or found
+// none (Missed, and started their own), processes started, starts that
+// failed, processes that died idle, and shrinks.
+type VMMPoolInfo struct {
+	Size          int   `json:"size"`
+	Ready         int   `json:"ready"`
+	MemoryMiB     int64 `json:"memory_mib"`
+	Shrunk        bool  `json:"shrunk,omitempty"`
+	Claimed       int64 `json:"claimed"`
+	Missed        int64 `json:"missed"`
+	Spawned       int64 `json:"spawned"`
+	SpawnFailures int64 `json:"spawn_failures"`
+	DiedIdle      int64 `json:"died_idle"`
+	Shrinks       int64 `json:"shrinks"`
 }
 
 // BootQueue is the state of the host's VM starts: at most Slots start at

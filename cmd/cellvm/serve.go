@@ -437,7 +437,7 @@ func newDaemonManager(o *serveOptions, log *slog.Logger) (sandbox.Manager, func(
 		closeNet()
 		return nil, nil, err
 	}
-	log.Info("VM manager ready", "kernel", k, "rootfs", r, "boot_timeout", opt.BootTimeout, "boot_concurrency", opt.BootConcurrency)
+	log.Info("VM manager ready", "kernel", k, "rootfs", r, "boot_timeout", opt.BootTimeout, "boot_concurrency", opt.BootConcurrency, "vmm_pool", opt.VMMPool)
 	return m, func() { m.Close(); closeNet() }, nil
 }
 

@@ -12,7 +12,7 @@ import (
 // --boot-concurrency at once, at most --boot-queue more waiting for a
 // slot (a create past that is refused at once with 503 and Retry-After),
 // and each boot given --boot-timeout from its admission for its agent to
-// answer.
+// answer. --vmm-pool VMM processes wait, started, for the next starts.
 
 // defaultBootTimeout is --boot-timeout's default.
 const defaultBootTimeout = 60 * time.Second
@@ -26,6 +26,7 @@ type serveBoot struct {
 	timeout     time.Duration
 	concurrency int
 	queue       int
+	pool        int
 }
 
 func addServeBootFlags(fs *pflag.FlagSet) *serveBoot {
@@ -37,8 +38,12 @@ func addServeBootFlags(fs *pflag.FlagSet) *serveBoot {
 	fs.DurationVar(&b.timeout, "boot-timeout", def, "how long a new or restored VM's agent has to answer, counted from the start's admission ($CELLVM_BOOT_TIMEOUT sets the default)")
 	fs.IntVar(&b.concurrency, "boot-concurrency", engine.DefaultBootConcurrency(), "VMs that may start at once (boots, restores, resumes): one per CPU by default")
 	fs.IntVar(&b.queue, "boot-queue", -1, "VM starts that may wait for a slot; one more is refused at once with 503 and Retry-After (-1: 4 per slot; 0: none wait)")
+	fs.IntVar(&b.pool, "vmm-pool", engine.DefaultVMMPool(), "VMM processes kept started ahead of the VMs that will need them, so that a start skips the process's clone and exec; ended under memory pressure (0: none; by default one per two CPUs, at most 4)")
 	return b
 }
+
+// maxVMMPool bounds --vmm-pool.
+const maxVMMPool = 64
 
 func (b *serveBoot) check() error {
 	if b.timeout <= 0 || b.timeout > maxBootTimeout {
@@ -50,12 +55,15 @@ func (b *serveBoot) check() error {
 	if b.queue < -1 || b.queue > 1<<16 {
 		return usagef("--boot-queue %d: want -1 (4 per slot), 0 (none wait) or up to %d", b.queue, 1<<16)
 	}
+	if b.pool < 0 || b.pool > maxVMMPool {
+		return usagef("--vmm-pool %d: want 0 (none) to %d", b.pool, maxVMMPool)
+	}
 	return nil
 }
 
 // apply sets the engine's options for VM starts.
 func (b *serveBoot) apply(o *engine.Options) {
-	o.BootTimeout, o.BootConcurrency = b.timeout, b.concurrency
+	o.BootTimeout, o.BootConcurrency, o.VMMPool = b.timeout, b.concurrency, b.pool
 	switch {
 	case b.queue < 0:
 		o.BootQueue = 0 // the engine's default: 4 per slot

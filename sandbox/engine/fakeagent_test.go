@@ -20,6 +20,7 @@ import (
 	"github.com/cellvm/cellvm/guestinit/proto"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/vmm/control"
+	"github.com/cellvm/cellvm/vmm/process"
 )
 
 // fakeAgentVMM is the test binary's role as `cellvm vmm --config PATH` with
@@ -72,11 +73,22 @@ func fakeVMMStart(args []string) (control.Spec, control.Files, net.Listener, err
 	if len(args) < 1 || args[0] != control.Command {
 		return control.Spec{}, nil, nil, fmt.Errorf("unexpected arguments %q", args)
 	}
-	path, err := control.ConfigPath(args[1:])
+	path, pooled, err := control.ParseArgs(args[1:])
 	if err != nil {
 		return control.Spec{}, nil, nil, err
 	}
-	spec, files, err := control.Load(path)
+	var spec control.Spec
+	var files control.Files
+	if pooled {
+		// The VMM pool's process (vmmpool.go): its claim brings what
+		// --config would have, and its console and log.
+		spec, files, _, err = process.Claimed()
+		if errors.Is(err, control.ErrUnclaimed) {
+			os.Exit(0)
+		}
+	} else {
+		spec, files, err = control.Load(path)
+	}
 	if err != nil {
 		return spec, nil, nil, err
 	}

@@ -73,16 +73,38 @@ func checkFirstPops(t *testing.T, m *VMManager, id, what string, want int) {
 	}
 }
 
+// checkPooled checks that sandbox id's VMM came from the VMM pool
+// (vmmpool.go) and runs in its VM's cgroup, not the pool's.
+func checkPooled(t *testing.T, m *VMManager, id, what string) {
+	t.Helper()
+	s := sandboxOf(t, m, id)
+	s.netMu.Lock()
+	p := s.proc
+	s.netMu.Unlock()
+	if !p.pooled {
+		t.Errorf("%s: its VMM (pid %d) did not come from the pool", what, p.pid)
+	}
+	if s.cgroup == nil {
+		return
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/cgroup")
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(b)), "/"+filepath.Base(s.cgroup.Path)) {
+		t.Errorf("%s: its VMM's cgroup is %q (%v), want its VM's %s", what, b, err, s.cgroup.Path)
+	}
+}
+
 // TestFirstQueuePopIsJailed: on every restore path (a template start, a
 // fork of a snapshot, a resume of a paused sandbox) the VMM's first queue
 // pop, the first moment it parses a ring the guest controls, comes after
 // its jail and says the jail's uid and seccomp mode 2 (issue 25: the
-// devices used to start in Restore, as root, before the jail).
+// devices used to start in Restore, as root, before the jail). Every VMM
+// here comes from the VMM pool, as the daemon's do by default: a process
+// started ahead of its spec is jailed as one started for it.
 func TestFirstQueuePopIsJailed(t *testing.T) {
 	if rigJail() == nil {
 		t.Skip("the jail needs root")
 	}
-	m := newRigManagerWith(t, func(o *Options) { o.Templates = TemplateOptions{Enabled: true} })
+	m := newRigManagerWith(t, func(o *Options) { o.Templates, o.VMMPool = TemplateOptions{Enabled: true}, 1 })
 	ctx := context.Background()
 	for deadline := time.Now().Add(8 * time.Minute); ; time.Sleep(time.Second) {
 		c, err := m.Capacity(ctx)
@@ -96,6 +118,7 @@ func TestFirstQueuePopIsJailed(t *testing.T) {
 			t.Fatalf("the default template did not become ready: %+v", c.Templates)
 		}
 	}
+	waitPoolReady(t, m, 1)
 	info, err := m.Create(ctx, sandbox.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -107,11 +130,13 @@ func TestFirstQueuePopIsJailed(t *testing.T) {
 		t.Fatalf("template start: %s", got)
 	}
 	checkFirstPops(t, m, info.ID, "template start", 1)
+	checkPooled(t, m, info.ID, "template start")
 
 	snap, err := m.Snapshot(ctx, info.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitPoolReady(t, m, 1)
 	fork, err := m.Create(ctx, sandbox.Config{Snapshot: snap.ID})
 	if err != nil {
 		t.Fatal(err)
@@ -120,10 +145,12 @@ func TestFirstQueuePopIsJailed(t *testing.T) {
 		t.Fatalf("fork: %s", got)
 	}
 	checkFirstPops(t, m, fork.ID, "fork", 1)
+	checkPooled(t, m, fork.ID, "fork")
 
 	if err := m.Pause(ctx, fork.ID); err != nil {
 		t.Fatal(err)
 	}
+	waitPoolReady(t, m, 1)
 	if err := m.Resume(ctx, fork.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -131,4 +158,8 @@ func TestFirstQueuePopIsJailed(t *testing.T) {
 		t.Fatalf("resume: %s", got)
 	}
 	checkFirstPops(t, m, fork.ID, "fork, then pause and resume", 2)
+	checkPooled(t, m, fork.ID, "resume")
+	if i := poolInfo(t, m); i.Claimed < 3 || i.DiedIdle != 0 || i.SpawnFailures != 0 {
+		t.Errorf("the pool after three pooled starts: %+v", i)
+	}
 }

@@ -123,7 +123,11 @@ type Options struct {
 	// CheckpointMaxBytes bounds the disk one sandbox's checkpoints take:
 	// past it the oldest go (at least one is kept); 0 means no bound.
 	CheckpointMaxBytes int64
-	Log                *slog.Logger
+	// VMMPool is how many VMM processes are kept started ahead of the VMs
+	// that will need them (vmmpool.go); 0: none (serve's default is
+	// DefaultVMMPool).
+	VMMPool int
+	Log     *slog.Logger
 }
 
 // lifetimes are the options' defaults and cap for sandboxes' lifetimes.
@@ -152,6 +156,10 @@ type VMManager struct {
 	imageLocks map[string]bool
 	// admit bounds the VMs starting at once (admit.go).
 	admit *admission
+	// pool holds VMM processes started ahead (vmmpool.go); nil: none.
+	// poolCgroup is its cgroup, with the jail's (nil: none).
+	pool       *vmmPool
+	poolCgroup *jail.Cgroup
 }
 
 type vmSandbox struct {
@@ -266,9 +274,15 @@ func NewVMManager(opt Options) (*VMManager, error) {
 	if err := m.checkNetworkState(); err != nil {
 		return nil, err
 	}
+	pool, err := m.newPool()
+	if err != nil {
+		return nil, err
+	}
+	m.pool = pool
 	m.recover()
 	m.restartCheckpoints()
 	m.sweepImageBuilds()
+	m.pool.start()
 	if opt.Templates.Enabled {
 		m.templates = newTemplates(m, opt.Templates, opt.StateDir, m.log)
 		m.templates.started = started
@@ -584,7 +598,7 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 	if p, s.agent, err = m.startVMM(ctx, s.dir, st, "booting"); err != nil {
 		return nil, err
 	}
-	s.startSteps.Spawn = p.spawnTook
+	s.startSteps.Spawn, s.startSteps.Pooled = p.spawnTook, p.pooled
 	s.startSteps.Agent = time.Since(start) - p.spawnTook
 	renew := time.Now()
 	if len(cfg.Env) > 0 && !(from != nil && maps.Equal(cfg.Env, from.env)) {
@@ -1269,6 +1283,8 @@ func (m *VMManager) Close() error {
 	m.closed = true
 	m.mu.Unlock()
 	m.admit.close() // starts waiting for a slot end now
+	m.pool.close()  // its idle processes end; claimed ones are their VMs'
+	m.poolCgroup.Close()
 	close(m.stopReap)
 	<-m.reapDone
 	// The template builder ends its build, if any, and removes its VM.

@@ -62,5 +62,6 @@ func (m *VMManager) Capacity(ctx context.Context) (sandbox.Capacity, error) {
 	c.TemplateLockedMiB = mib(m.templates.lockedBytes())
 	q := m.admit.stats()
 	c.Boots = &q
+	c.VMMPool = m.pool.info()
 	return c, nil
 }

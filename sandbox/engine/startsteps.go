@@ -23,6 +23,9 @@ import (
 // goal's time goes).
 type startSteps struct {
 	Prepare, Spawn, Agent, Renew time.Duration
+	// Pooled: the VMM process came from the pool (vmmpool.go), and
+	// Spawn is its claim.
+	Pooled bool
 }
 
 // LogValue is the "steps" of the "sandbox created" line, in milliseconds.
@@ -31,5 +34,9 @@ func (s startSteps) LogValue() slog.Value {
 }
 
 func (s startSteps) String() string {
-	return fmt.Sprintf("prepare=%d spawn=%d agent=%d renew=%d", s.Prepare.Milliseconds(), s.Spawn.Milliseconds(), s.Agent.Milliseconds(), s.Renew.Milliseconds())
+	out := fmt.Sprintf("prepare=%d spawn=%d agent=%d renew=%d", s.Prepare.Milliseconds(), s.Spawn.Milliseconds(), s.Agent.Milliseconds(), s.Renew.Milliseconds())
+	if s.Pooled {
+		out += " pooled=1"
+	}
+	return out
 }

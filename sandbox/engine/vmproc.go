@@ -64,6 +64,9 @@ type vmProc struct {
 	// here took (its namespaces and cgroup included), for a slow start's
 	// log line.
 	spawnTook time.Duration
+	// pooled says the process came from the VMM pool (vmmpool.go):
+	// spawnTook is its claim's.
+	pooled bool
 
 	// readyMu guards ready, the listener of the agent's ready signal
 	// (proto.ReadyPort) with the connection it holds, kept for the VM's
@@ -160,7 +163,7 @@ func (m *VMManager) startVMM(ctx context.Context, dir string, st vmStart, what s
 	for _, after := range []time.Duration{slowAgent, 4 * slowAgent} {
 		defer time.AfterFunc(after, look).Stop()
 	}
-	p, err := spawnVMM(m.opt.Exe, dir, st)
+	p, err := spawnVMM(m.opt.Exe, dir, st, m.pool)
 	if err != nil {
 		if ready != nil {
 			ready.Close()
@@ -215,8 +218,9 @@ func isClosed(ch <-chan struct{}) bool {
 
 // spawnVMM writes st's spec into dir and starts exe (the cellvm binary) as
 // its VMM process, the files in their slots and a fresh End report file
-// in control.SlotEnd.
-func spawnVMM(exe, dir string, st vmStart) (*vmProc, error) {
+// in control.SlotEnd: a process claimed from pool when it has one ready
+// (vmmpool.go), else one started here.
+func spawnVMM(exe, dir string, st vmStart, pool *vmmPool) (*vmProc, error) {
 	defer st.files.Close()
 	end, err := os.OpenFile(filepath.Join(dir, endFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -254,12 +258,19 @@ func spawnVMM(exe, dir string, st vmStart) (*vmProc, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := vmmCommand(exe, cfg, st)
-	cmd.Stdout, cmd.Stderr = console, logf
-	cmd.ExtraFiles = extra
 	// The process record replaces an earlier one (a resume's); until the
 	// new one is written, none names a process that is gone.
 	os.Remove(filepath.Join(dir, procFile))
+	if v := pool.claim(); v != nil {
+		p, err := claimWith(v, dir, cfg, st, console, logf, extra)
+		if err == nil {
+			return p, nil
+		}
+		pool.log.Warn("vmm pool: a claim failed; starting a process of its own", "vm", filepath.Base(dir), "pid", v.pid, "err", err)
+	}
+	cmd := vmmCommand(exe, cfg, st)
+	cmd.Stdout, cmd.Stderr = console, logf
+	cmd.ExtraFiles = extra
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start vmm process: %w", err)
@@ -285,6 +296,18 @@ func spawnVMM(exe, dir string, st vmStart) (*vmProc, error) {
 	}
 	go func() { p.exit(cmd.Wait()) }()
 	return p, nil
+}
+
+// claimWith claims the pooled process v for the sandbox in dir, its spec
+// written at cfg (claimPooled).
+func claimWith(v *pooledVMM, dir, cfg string, st vmStart, console, logf *os.File, extra []*os.File) (*vmProc, error) {
+	spec, err := os.Open(cfg)
+	if err != nil {
+		v.end()
+		return nil, err
+	}
+	defer spec.Close()
+	return claimPooled(v, dir, st, spec, console, logf, extra)
 }
 
 // awaitAgent waits until the agent of the VM of process p (the sandbox in
@@ -346,18 +369,26 @@ var vmmTestEnv func() []string
 // process group does not reach it), its jail's namespaces, its cgroup
 // from the first instruction, and vmmEnv.
 func vmmCommand(exe, cfg string, st vmStart) *exec.Cmd {
-	cmd := exec.Command(exe, control.Args(cfg)...)
-	cmd.Env = append(slices.Clone(vmmEnv), st.env...)
+	return vmmProcess(exe, control.Args(cfg), st.env, st.spec.Jail != nil, st.cgroup)
+}
+
+// vmmProcess is the command of a VMM process with args: its own session,
+// the jail's namespaces when jailed, cgroup (nil: none) from its first
+// instruction, and vmmEnv with env. A pooled process (vmmpool.go) is one
+// too, started before its spec exists.
+func vmmProcess(exe string, args, env []string, jailed bool, cgroup *jail.Cgroup) *exec.Cmd {
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(slices.Clone(vmmEnv), env...)
 	if vmmTestEnv != nil {
 		cmd.Env = append(cmd.Env, vmmTestEnv()...)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: 0}
-	if st.spec.Jail != nil {
+	if jailed {
 		cmd.SysProcAttr.Cloneflags = jail.Cloneflags
 	}
-	if st.cgroup != nil {
+	if cgroup != nil {
 		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = st.cgroup.FD()
+		cmd.SysProcAttr.CgroupFD = cgroup.FD()
 	}
 	return cmd
 }

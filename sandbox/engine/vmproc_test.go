@@ -169,7 +169,7 @@ func TestSpawnRecordsTheProcess(t *testing.T) {
 	dir := t.TempDir()
 	exe := filepath.Join(t.TempDir(), "vmm")
 	os.WriteFile(exe, []byte("#!/bin/sh\nexec sleep 600\n"), 0o700)
-	p, err := spawnVMM(exe, dir, vmStart{spec: control.Spec{}})
+	p, err := spawnVMM(exe, dir, vmStart{spec: control.Spec{}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

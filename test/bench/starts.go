@@ -41,6 +41,7 @@ var (
 	startsN      = flag.Int("starts-n", 20, "creates of each kind (cold boot, template start, fork) in the starts bench")
 	startsCells  = flag.Int("starts-cells", 100, "trivial cells in a row for the starts bench's cells per second")
 	startsJail   = flag.Int("starts-jail", 5, "jailed and unjailed cold creates each, alternating, for the starts bench's jail ratio (root only)")
+	startsPool   = flag.Int("starts-pool", engine.DefaultVMMPool(), "VMM processes kept started ahead in the starts bench's manager (serve --vmm-pool; 0: none)")
 	startsPauses = flag.Int("starts-pauses", 3, "pauses of one sandbox in a row in the starts bench, each resumed and given a cell (the first is the baseline)")
 )
 
@@ -78,7 +79,8 @@ func benchStarts(cellvm, build string) error {
 		snapShape.MemoryMiB, n, time.Now().Format("2006-01-02"))
 	ctx := context.Background()
 	started := time.Now()
-	m, done, err := newBenchManager(cellvm, build, nil, engine.TemplateOptions{Enabled: true, BuildTimeout: templateWait})
+	m, done, err := newBenchManager(cellvm, build, nil, engine.TemplateOptions{Enabled: true, BuildTimeout: templateWait},
+		func(o *engine.Options) { o.VMMPool = *startsPool })
 	if err != nil {
 		return err
 	}
@@ -131,6 +133,7 @@ func (s *startsBench) run(ctx context.Context, started time.Time, n int) error {
 		return err
 	}
 	s.against("fork", forks, cold)
+	s.pool(ctx)
 	s.overhead("fork", forkIDs[0])
 	if err := s.forksPSS(forkIDs, coldPSS); err != nil {
 		return err
@@ -210,6 +213,18 @@ func (s *startsBench) against(kind string, ds, cold []time.Duration) {
 	s.line("create -> first result of %s, %s / cold boot: p50 %.4f (%v vs %v), p99 %.4f (%v vs %v), over %d; %s; median ms: %s",
 		trivialCell, kind, r50, dur(p50), dur(c50), r99, dur(p99), dur(c99), len(ds), verdict(max(r50, r99), startGoal, ""),
 		formatBreakdown(medianBreakdown(s.steps[kind])))
+}
+
+// pool prints how the starts found the VMM pool (vmm_pool in capacity).
+func (s *startsBench) pool(ctx context.Context) {
+	c, err := s.m.Capacity(ctx)
+	if err != nil || c.VMMPool == nil {
+		s.line("VMM pool: none (-starts-pool %d)", *startsPool)
+		return
+	}
+	p := c.VMMPool
+	s.line("VMM pool of %d: %d starts took a ready process, %d found none (%d started, %d failed, %d died idle); %d ready holding %d MiB",
+		p.Size, p.Claimed, p.Missed, p.Spawned, p.SpawnFailures, p.DiedIdle, p.Ready, p.MemoryMiB)
 }
 
 // overhead prints the VMM's RSS less the guest memory's resident pages.

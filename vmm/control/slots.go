@@ -113,9 +113,7 @@ func (s *Spec) Pass(files Files) ([]*os.File, error) {
 }
 
 // inherit takes over the descriptors s.Files names: each must be open and
-// of its slot's kind (a regular file, or a character device for the
-// TAP). The TAP is made non-blocking before it becomes an *os.File, so
-// that Go's poller serves it and Close interrupts a read.
+// of its slot's kind (checkSlotFD).
 func (s Spec) inherit() (Files, error) {
 	files := Files{}
 	slots := make([]string, 0, len(s.Files))
@@ -125,28 +123,37 @@ func (s Spec) inherit() (Files, error) {
 	slices.Sort(slots)
 	for _, slot := range slots {
 		fd := s.Files[slot]
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
+		if err := s.checkSlotFD(slot, fd); err != nil {
 			files.Close()
-			return nil, fmt.Errorf("vmm spec: slot %s: descriptor %d is not open (%v)", slot, fd, err)
-		}
-		want, kind := uint32(unix.S_IFREG), "a regular file"
-		if slot == SlotTAP {
-			want, kind = unix.S_IFCHR, "a character device"
-		}
-		if st.Mode&unix.S_IFMT != want {
-			files.Close()
-			return nil, fmt.Errorf("vmm spec: slot %s: descriptor %d is not %s", slot, fd, kind)
-		}
-		if slot == SlotTAP {
-			if err := unix.SetNonblock(fd, true); err != nil {
-				files.Close()
-				return nil, fmt.Errorf("vmm spec: slot %s: %w", slot, err)
-			}
+			return nil, err
 		}
 		files[slot] = os.NewFile(uintptr(fd), s.slotName(slot))
 	}
 	return files, nil
+}
+
+// checkSlotFD checks that descriptor fd is open and of slot's kind (a
+// regular file, or a character device for the TAP). The TAP is made
+// non-blocking before it becomes an *os.File, so that Go's poller serves
+// it and Close interrupts a read.
+func (s Spec) checkSlotFD(slot string, fd int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("vmm spec: slot %s: descriptor %d is not open (%v)", slot, fd, err)
+	}
+	want, kind := uint32(unix.S_IFREG), "a regular file"
+	if slot == SlotTAP {
+		want, kind = unix.S_IFCHR, "a character device"
+	}
+	if st.Mode&unix.S_IFMT != want {
+		return fmt.Errorf("vmm spec: slot %s: descriptor %d is not %s", slot, fd, kind)
+	}
+	if slot == SlotTAP {
+		if err := unix.SetNonblock(fd, true); err != nil {
+			return fmt.Errorf("vmm spec: slot %s: %w", slot, err)
+		}
+	}
+	return nil
 }
 
 // slotName names a slot's file in messages: a disk by its Path.

@@ -31,6 +31,9 @@ type Options struct {
 	// KVM probe, which runs while the machine is built. Its error ends
 	// the VM before the guest runs, and Run returns it (wrapped).
 	HostCheck func() error
+	// Claimed is when a pooled process was claimed (Main): its start
+	// is counted from then, not from its exec, which was the pool's.
+	Claimed time.Time
 }
 
 // Run runs the machine spec describes, with files in its slots, until the
@@ -41,6 +44,9 @@ type Options struct {
 func Run(spec control.Spec, files control.Files, o Options) (err error) {
 	started := time.Now() // where a slow start's time went: the "vmm jailed" line says
 	execMS := sinceExec().Milliseconds()
+	if !o.Claimed.IsZero() {
+		execMS = time.Since(o.Claimed).Milliseconds()
+	}
 	var ends ending
 	if f := files[control.SlotEnd]; f != nil {
 		files = copyWithout(files, control.SlotEnd)

@@ -1,0 +1,159 @@
+package engine
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cellvm/cellvm/sandbox"
+	"github.com/cellvm/cellvm/vmm/control"
+)
+
+// poolInfo is m's pool's state from its capacity, as a caller sees it.
+func poolInfo(t *testing.T, m *VMManager) sandbox.VMMPoolInfo {
+	t.Helper()
+	c, err := m.Capacity(context.Background())
+	if err != nil || c.VMMPool == nil {
+		t.Fatalf("capacity: %+v, %v; want a vmm_pool", c, err)
+	}
+	return *c.VMMPool
+}
+
+// waitPoolReady waits until m's pool holds n ready processes.
+func waitPoolReady(t *testing.T, m *VMManager, n int) sandbox.VMMPoolInfo {
+	t.Helper()
+	return waitPool(t, m.pool, "ready", func(i sandbox.VMMPoolInfo) bool { return i.Ready == n })
+}
+
+// readyPIDs are the pids of m's pool's idle processes.
+func readyPIDs(m *VMManager) []int {
+	m.pool.mu.Lock()
+	defer m.pool.mu.Unlock()
+	var pids []int
+	for _, v := range m.pool.ready {
+		pids = append(pids, v.pid)
+	}
+	return pids
+}
+
+// pidAlive reports whether process pid exists (and is not a zombie).
+func pidAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || len(b) < i+3 || b[i+2] != 'Z'
+}
+
+// TestCreateClaimsAPooledVMM: with a pool, a create's VMM is a process the
+// pool started ahead: the sandbox's process is that pid, its console and
+// log are the sandbox's own (the fake guest's line reaches console.log),
+// its log from before the claim is kept beside them, and a cell runs.
+// The pool refills, and the manager's Close leaves no pooled process.
+func TestCreateClaimsAPooledVMM(t *testing.T) {
+	m, state, _ := newRoleManager(t, "agent", func(o *Options) { o.VMMPool = 1 })
+	waitPoolReady(t, m, 1)
+	pooled := readyPIDs(m)[0]
+	ctx := context.Background()
+	info, err := m.Create(ctx, sandbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sandboxOf(t, m, info.ID)
+	if s.proc.pid != pooled || !s.proc.pooled || !s.startSteps.Pooled {
+		t.Errorf("the sandbox's VMM is pid %d (pooled %v), the pool's ready one was %d", s.proc.pid, s.proc.pooled, pooled)
+	}
+	if i := poolInfo(t, m); i.Claimed != 1 || i.Missed != 0 {
+		t.Errorf("after a create: %+v; want one claimed", i)
+	}
+	res, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: "1 + 1", Timeout: time.Minute}, nil)
+	if err != nil || res.Status != "ok" {
+		t.Fatalf("cell on a pooled VMM's sandbox: %+v, %v", res, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(s.dir, consoleFile)); !strings.Contains(string(b), "fake guest: booted") {
+		t.Errorf("the sandbox's console does not hold its guest's output: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, poolLogFile)); err != nil {
+		t.Errorf("the pooled process's own log did not move into its sandbox: %v", err)
+	}
+	rec, err := readProcRecord(s.dir)
+	if err != nil || rec.PID != pooled || rec.StartTime == 0 {
+		t.Errorf("the process record: %+v, %v; want the pooled pid %d", rec, err, pooled)
+	}
+	spec, err := control.ReadSpec(filepath.Join(s.dir, specFile))
+	if err != nil || spec.Vsock == nil {
+		t.Errorf("the sandbox's vmm.json: %+v, %v", spec, err)
+	}
+	waitPoolReady(t, m, 1)
+	next := readyPIDs(m)[0]
+	if next == pooled {
+		t.Fatal("the pool's ready process is the one claimed")
+	}
+	if err := m.Delete(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if pidAlive(pooled) {
+		t.Error("the claimed VMM outlived its sandbox")
+	}
+	assertNothingLeft(t, m, state)
+	m.Close()
+	if pidAlive(next) {
+		t.Error("an idle pooled process outlived the manager's Close")
+	}
+	if ents, _ := os.ReadDir(m.poolDir()); len(ents) != 0 {
+		t.Errorf("the pool's directory holds %d files after Close", len(ents))
+	}
+}
+
+// TestPooledVMMDeadBeforeItsClaim: a start whose pooled process died just
+// before its claim (killed, not yet seen by the pool) starts a process of
+// its own and succeeds; the pool replaces the dead one.
+func TestPooledVMMDeadBeforeItsClaim(t *testing.T) {
+	m, state, _ := newRoleManager(t, "agent", func(o *Options) { o.VMMPool = 1 })
+	waitPoolReady(t, m, 1)
+	dead := readyPIDs(m)[0]
+	syscall.Kill(dead, syscall.SIGKILL)
+	ctx := context.Background()
+	info, err := m.Create(ctx, sandbox.Config{})
+	if err != nil {
+		t.Fatalf("create after the pooled process died: %v", err)
+	}
+	s := sandboxOf(t, m, info.ID)
+	if s.proc.pid == dead {
+		t.Fatal("the sandbox's VMM is the dead pooled process")
+	}
+	if res, err := m.RunCell(ctx, info.ID, sandbox.Cell{Code: "1 + 1", Timeout: time.Minute}, nil); err != nil || res.Status != "ok" {
+		t.Fatalf("cell: %+v, %v", res, err)
+	}
+	waitPool(t, m.pool, "replaced", func(i sandbox.VMMPoolInfo) bool { return i.Ready == 1 && i.Spawned >= 2 })
+	if err := m.Delete(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertNothingLeft(t, m, state)
+}
+
+// TestPooledVMMEndsWithItsDaemon: a pooled process whose daemon goes away
+// without claiming it (its end of the claim socket closed) exits by
+// itself.
+func TestPooledVMMEndsWithItsDaemon(t *testing.T) {
+	m, _, _ := newRoleManager(t, "agent", func(o *Options) { o.VMMPool = 1 })
+	waitPoolReady(t, m, 1)
+	m.pool.mu.Lock()
+	v := m.pool.ready[0]
+	m.pool.mu.Unlock()
+	v.claimer.sock.Close() // what a daemon's exit does to it
+	select {
+	case <-v.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a pooled process whose daemon closed its socket still runs")
+	}
+	if v.err != nil {
+		t.Errorf("an unclaimed pooled process exited with %v, want 0", v.err)
+	}
+}
