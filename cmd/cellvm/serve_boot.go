@@ -38,7 +38,7 @@ func addServeBootFlags(fs *pflag.FlagSet) *serveBoot {
 	fs.DurationVar(&b.timeout, "boot-timeout", def, "how long a new or restored VM's agent has to answer, counted from the start's admission ($CELLVM_BOOT_TIMEOUT sets the default)")
 	fs.IntVar(&b.concurrency, "boot-concurrency", engine.DefaultBootConcurrency(), "VMs that may start at once (boots, restores, resumes): one per CPU by default")
 	fs.IntVar(&b.queue, "boot-queue", -1, "VM starts that may wait for a slot; one more is refused at once with 503 and Retry-After (-1: 4 per slot; 0: none wait)")
-	fs.IntVar(&b.pool, "vmm-pool", engine.DefaultVMMPool(), "VMM processes kept started ahead of the VMs that will need them, so that a start skips the process's clone and exec; ended under memory pressure (0: none; by default one per two CPUs, at most 4)")
+	fs.IntVar(&b.pool, "vmm-pool", 0, "VMM processes kept started ahead of the VMs that will need them, so that a start skips the process's clone and exec; ended under memory pressure (0: none, the default for now; -1: sized to the host, one per two CPUs, at most 4)")
 	return b
 }
 
@@ -55,8 +55,8 @@ func (b *serveBoot) check() error {
 	if b.queue < -1 || b.queue > 1<<16 {
 		return usagef("--boot-queue %d: want -1 (4 per slot), 0 (none wait) or up to %d", b.queue, 1<<16)
 	}
-	if b.pool < 0 || b.pool > maxVMMPool {
-		return usagef("--vmm-pool %d: want 0 (none) to %d", b.pool, maxVMMPool)
+	if b.pool < -1 || b.pool > maxVMMPool {
+		return usagef("--vmm-pool %d: want 0 (none), -1 (sized to the host) or up to %d", b.pool, maxVMMPool)
 	}
 	return nil
 }
@@ -64,6 +64,9 @@ func (b *serveBoot) check() error {
 // apply sets the engine's options for VM starts.
 func (b *serveBoot) apply(o *engine.Options) {
 	o.BootTimeout, o.BootConcurrency, o.VMMPool = b.timeout, b.concurrency, b.pool
+	if b.pool < 0 {
+		o.VMMPool = engine.DefaultVMMPool()
+	}
 	switch {
 	case b.queue < 0:
 		o.BootQueue = 0 // the engine's default: 4 per slot

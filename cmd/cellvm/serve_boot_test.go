@@ -21,7 +21,7 @@ func TestServeBootFlags(t *testing.T) {
 		{[]string{"serve", "--boot-timeout", "2h"}, "--boot-timeout 2h0m0s"},
 		{[]string{"serve", "--boot-concurrency", "0"}, "--boot-concurrency 0"},
 		{[]string{"serve", "--boot-queue", "-2"}, "--boot-queue -2"},
-		{[]string{"serve", "--vmm-pool", "-1"}, "--vmm-pool -1"},
+		{[]string{"serve", "--vmm-pool", "-2"}, "--vmm-pool -2"},
 		{[]string{"serve", "--vmm-pool", "65"}, "--vmm-pool 65"},
 	} {
 		var out, errb strings.Builder
@@ -51,8 +51,8 @@ func TestServeBootFlags(t *testing.T) {
 		}
 		var o engine.Options
 		b.apply(&o)
-		if o.VMMPool != engine.DefaultVMMPool() {
-			t.Errorf("%v: vmm pool %d, want the default %d", c.args, o.VMMPool, engine.DefaultVMMPool())
+		if o.VMMPool != 0 {
+			t.Errorf("%v: vmm pool %d, want none by default", c.args, o.VMMPool)
 		}
 		if o.BootTimeout != c.timeout || o.BootConcurrency != c.concurrency || o.BootQueue != c.engineQ {
 			t.Errorf("%v: timeout %v, concurrency %d, queue %d; want %v, %d, %d", c.args, o.BootTimeout, o.BootConcurrency, o.BootQueue,
@@ -60,22 +60,23 @@ func TestServeBootFlags(t *testing.T) {
 		}
 	}
 
-	// --vmm-pool 0 turns the pool off.
-	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	b := addServeBootFlags(fs)
-	if err := fs.Parse([]string{"--vmm-pool", "0"}); err != nil || b.check() != nil {
-		t.Fatalf("--vmm-pool 0: %v, %v", err, b.check())
-	}
-	var o engine.Options
-	o.VMMPool = 9
-	b.apply(&o)
-	if o.VMMPool != 0 {
-		t.Errorf("--vmm-pool 0 gave the engine a pool of %d", o.VMMPool)
+	// --vmm-pool -1 sizes the pool to the host; N is N.
+	for arg, want := range map[string]int{"-1": engine.DefaultVMMPool(), "3": 3} {
+		fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+		b := addServeBootFlags(fs)
+		if err := fs.Parse([]string{"--vmm-pool", arg}); err != nil || b.check() != nil {
+			t.Fatalf("--vmm-pool %s: %v, %v", arg, err, b.check())
+		}
+		var o engine.Options
+		b.apply(&o)
+		if o.VMMPool != want {
+			t.Errorf("--vmm-pool %s gave the engine a pool of %d, want %d", arg, o.VMMPool, want)
+		}
 	}
 
 	// CELLVM_BOOT_TIMEOUT is the default, for tests and the rig; the flag wins.
 	t.Setenv("CELLVM_BOOT_TIMEOUT", "3m")
-	b = addServeBootFlags(pflag.NewFlagSet("serve", pflag.ContinueOnError))
+	b := addServeBootFlags(pflag.NewFlagSet("serve", pflag.ContinueOnError))
 	if b.timeout != 3*time.Minute {
 		t.Errorf("with CELLVM_BOOT_TIMEOUT=3m the default is %v", b.timeout)
 	}

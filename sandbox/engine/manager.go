@@ -125,7 +125,7 @@ type Options struct {
 	CheckpointMaxBytes int64
 	// VMMPool is how many VMM processes are kept started ahead of the VMs
 	// that will need them (vmmpool.go); 0: none (serve's default is
-	// DefaultVMMPool).
+	// none; -1 there is DefaultVMMPool).
 	VMMPool int
 	Log     *slog.Logger
 }

@@ -72,8 +72,8 @@ const (
 	poolBackoffMax = time.Minute
 )
 
-// DefaultVMMPool is --vmm-pool's default, sized to the host: one ready
-// process per two CPUs, at least one and at most four. A burst larger than
+// DefaultVMMPool is a pool sized to the host (serve --vmm-pool -1): one
+// ready process per two CPUs, at least one and at most four. A burst larger than
 // the pool starts the rest as before.
 func DefaultVMMPool() int { return min(max(runtime.NumCPU()/2, 1), 4) }
 
