@@ -81,7 +81,11 @@ func DefaultVMMPool() int { return min(max(runtime.NumCPU()/2, 1), 4) }
 // a pool that is off: claim finds nothing, info is nil, close does
 // nothing.
 type vmmPool struct {
-	size     int
+	size int
+	// jailed says its processes are in the jail's namespaces
+	// (jail.Cloneflags); only a jailed spec is handed to one, and only
+	// an unjailed spec to one that is not.
+	jailed   bool
 	spawn    func() (*pooledVMM, error)
 	pressure func() (float64, error)
 	log      *slog.Logger
@@ -144,6 +148,15 @@ func (p *vmmPool) claim() *pooledVMM {
 		p.stats.Missed++
 	}
 	return nil
+}
+
+// claimFor is claim for a spec that is jailed or not: nil, and nothing
+// taken, when the pool's processes are not of that kind.
+func (p *vmmPool) claimFor(jailed bool) *pooledVMM {
+	if p == nil || p.jailed != jailed {
+		return nil
+	}
+	return p.claim()
 }
 
 // poke wakes the loop, without waiting.

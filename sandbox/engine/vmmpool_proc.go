@@ -81,7 +81,9 @@ func (m *VMManager) newPool() (*vmmPool, error) {
 		m.poolCgroup = cg
 		pressure = filepath.Join(filepath.Dir(cg.Path), "memory.pressure")
 	}
-	return newVMMPool(m.opt.VMMPool, m.spawnPooled, func() (float64, error) { return memoryPressure(pressure) }, m.log), nil
+	p := newVMMPool(m.opt.VMMPool, m.spawnPooled, func() (float64, error) { return memoryPressure(pressure) }, m.log)
+	p.jailed = m.opt.Jail != nil // spawnPooled's namespaces
+	return p, nil
 }
 
 // spawnPooled starts one pooled process: the VMM binary as `vmm --pooled`

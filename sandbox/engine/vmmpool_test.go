@@ -188,6 +188,27 @@ func TestVMMPoolReplacesTheDead(t *testing.T) {
 	}
 }
 
+// TestVMMPoolClaimsOnlyItsKind: a pool of unjailed processes is never
+// claimed for a jailed spec, nor a jailed one for an unjailed spec, and
+// such a start takes nothing from it.
+func TestVMMPoolClaimsOnlyItsKind(t *testing.T) {
+	p := newFakePool(t, 1)
+	waitPool(t, p.vmmPool, "full", func(i sandbox.VMMPoolInfo) bool { return i.Ready == 1 })
+	if v := p.claimFor(true); v != nil {
+		t.Fatal("an unjailed pool's process was claimed for a jailed spec")
+	}
+	p.jailed = true
+	if v := p.claimFor(false); v != nil {
+		t.Fatal("a jailed pool's process was claimed for an unjailed spec")
+	}
+	if i := p.info(); i.Ready != 1 || i.Claimed != 0 || i.Missed != 0 {
+		t.Errorf("after claims of the other kind: %+v; want the pool untouched", *i)
+	}
+	if v := p.claimFor(true); v == nil {
+		t.Error("a jailed pool's process was not claimed for a jailed spec")
+	}
+}
+
 // TestVMMPoolClose: Close ends every idle process, starts none after, and
 // is idempotent; a nil pool (off) claims nothing and reports nothing.
 func TestVMMPoolClose(t *testing.T) {

@@ -261,7 +261,10 @@ func spawnVMM(exe, dir string, st vmStart, pool *vmmPool) (*vmProc, error) {
 	// The process record replaces an earlier one (a resume's); until the
 	// new one is written, none names a process that is gone.
 	os.Remove(filepath.Join(dir, procFile))
-	if v := pool.claim(); v != nil {
+	// A pooled process is in the jail's namespaces exactly when the
+	// daemon jails: one of the other kind is never handed a spec (a
+	// jailed spec's pivot_root in the host's mount namespace).
+	if v := pool.claimFor(st.spec.Jail != nil); v != nil {
 		p, err := claimWith(v, dir, cfg, st, console, logf, extra)
 		if err == nil {
 			return p, nil
