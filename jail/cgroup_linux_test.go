@@ -29,22 +29,29 @@ func testCgroupDir(t *testing.T, name string) string {
 	return ""
 }
 
+// sleepIn starts a sleep cloned into the cgroup at dir (skipping the test
+// where a clone into a cgroup is refused).
+func sleepIn(t *testing.T, dir string) *exec.Cmd {
+	t.Helper()
+	fd, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	cmd := exec.Command("sleep", "600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(fd.Fd())}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("clone into a cgroup: %v", err)
+	}
+	return cmd
+}
+
 // TestCgroupCloseKillsWhatRuns: Close of a cgroup a process still runs in
 // kills it (cgroup.kill) and removes the cgroup; a second Close, and a
 // Kill of a cgroup that is gone, are no errors.
 func TestCgroupCloseKillsWhatRuns(t *testing.T) {
 	dir := testCgroupDir(t, "close")
-	fd, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("sleep", "600")
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(fd.Fd())}
-	err = cmd.Start()
-	fd.Close()
-	if err != nil {
-		t.Skipf("clone into a cgroup: %v", err)
-	}
+	cmd := sleepIn(t, dir)
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 	defer cmd.Process.Kill()
@@ -85,17 +92,7 @@ func TestCgroupMove(t *testing.T) {
 		}
 		defer c.Close()
 	}
-	fd, err := os.Open(pool.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("sleep", "600")
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(fd.Fd())}
-	err = cmd.Start()
-	fd.Close()
-	if err != nil {
-		t.Skipf("clone into a cgroup: %v", err)
-	}
+	cmd := sleepIn(t, pool.Path)
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
 	if err := vm.Move(cmd.Process.Pid); err != nil {
