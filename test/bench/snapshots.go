@@ -360,7 +360,7 @@ func runCell(ctx context.Context, m sandbox.Manager, id, code, want string) erro
 
 // vmmPSS is the proportional set size of the VMM process running sandbox
 // id: the `cellvm vmm` process whose command line names the sandbox's
-// directory.
+// directory, or, for a pooled one, whose stdout or stderr does (logNames).
 func vmmPSS(id string) (int64, error) {
 	pid, err := vmmPID(id)
 	if err != nil {
@@ -382,11 +382,14 @@ func vmmPID(id string) (int, error) {
 			continue
 		}
 		args := bytes.Split(bytes.TrimRight(b, "\x00"), []byte{0})
-		if len(args) < 2 || string(args[1]) != "vmm" || !bytes.Contains(b, []byte(id)) {
+		if len(args) < 2 || string(args[1]) != "vmm" {
 			continue
 		}
 		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		if err == nil {
+		if err != nil {
+			continue
+		}
+		if bytes.Contains(b, []byte(id)) || logNames(pid, id) {
 			found = append(found, pid)
 		}
 	}
@@ -394,6 +397,20 @@ func vmmPID(id string) (int, error) {
 		return 0, fmt.Errorf("sandbox %s: %d VMM processes name it (%v), want 1", id, len(found), found)
 	}
 	return found[0], nil
+}
+
+// logNames reports whether process pid's stdout or stderr is a file in
+// sandbox id's directory. A pooled VMM (serve --vmm-pool) was started
+// before its sandbox existed, so its command line is `vmm --pooled`; its
+// claim gave it the sandbox's console and log as fds 1 and 2.
+func logNames(pid int, id string) bool {
+	for _, fd := range []int{1, 2} {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", pid, fd))
+		if err == nil && strings.Contains(l, "/"+id+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
