@@ -21,7 +21,8 @@
 // TAP and hands the VMM an open descriptor, so the VMM never needs
 // /dev/net/tun or CAP_NET_ADMIN.
 //
-// The order inside the VMM process is: Enter (mounts, pivot_root, while
+// The order inside the VMM process is: Enter (a check that its mount
+// namespace is not its launcher's, then mounts and pivot_root, while
 // still root in its namespaces), build the machine (open the files, KVM,
 // memory), Drop (uid, capabilities, no_new_privs, rlimits), Seccomp, then
 // run the guest.

@@ -3,7 +3,10 @@ package jail
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -14,9 +17,14 @@ import (
 // noexec, nodev unless asked otherwise), pivot_root into s.Root, the old
 // root detached, the new root read-only, and the hostname set. It must run
 // as root inside a new mount namespace (Cloneflags), before any file of the
-// VM is opened; afterwards paths are the jail's.
+// VM is opened; afterwards paths are the jail's. It checks the namespace
+// first (ownMountNamespace) and refuses, having mounted nothing, in its
+// launcher's.
 func Enter(s Spec) error {
 	if err := s.Validate(); err != nil {
+		return err
+	}
+	if err := ownMountNamespace(); err != nil {
 		return err
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -62,6 +70,55 @@ func Enter(s Spec) error {
 		}
 	}
 	return nil
+}
+
+// ownMountNamespace refuses to go on in its launcher's mount namespace.
+// Making "/" private succeeds there too, so without this a launcher that
+// forgot CLONE_NEWNS would have Enter bind mount and pivot_root the
+// daemon's (the host's) own namespace: the wall would rest on every
+// launcher being right. The launcher is the parent as /proc sees it (the
+// VMM's own pid namespace has no /proc of its own yet, and reading the
+// parent's link needs no privilege over the host's pid 1).
+func ownMountNamespace() error {
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return fmt.Errorf("jail: read this process's mount namespace: %w", err)
+	}
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return fmt.Errorf("jail: read this process's status: %w", err)
+	}
+	ppid, err := parentPID(status)
+	if err != nil {
+		return fmt.Errorf("jail: this process's parent: %w", err)
+	}
+	if ppid == 0 {
+		return errors.New("jail: this process's parent is outside the pid namespace of /proc, so whether its mount namespace is its own cannot be told; start it from the daemon with jail.Cloneflags")
+	}
+	parent, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", ppid))
+	if err != nil {
+		return fmt.Errorf("jail: read the launcher's (pid %d) mount namespace, to check that this process has one of its own: %w", ppid, err)
+	}
+	if self == parent {
+		return fmt.Errorf("jail: this process shares its launcher's (pid %d) mount namespace %s; start it with jail.Cloneflags (CLONE_NEWNS) so that the jail's mounts are its own", ppid, self)
+	}
+	return nil
+}
+
+// parentPID is the PPid field of a /proc/PID/status.
+func parentPID(status []byte) (int, error) {
+	for line := range strings.Lines(string(status)) {
+		v, ok := strings.CutPrefix(line, "PPid:")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("status: PPid %q", strings.TrimSpace(v))
+		}
+		return n, nil
+	}
+	return 0, errors.New("status: no PPid line")
 }
 
 // lastCap is the highest capability number the bounding set is cleared of;

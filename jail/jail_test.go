@@ -16,9 +16,22 @@ import (
 
 const envChild = "CELLVM_JAIL_TEST_SPEC"
 
+// envSharedChild and envEnterChild make the test binary
+// sharedNamespaceChild and enterChild.
+const (
+	envSharedChild = "CELLVM_JAIL_TEST_SHARED"
+	envEnterChild  = "CELLVM_JAIL_TEST_ENTER"
+)
+
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(envChild); spec != "" {
 		os.Exit(jailedChild(spec))
+	}
+	if spec := os.Getenv(envSharedChild); spec != "" {
+		os.Exit(sharedNamespaceChild(spec))
+	}
+	if spec := os.Getenv(envEnterChild); spec != "" {
+		os.Exit(enterChild(spec))
 	}
 	os.Exit(m.Run())
 }
@@ -241,5 +254,81 @@ func TestEnableControllers(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "cgroup.controllers"), []byte("cpu memory\n"), 0o644)
 	if err := enableControllers(dir); err == nil || !strings.Contains(err.Error(), "lacks the pids controller") {
 		t.Errorf("missing pids: %v", err)
+	}
+}
+
+// sharedNamespaceChild stands for a daemon whose launcher forgot
+// CLONE_NEWNS, without the risk of one: cloned into mount and pid
+// namespaces of its own, it makes its mounts private, mounts its pid
+// namespace's /proc, and starts the test binary again, without new
+// namespaces, to call Enter (enterChild). Had Enter gone on, its mounts
+// and pivot_root would have changed only this child's namespace.
+func sharedNamespaceChild(specJSON string) int {
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		fmt.Println("child: private:", err)
+		return 3
+	}
+	if err := syscall.Mount("proc", "/proc", "proc", 0, ""); err != nil {
+		fmt.Println("child: mount /proc:", err)
+		return 3
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), envSharedChild+"=", envEnterChild+"="+specJSON)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Println("child: enter child:", err)
+		return 3
+	}
+	return 0
+}
+
+// enterChild calls Enter and says what it answered.
+func enterChild(specJSON string) int {
+	var s Spec
+	if err := json.Unmarshal([]byte(specJSON), &s); err != nil {
+		fmt.Println("child: spec:", err)
+		return 3
+	}
+	if err := Enter(s); err != nil {
+		fmt.Println("enter:", err)
+		return 0
+	}
+	fmt.Println("entered")
+	return 0
+}
+
+// TestEnterRefusesItsLaunchersMountNamespace: Enter in a process that
+// shares its launcher's mount namespace refuses before it mounts
+// anything, so that a launcher without CLONE_NEWNS cannot make the jail's
+// mounts the host's.
+func TestEnterRefusesItsLaunchersMountNamespace(t *testing.T) {
+	for status, want := range map[string]int{"Name:\tx\nPPid:\t412\nTracerPid:\t0\n": 412, "PPid:\t0\n": 0, "PPid: -1\n": -1, "PPid:\tx\n": -1, "Pid:\t3\n": -1} {
+		got, err := parentPID([]byte(status))
+		if (err != nil) != (want < 0) || (want >= 0 && got != want) {
+			t.Errorf("parentPID(%q) = %d, %v; want %d", status, got, err, want)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: namespaces, mounts")
+	}
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	kernel := filepath.Join(dir, "kernel.src")
+	os.WriteFile(kernel, []byte("KERNEL"), 0o644)
+	s := Spec{Root: filepath.Join(dir, "root"), UID: 200_000_124, GID: 200_000_124,
+		Binds: []Bind{{Source: kernel, Target: "/kernel"}}, Limits: Rlimits{NoFile: 64, NProc: 64, FSize: 1 << 20}}
+	if err := Prepare(s); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(s)
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), envSharedChild+"="+string(b))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "enter: jail: this process shares its launcher's (pid 1) mount namespace") {
+		t.Errorf("Enter in its launcher's mount namespace: the child said %q, want refused", out)
 	}
 }
