@@ -38,7 +38,7 @@ func addServeBootFlags(fs *pflag.FlagSet) *serveBoot {
 	fs.DurationVar(&b.timeout, "boot-timeout", def, "how long a new or restored VM's agent has to answer, counted from the start's admission ($CELLVM_BOOT_TIMEOUT sets the default)")
 	fs.IntVar(&b.concurrency, "boot-concurrency", engine.DefaultBootConcurrency(), "VMs that may start at once (boots, restores, resumes): one per CPU by default")
 	fs.IntVar(&b.queue, "boot-queue", -1, "VM starts that may wait for a slot; one more is refused at once with 503 and Retry-After (-1: 4 per slot; 0: none wait)")
-	fs.IntVar(&b.pool, "vmm-pool", 0, "VMM processes kept started ahead of the VMs that will need them, so that a start skips the process's clone and exec; ended under memory pressure (0: none, the default for now; -1: sized to the host, one per two CPUs, at most 4)")
+	fs.IntVar(&b.pool, "vmm-pool", -1, "VMM processes kept started ahead of the VMs that will need them, so that a start skips the process's clone and exec; ended under memory pressure (-1, the default: sized to the host, one per two CPUs, at most 4; 0: none)")
 	return b
 }
 

@@ -51,8 +51,8 @@ func TestServeBootFlags(t *testing.T) {
 		}
 		var o engine.Options
 		b.apply(&o)
-		if o.VMMPool != 0 {
-			t.Errorf("%v: vmm pool %d, want none by default", c.args, o.VMMPool)
+		if o.VMMPool != engine.DefaultVMMPool() {
+			t.Errorf("%v: vmm pool %d, want the host's size %d by default", c.args, o.VMMPool, engine.DefaultVMMPool())
 		}
 		if o.BootTimeout != c.timeout || o.BootConcurrency != c.concurrency || o.BootQueue != c.engineQ {
 			t.Errorf("%v: timeout %v, concurrency %d, queue %d; want %v, %d, %d", c.args, o.BootTimeout, o.BootConcurrency, o.BootQueue,
@@ -60,8 +60,8 @@ func TestServeBootFlags(t *testing.T) {
 		}
 	}
 
-	// --vmm-pool -1 sizes the pool to the host; N is N.
-	for arg, want := range map[string]int{"-1": engine.DefaultVMMPool(), "3": 3} {
+	// --vmm-pool -1 sizes the pool to the host; 0 is none; N is N.
+	for arg, want := range map[string]int{"-1": engine.DefaultVMMPool(), "0": 0, "3": 3} {
 		fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 		b := addServeBootFlags(fs)
 		if err := fs.Parse([]string{"--vmm-pool", arg}); err != nil || b.check() != nil {

@@ -124,8 +124,9 @@ type Options struct {
 	// past it the oldest go (at least one is kept); 0 means no bound.
 	CheckpointMaxBytes int64
 	// VMMPool is how many VMM processes are kept started ahead of the VMs
-	// that will need them (vmmpool.go); 0: none (serve's default is
-	// none; -1 there is DefaultVMMPool).
+	// that will need them (vmmpool.go); 0: none (serve's default,
+	// --vmm-pool -1, is DefaultVMMPool). A pool that cannot be made is
+	// logged and left off.
 	VMMPool int
 	Log     *slog.Logger
 }
@@ -274,9 +275,13 @@ func NewVMManager(opt Options) (*VMManager, error) {
 	if err := m.checkNetworkState(); err != nil {
 		return nil, err
 	}
+	// The pool only saves time: a daemon that cannot make one serves
+	// without it, and says so.
 	pool, err := m.newPool()
 	if err != nil {
-		return nil, err
+		m.log.Warn("vmm pool: off; every start spawns its own VMM process (serve --vmm-pool 0 turns the pool off without this warning)", "err", err)
+		os.RemoveAll(m.poolDir())
+		pool = nil
 	}
 	m.pool = pool
 	m.recover()

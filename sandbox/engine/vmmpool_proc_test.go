@@ -157,3 +157,30 @@ func TestPooledVMMEndsWithItsDaemon(t *testing.T) {
 		t.Errorf("an unclaimed pooled process exited with %v, want 0", v.err)
 	}
 }
+
+// TestPoolThatCannotBeMadeIsOff: a daemon whose pool cannot be made (here
+// its cgroup, under a parent that is a file) serves without one, says so
+// in its log, and leaves no pool directory behind.
+func TestPoolThatCannotBeMadeIsOff(t *testing.T) {
+	parent := filepath.Join(t.TempDir(), "not-a-cgroup")
+	if err := os.WriteFile(parent, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, state, logs := newRoleManager(t, "agent", func(o *Options) {
+		o.VMMPool = 2
+		o.Jail = &JailOptions{UIDBase: 300_000_000, CgroupParent: parent}
+	})
+	if m.pool != nil {
+		t.Fatal("the manager has a pool though its cgroup could not be made")
+	}
+	c, err := m.Capacity(context.Background())
+	if err != nil || c.VMMPool != nil {
+		t.Errorf("capacity: vmm_pool %+v, %v; want none", c.VMMPool, err)
+	}
+	if !strings.Contains(logs.String(), "vmm pool: off") {
+		t.Errorf("the log does not say the pool is off:\n%s", logs.String())
+	}
+	if _, err := os.Stat(filepath.Join(state, "vmm-pool")); !os.IsNotExist(err) {
+		t.Errorf("the pool's directory is left behind: %v", err)
+	}
+}
