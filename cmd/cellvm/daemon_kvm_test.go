@@ -82,7 +82,11 @@ func (d *daemon) stop(t *testing.T) {
 	}
 }
 
-// vmmProcesses lists the `vmm --config` processes whose config is under dir.
+// vmmProcesses lists the VMM processes of the sandboxes of the state
+// directory dir: `vmm --config FILE` with FILE under dir, or a claimed
+// `vmm --pooled` (serve --vmm-pool, on by default) whose stdout or stderr
+// is a file under dir/sandboxes (its claim gave it its sandbox's console
+// and log). An idle pooled process is no sandbox's, and is not listed.
 func vmmProcesses(dir string) []int {
 	var pids []int
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
@@ -91,14 +95,38 @@ func vmmProcesses(dir string) []int {
 		if err != nil {
 			continue
 		}
+		var pid int
+		fmt.Sscanf(strings.Split(p, "/")[2], "%d", &pid)
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) >= 4 && args[1] == "vmm" && strings.HasPrefix(args[3], dir) {
-			var pid int
-			fmt.Sscanf(strings.Split(p, "/")[2], "%d", &pid)
+		switch {
+		case len(args) >= 4 && args[1] == "vmm" && strings.HasPrefix(args[3], dir):
+			pids = append(pids, pid)
+		case len(args) == 3 && args[1] == "vmm" && args[2] == "--pooled" &&
+			stdioPath(pid, func(p string) bool { return strings.HasPrefix(p, filepath.Join(dir, "sandboxes")+"/") }):
 			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// stdioPath reports whether process pid's stdout or stderr is a file
+// whose path satisfies ok.
+func stdioPath(pid int, ok func(string) bool) bool {
+	for _, fd := range []int{1, 2} {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", pid, fd)); err == nil && ok(l) {
+			return true
+		}
+	}
+	return false
+}
+
+// isVMMOf reports whether VMM process pid (of vmmProcesses) is sandbox
+// id's: its command line or, pooled, its stdout or stderr names the
+// sandbox's directory.
+func isVMMOf(pid int, id string) bool {
+	dir := "/" + id + "/"
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return strings.Contains(string(b), dir) || stdioPath(pid, func(p string) bool { return strings.Contains(p, dir) })
 }
 
 // mustCell runs a cell; a request error fails t (from any goroutine) and
@@ -203,7 +231,7 @@ func TestDaemonSandboxes(t *testing.T) {
 	}
 	victim := ids[1]
 	for _, pid := range pids {
-		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(b), victim) {
+		if isVMMOf(pid, victim) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}

@@ -37,7 +37,7 @@ func procStatus(t *testing.T, pid int) map[string]string {
 func vmmOf(t *testing.T, state, id string) int {
 	t.Helper()
 	for _, pid := range vmmProcesses(state) {
-		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(b), id) {
+		if isVMMOf(pid, id) {
 			return pid
 		}
 	}

@@ -41,7 +41,7 @@ var (
 	startsN      = flag.Int("starts-n", 20, "creates of each kind (cold boot, template start, fork) in the starts bench")
 	startsCells  = flag.Int("starts-cells", 100, "trivial cells in a row for the starts bench's cells per second")
 	startsJail   = flag.Int("starts-jail", 5, "jailed and unjailed cold creates each, alternating, for the starts bench's jail ratio (root only)")
-	startsPool   = flag.Int("starts-pool", engine.DefaultVMMPool(), "VMM processes kept started ahead in the starts bench's manager (serve --vmm-pool; 0: none)")
+	startsPool   = flag.Int("starts-pool", engine.DefaultVMMPool(), "VMM processes kept started ahead in each manager of the starts and jail benches (serve --vmm-pool; 0: none)")
 	startsPauses = flag.Int("starts-pauses", 3, "pauses of one sandbox in a row in the starts bench, each resumed and given a cell (the first is the baseline)")
 )
 
@@ -79,8 +79,7 @@ func benchStarts(cellvm, build string) error {
 		snapShape.MemoryMiB, n, time.Now().Format("2006-01-02"))
 	ctx := context.Background()
 	started := time.Now()
-	m, done, err := newBenchManager(cellvm, build, nil, engine.TemplateOptions{Enabled: true, BuildTimeout: templateWait},
-		func(o *engine.Options) { o.VMMPool = *startsPool })
+	m, done, err := newBenchManager(cellvm, build, nil, engine.TemplateOptions{Enabled: true, BuildTimeout: templateWait}, withPool)
 	if err != nil {
 		return err
 	}
@@ -325,7 +324,7 @@ func (s *startsBench) jail(ctx context.Context, coldCfg sandbox.Config) error {
 		jails = append(jails, &engine.JailOptions{UIDBase: j.UIDBase})
 	}
 	for _, jo := range jails {
-		jm, done, err := newBenchManager(s.cellvm, s.build, jo, engine.TemplateOptions{})
+		jm, done, err := newBenchManager(s.cellvm, s.build, jo, engine.TemplateOptions{}, withPool)
 		if err != nil {
 			return err
 		}
@@ -367,7 +366,12 @@ func (s *startsBench) jail(ctx context.Context, coldCfg sandbox.Config) error {
 		if a.name != "jailed" {
 			goal = "(a breakdown)"
 		}
-		s.line("create -> agent up (cold boot), %s / unjailed: %.3f (%v vs %v, medians of %d); %s", a.name, r, dur(pOn), dur(pOff), len(a.took), goal)
+		s.line("create -> agent up (cold boot), %s / unjailed: %.3f (%v vs %v, medians of %d; each arm with a VMM pool of %d); %s", a.name, r, dur(pOn), dur(pOff), len(a.took), *startsPool, goal)
+	}
+	for _, a := range arms {
+		if c, err := a.b.m.Capacity(ctx); err == nil && c.VMMPool != nil {
+			fmt.Printf("jail: the %s arm's VMM pool: %d starts took a ready process, %d found none\n", a.name, c.VMMPool.Claimed, c.VMMPool.Missed)
+		}
 	}
 	return nil
 }
@@ -388,12 +392,17 @@ func throttled(cg string) string {
 	return fmt.Sprintf("cpu %s us, throttled %s times for %s us", v["usage_usec"], v["nr_throttled"], v["throttled_usec"])
 }
 
+// withPool gives a bench manager the VMM pool of -starts-pool, as serve's
+// default gives the daemon one: every arm of the starts and jail benches
+// has the same.
+func withPool(o *engine.Options) { o.VMMPool = *startsPool }
+
 // benchJailOnly is the jail part of the starts bench alone (-only jail):
 // no template, only the jail's cold creates.
 func benchJailOnly(cellvm, build string) error {
 	fmt.Printf("\njail: create -> agent up, jailed against unjailed (1 vCPU, %d MiB, %d creates each), nested rig %s\n",
 		snapShape.MemoryMiB, max(*startsJail, 1), time.Now().Format("2006-01-02"))
-	m, done, err := newBenchManager(cellvm, build, nil, engine.TemplateOptions{})
+	m, done, err := newBenchManager(cellvm, build, nil, engine.TemplateOptions{}, withPool)
 	if err != nil {
 		return err
 	}
