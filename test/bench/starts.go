@@ -77,6 +77,7 @@ func benchStarts(cellvm, build string) error {
 	n := max(*startsN, 1)
 	fmt.Printf("\nstarts: the numbers users compare (1 vCPU, %d MiB, unjailed VMMs unless said; %d creates of each kind), nested rig %s\n",
 		snapShape.MemoryMiB, n, time.Now().Format("2006-01-02"))
+	fmt.Println(serviceCgroup())
 	ctx := context.Background()
 	started := time.Now()
 	m, done, err := newBenchManager(cellvm, build, nil, engine.TemplateOptions{Enabled: true, BuildTimeout: templateWait}, withPool)
@@ -402,6 +403,7 @@ func withPool(o *engine.Options) { o.VMMPool = *startsPool }
 func benchJailOnly(cellvm, build string) error {
 	fmt.Printf("\njail: create -> agent up, jailed against unjailed (1 vCPU, %d MiB, %d creates each), nested rig %s\n",
 		snapShape.MemoryMiB, max(*startsJail, 1), time.Now().Format("2006-01-02"))
+	fmt.Println(serviceCgroup())
 	m, done, err := newBenchManager(cellvm, build, nil, engine.TemplateOptions{}, withPool)
 	if err != nil {
 		return err
