@@ -40,9 +40,8 @@ func TestMain(m *testing.M) {
 // privileges, reports what it can and cannot do, installs the filter, says
 // "ready", and on "go" makes a forbidden system call.
 func jailedChild(specJSON string) int {
-	var s Spec
-	if err := json.Unmarshal([]byte(specJSON), &s); err != nil {
-		fmt.Println("child: spec:", err)
+	s, ok := childSpec(specJSON)
+	if !ok {
 		return 3
 	}
 	if err := Enter(s); err != nil {
@@ -282,11 +281,21 @@ func sharedNamespaceChild(specJSON string) int {
 	return 0
 }
 
-// enterChild calls Enter and says what it answered.
-func enterChild(specJSON string) int {
+// childSpec decodes a child's spec from its environment, and says why
+// it could not.
+func childSpec(specJSON string) (Spec, bool) {
 	var s Spec
 	if err := json.Unmarshal([]byte(specJSON), &s); err != nil {
 		fmt.Println("child: spec:", err)
+		return s, false
+	}
+	return s, true
+}
+
+// enterChild calls Enter and says what it answered.
+func enterChild(specJSON string) int {
+	s, ok := childSpec(specJSON)
+	if !ok {
 		return 3
 	}
 	if err := Enter(s); err != nil {
