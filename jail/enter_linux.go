@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -125,6 +126,36 @@ func parentPID(status []byte) (int, error) {
 // PR_CAPBSET_DROP answers EINVAL past the kernel's own last one.
 const lastCap = 63
 
+// boundingSetEmpty is set once DropBoundingSet has emptied the bounding
+// set of every thread: a thread made after that inherits its creator's
+// empty set, so it stays empty on every thread for the process's life.
+var boundingSetEmpty atomic.Bool
+
+// DropBoundingSet empties the capability bounding set of every thread
+// (PR_CAPBSET_DROP, one all-threads call a capability: some 41 of them,
+// each stopping the world). It takes no capability from the effective or
+// permitted sets, so Enter's mounts still work after it; what it takes is
+// what an execve could ever grant. A pooled VMM process calls it while it
+// waits for its claim, so that Drop, on a start's path, need not; Drop
+// calls it too, and a second call does nothing.
+func DropBoundingSet() error {
+	if boundingSetEmpty.Load() {
+		return nil
+	}
+	if !AllThreads() {
+		return errors.New("jail: this binary was built with cgo, so its privileges cannot be dropped on every thread; build cellvm with CGO_ENABLED=0 (make cellvm does)")
+	}
+	for c := uintptr(0); c <= lastCap; c++ {
+		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e == syscall.EINVAL {
+			break
+		} else if e != 0 {
+			return fmt.Errorf("jail: drop capability %d from the bounding set: %w", c, e)
+		}
+	}
+	boundingSetEmpty.Store(true)
+	return nil
+}
+
 // Drop gives up the process's privileges for good, on every thread: the
 // rlimits, an empty capability bounding set, no supplementary groups, the
 // jail's gid and uid (real, effective and saved, which clears the
@@ -144,12 +175,8 @@ func Drop(s Spec) error {
 			return fmt.Errorf("jail: rlimit %d: %w", l.res, err)
 		}
 	}
-	for c := uintptr(0); c <= lastCap; c++ {
-		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e == syscall.EINVAL {
-			break
-		} else if e != 0 {
-			return fmt.Errorf("jail: drop capability %d from the bounding set: %w", c, e)
-		}
+	if err := DropBoundingSet(); err != nil {
+		return err
 	}
 	if err := syscall.Setgroups(nil); err != nil {
 		return fmt.Errorf("jail: setgroups: %w", err)

@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(envEnterChild); spec != "" {
 		os.Exit(enterChild(spec))
 	}
+	if spec := os.Getenv(envBoundingChild); spec != "" {
+		os.Exit(boundingChild(spec))
+	}
 	os.Exit(m.Run())
 }
 

@@ -192,7 +192,9 @@ func TestStartBreakdownFields(t *testing.T) {
 	ms := map[string]int64{}
 	parseSteps("prepare=12 spawn=3 agent=900 renew=40", ms)
 	parseSteps(`time=2026-12-03T15:07:06.431Z level=INFO msg="vmm built" since_exec_ms=628 jail_enter_ms=35 build_ms=1229`, ms)
-	want := map[string]int64{"prepare": 12, "spawn": 3, "agent": 900, "renew": 40, "since_exec": 628, "jail_enter": 35, "build": 1229}
+	parseSteps(setupField.FindStringSubmatch(`level=INFO msg="vm starting" vcpus=1 memory_mib=512 setup="kvm=1.2ms memory=0.1ms kernel=496.7ms devices=3.0ms boot=0.4ms vcpus=12.9ms" kernel=/kernel`)[1], ms)
+	want := map[string]int64{"prepare": 12, "spawn": 3, "agent": 900, "renew": 40, "since_exec": 628, "jail_enter": 35, "build": 1229,
+		"kvm": 1, "memory": 0, "kernel": 496, "devices": 3, "vcpus": 12}
 	for k, v := range want {
 		if ms[k] != v {
 			t.Errorf("%s = %d, want %d (all %v)", k, ms[k], v, ms)
@@ -200,5 +202,22 @@ func TestStartBreakdownFields(t *testing.T) {
 	}
 	if got := formatBreakdown(medianBreakdown([]map[string]int64{{"spawn": 1, "cell": 5}, {"spawn": 3, "cell": 7}, {"spawn": 2, "cell": 6}})); got != "spawn 2, cell 6" {
 		t.Errorf("median breakdown %q", got)
+	}
+}
+
+func TestPairedRatio(t *testing.T) {
+	s := time.Second
+	// The rounds' own ratios are 1.1, 1.2 and 1.0, on a rig whose speed
+	// moved between rounds.
+	on := []time.Duration{11 * s / 10, 4 * s, 3 * s}
+	off := []time.Duration{1 * s, 4 * s * 10 / 12, 3 * s}
+	if got := pairedRatio(on, off); got < 1.099 || got > 1.101 {
+		t.Errorf("pairedRatio = %v, want 1.1 (the median of 1.1, 1.2, 1.0)", got)
+	}
+	if got := pairedRatio(on[:2], off[:2]); got < 1.149 || got > 1.151 {
+		t.Errorf("pairedRatio of two = %v, want 1.15", got)
+	}
+	if got := pairedRatio(nil, nil); got != 0 {
+		t.Errorf("pairedRatio of none = %v, want 0", got)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -318,6 +319,8 @@ func (s *startsBench) jail(ctx context.Context, coldCfg sandbox.Config) error {
 		b    *snapBench
 		j    *engine.JailOptions
 		took []time.Duration
+		// steps are each create's breakdown (startBreakdown).
+		steps []map[string]int64
 	}
 	arms := []*arm{{name: "unjailed", b: s.snapBench}}
 	jails := []*engine.JailOptions{j}
@@ -340,7 +343,10 @@ func (s *startsBench) jail(ctx context.Context, coldCfg sandbox.Config) error {
 	}
 	for i := range max(*startsJail, 1) {
 		line := fmt.Sprintf("jail round %d:", i+1)
-		for _, a := range arms {
+		// Each round starts with the next arm, so that no arm always
+		// boots first, on the memory the last round's VM freed.
+		for k := range arms {
+			a := arms[(i+k)%len(arms)]
 			start := time.Now()
 			info, err := a.b.create(ctx, coldCfg)
 			if err != nil {
@@ -348,9 +354,11 @@ func (s *startsBench) jail(ctx context.Context, coldCfg sandbox.Config) error {
 			}
 			d := time.Since(start)
 			a.took = append(a.took, d)
+			a.steps = append(a.steps, startBreakdown(info.ID, 0))
 			line += fmt.Sprintf(" %s %v", a.name, dur(d))
 			if a.j != nil && a.j.CgroupParent != "" {
-				line += " (" + throttled(filepath.Join(a.j.CgroupParent, info.ID)) + ")"
+				cg := filepath.Join(a.j.CgroupParent, info.ID)
+				line += " (" + throttled(cg) + "; " + memoryEvents(cg) + ")"
 			}
 			if i == 0 && s.bench == "jail" {
 				s.overhead("cold boot, "+a.name, info.ID)
@@ -367,7 +375,15 @@ func (s *startsBench) jail(ctx context.Context, coldCfg sandbox.Config) error {
 		if a.name != "jailed" {
 			goal = "(a breakdown)"
 		}
-		s.line("create -> agent up (cold boot), %s / unjailed: %.3f (%v vs %v, medians of %d; each arm with a VMM pool of %d); %s", a.name, r, dur(pOn), dur(pOff), len(a.took), *startsPool, goal)
+		s.line("create -> agent up (cold boot), %s / unjailed: %.3f (%v vs %v, medians of %d; the rounds' own ratios: median %.3f; each arm with a VMM pool of %d); %s",
+			a.name, r, dur(pOn), dur(pOff), len(a.took), pairedRatio(a.took, arms[0].took), *startsPool, goal)
+	}
+	// Where each arm's time goes, step by step (medians, ms): the
+	// steps that differ are the jail's cost.
+	for _, a := range arms {
+		b := medianBreakdown(a.steps)
+		delete(b, "cell")
+		fmt.Printf("jail: the %s arm's steps (medians, ms): %s\n", a.name, formatBreakdown(b))
 	}
 	for _, a := range arms {
 		if c, err := a.b.m.Capacity(ctx); err == nil && c.VMMPool != nil {
@@ -391,6 +407,46 @@ func throttled(cg string) string {
 		}
 	}
 	return fmt.Sprintf("cpu %s us, throttled %s times for %s us", v["usage_usec"], v["nr_throttled"], v["throttled_usec"])
+}
+
+// pairedRatio is the median of on[i]/off[i], each round's own ratio: the
+// rig's speed drifts over a run by more than the jail costs, and a
+// round's arms run within seconds of each other.
+func pairedRatio(on, off []time.Duration) float64 {
+	var rs []float64
+	for i := range min(len(on), len(off)) {
+		if off[i] > 0 {
+			rs = append(rs, float64(on[i])/float64(off[i]))
+		}
+	}
+	if len(rs) == 0 {
+		return 0
+	}
+	slices.Sort(rs)
+	if len(rs)%2 == 1 {
+		return rs[len(rs)/2]
+	}
+	return (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
+}
+
+// memoryEvents is what a cgroup's memory.events and memory.stat say of
+// its memory limit: whether it reached it, and how many pages reclaim
+// scanned and faults took.
+func memoryEvents(cg string) string {
+	v := map[string]string{}
+	for _, f := range []string{"memory.events", "memory.stat"} {
+		b, err := os.ReadFile(filepath.Join(cg, f))
+		if err != nil {
+			return "no " + f + ": " + err.Error()
+		}
+		for line := range strings.Lines(string(b)) {
+			if k, val, ok := strings.Cut(strings.TrimSpace(line), " "); ok {
+				v[k] = val
+			}
+		}
+	}
+	return fmt.Sprintf("memory: max %s, high %s times; pgscan %s, pgfault %s, pgmajfault %s, anon %s, file %s bytes",
+		v["max"], v["high"], v["pgscan"], v["pgfault"], v["pgmajfault"], v["anon"], v["file"])
 }
 
 // withPool gives a bench manager the VMM pool of -starts-pool, as serve's

@@ -20,7 +20,12 @@ import (
 
 // stepOrder is the order a breakdown is printed in: the engine's steps,
 // with the VMM's part of "agent" after it, then the first cell.
-var stepOrder = []string{"prepare", "spawn", "agent", "since_exec", "jail_enter", "build", "renew", "cell"}
+var stepOrder = []string{"prepare", "spawn", "agent", "since_exec", "jail_enter", "build",
+	// build's parts: the machine (and its setup's steps, from the "vm
+	// starting" line), the control socket, Run's set-up, the privileges'
+	// drop and the seccomp filter.
+	"machine", "kvm", "memory", "kernel", "devices", "boot", "vcpus", "control", "run", "drop", "seccomp",
+	"renew", "cell"}
 
 // createdSteps keeps each sandbox's "steps" from the managers' logs.
 var createdSteps = &stepsHandler{steps: map[string]string{}}
@@ -59,7 +64,12 @@ func (h *stepsHandler) Handle(_ context.Context, r slog.Record) error {
 }
 
 // msFields are a log line's name=N or name_ms=N fields, in milliseconds.
-var msFields = regexp.MustCompile(`\b([a-z_]+?)(?:_ms)?=(-?[0-9]+)\b`)
+// A value may have a fraction and a unit ("kernel=12.5ms", the "vm
+// starting" line's setup); it is read as whole milliseconds.
+var msFields = regexp.MustCompile(`\b([a-z_]+?)(?:_ms)?=(-?[0-9]+)(?:\.[0-9]+)?(?:ms)?\b`)
+
+// setupField is the "vm starting" line's setup="kvm=1.2ms ...".
+var setupField = regexp.MustCompile(`\bsetup="([^"]*)"`)
 
 // parseSteps reads name=N fields from text into ms.
 func parseSteps(text string, ms map[string]int64) {
@@ -82,8 +92,15 @@ func startBreakdown(id string, cellMS int64) map[string]int64 {
 	if pid, err := vmmPID(id); err == nil {
 		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/fd/2", pid)); err == nil {
 			for line := range strings.Lines(string(b)) {
-				if strings.Contains(line, `msg="vmm built"`) {
+				switch {
+				case strings.Contains(line, `msg="vmm built"`):
 					parseSteps(line, ms) // the last one is this process's
+				case strings.Contains(line, `msg="vm starting"`):
+					// Only its setup's steps: the line's other
+					// fields (vcpus=1, kernel=/kernel) are not times.
+					if m := setupField.FindStringSubmatch(line); m != nil {
+						parseSteps(m[1], ms)
+					}
 				}
 			}
 		}

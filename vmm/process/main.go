@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/stwguard"
 	"github.com/cellvm/cellvm/vmm/control"
 )
@@ -24,12 +25,20 @@ import (
 // VMM run it: cellvm-vmm, the small one the daemon starts, and `cellvm
 // vmm`. A usage error is a *UsageError.
 func Main(args []string, stdout, stderr io.Writer) error {
-	stwguard.Start() // before the jail's privilege drop stops the world ~45 times
+	stwguard.Start() // before the jail's privilege drop stops the world (about 45 times; a pooled process 41 of them while it waits)
 	path, pooled, err := control.ParseArgs(args)
 	if err != nil {
 		return &UsageError{err}
 	}
 	if pooled {
+		// The ~41 all-threads calls that empty the capability bounding
+		// set are made now, while nothing waits for this process, not
+		// in the claimed start's jail.Drop. A VMM never executes a
+		// program, so an unjailed one loses nothing by it either. It
+		// fails where the process may not (an unprivileged daemon's
+		// unjailed pool): a jailed start's Drop then tries again, and
+		// says why it cannot.
+		jail.DropBoundingSet()
 		spec, files, claim, err := Claimed()
 		if errors.Is(err, control.ErrUnclaimed) {
 			return nil
