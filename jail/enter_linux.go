@@ -126,6 +126,9 @@ func parentPID(status []byte) (int, error) {
 // PR_CAPBSET_DROP answers EINVAL past the kernel's own last one.
 const lastCap = 63
 
+// errCgo is Drop's refusal in a binary built with cgo.
+var errCgo = errors.New("jail: this binary was built with cgo, so its privileges cannot be dropped on every thread; build cellvm with CGO_ENABLED=0 (make cellvm does)")
+
 // boundingSetEmpty is set once DropBoundingSet has emptied the bounding
 // set of every thread: a thread made after that inherits its creator's
 // empty set, so it stays empty on every thread for the process's life.
@@ -142,12 +145,12 @@ func DropBoundingSet() error {
 	if boundingSetEmpty.Load() {
 		return nil
 	}
-	if !AllThreads() {
-		return errors.New("jail: this binary was built with cgo, so its privileges cannot be dropped on every thread; build cellvm with CGO_ENABLED=0 (make cellvm does)")
-	}
 	for c := uintptr(0); c <= lastCap; c++ {
 		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e == syscall.EINVAL {
 			break
+		} else if e == syscall.ENOTSUP {
+			// AllThreadsSyscall's answer in a cgo binary (AllThreads).
+			return errCgo
 		} else if e != 0 {
 			return fmt.Errorf("jail: drop capability %d from the bounding set: %w", c, e)
 		}
@@ -165,7 +168,7 @@ func DropBoundingSet() error {
 // system calls need Go's own runtime.
 func Drop(s Spec) error {
 	if !AllThreads() {
-		return errors.New("jail: this binary was built with cgo, so its privileges cannot be dropped on every thread; build cellvm with CGO_ENABLED=0 (make cellvm does)")
+		return errCgo
 	}
 	for _, l := range []struct {
 		res int
