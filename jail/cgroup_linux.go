@@ -36,24 +36,34 @@ func CgroupV2(dir string) bool {
 	return unix.Statfs(dir, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }
 
-// NewCgroup makes parent/name with the limits. parent (e.g.
-// /sys/fs/cgroup/cellvm) is made if missing, with the cpu, memory and pids
-// controllers enabled for its children; it must be on cgroup v2.
+// PrepareCgroupParent makes parent (e.g. /sys/fs/cgroup/cellvm) if it
+// is missing and enables the cpu, memory and pids controllers for its
+// children; it must be on cgroup v2. NewCgroup calls it; a daemon calls it
+// alone to learn early that it cannot make its VMs' cgroups.
+func PrepareCgroupParent(parent string) error {
+	top := filepath.Dir(parent)
+	if !CgroupV2(top) {
+		return fmt.Errorf("%s is not a cgroup v2 file system (mount cgroup2 there, or run the daemon without a per-VM cgroup)", top)
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("cgroup %s: %w", parent, err)
+	}
+	for _, d := range []string{top, parent} {
+		if err := enableControllers(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NewCgroup makes parent/name with the limits (PrepareCgroupParent first).
+// A cgroup already there is taken as it is and given the limits.
 func NewCgroup(parent, name string, l CgroupLimits) (*Cgroup, error) {
 	if name == "" || strings.ContainsAny(name, "/.") {
 		return nil, fmt.Errorf("cgroup name %q", name)
 	}
-	top := filepath.Dir(parent)
-	if !CgroupV2(top) {
-		return nil, fmt.Errorf("%s is not a cgroup v2 file system (mount cgroup2 there, or run the daemon without a per-VM cgroup)", top)
-	}
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return nil, fmt.Errorf("cgroup %s: %w", parent, err)
-	}
-	for _, d := range []string{top, parent} {
-		if err := enableControllers(d); err != nil {
-			return nil, err
-		}
+	if err := PrepareCgroupParent(parent); err != nil {
+		return nil, err
 	}
 	path := filepath.Join(parent, name)
 	if err := os.Mkdir(path, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
@@ -66,20 +76,9 @@ func NewCgroup(parent, name string, l CgroupLimits) (*Cgroup, error) {
 			c.Close()
 		}
 	}()
-	writes := []struct{ file, value string }{
-		{"cpu.max", fmt.Sprintf("%d 100000", max(l.CPUMilli, 1)*100)},
-		{"memory.max", strconv.FormatInt(l.MemoryBytes, 10)},
-		{"pids.max", strconv.Itoa(l.Pids)},
+	if err := c.SetLimits(l); err != nil {
+		return nil, err
 	}
-	for _, w := range writes {
-		if err := os.WriteFile(filepath.Join(path, w.file), []byte(w.value), 0o644); err != nil {
-			return nil, fmt.Errorf("cgroup %s: set %s: %w", path, w.file, err)
-		}
-	}
-	// No swap: a VMM's memory is its guest's, and swapping it is a host
-	// decision this file would otherwise leave to chance. Absent without
-	// swap accounting; that is fine.
-	os.WriteFile(filepath.Join(path, "memory.swap.max"), []byte("0"), 0o644)
 	dir, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("cgroup %s: %w", path, err)
@@ -87,6 +86,27 @@ func NewCgroup(parent, name string, l CgroupLimits) (*Cgroup, error) {
 	c.dir = dir
 	ok = true
 	return c, nil
+}
+
+// SetLimits writes the limits into the cgroup: a VMM started ahead in a
+// cgroup of its own (a daemon's pool) gets its VM's limits there before
+// it is given the VM, instead of moving into another cgroup.
+func (c *Cgroup) SetLimits(l CgroupLimits) error {
+	writes := []struct{ file, value string }{
+		{"cpu.max", fmt.Sprintf("%d 100000", max(l.CPUMilli, 1)*100)},
+		{"memory.max", strconv.FormatInt(l.MemoryBytes, 10)},
+		{"pids.max", strconv.Itoa(l.Pids)},
+	}
+	for _, w := range writes {
+		if err := os.WriteFile(filepath.Join(c.Path, w.file), []byte(w.value), 0o644); err != nil {
+			return fmt.Errorf("cgroup %s: set %s: %w", c.Path, w.file, err)
+		}
+	}
+	// No swap: a VMM's memory is its guest's, and swapping it is a host
+	// decision this file would otherwise leave to chance. Absent without
+	// swap accounting; that is fine.
+	os.WriteFile(filepath.Join(c.Path, "memory.swap.max"), []byte("0"), 0o644)
+	return nil
 }
 
 // enableControllers turns on, for dir's children, those of controllers dir
@@ -185,8 +205,11 @@ func CgroupPids(path string) ([]int, error) {
 }
 
 // Move moves process pid, all its threads, into the cgroup (cgroup.procs):
-// a VMM started ahead in a pool's cgroup joins its VM's before it is given
-// the VM. What it was charged before stays with the cgroup it left.
+// a VMM started ahead for another VM joins this one's before it is given
+// the VM. What it was charged before stays with the cgroup it left. The
+// kernel's migration waits for an RCU grace period (tens of ms, unless
+// cgroup2 is mounted with favordynmods): a process born in its cgroup
+// (CLONE_INTO_CGROUP, FD) does not.
 func (c *Cgroup) Move(pid int) error {
 	if err := writeExisting(filepath.Join(c.Path, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
 		return fmt.Errorf("move process %d into cgroup %s: %w", pid, c.Path, err)

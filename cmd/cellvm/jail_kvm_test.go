@@ -59,9 +59,15 @@ func TestDaemonJailsVMM(t *testing.T) {
 	defer d.stop(t)
 	c := api.NewClient(d.socket)
 	ctx := context.Background()
+	// The pool (on by default) starts its process for a sandbox id and in
+	// that id's cgroup: the create takes both, and its VMM never moves.
+	idle, idleCgroup := idlePooled(t, d.state)
 	info, err := c.Create(ctx, sandbox.Config{MemoryMiB: 384, VCPUs: 2})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := vmmOf(t, d.state, info.ID); got != idle || idleCgroup != "/cellvm/"+info.ID {
+		t.Errorf("the sandbox %s's VMM is pid %d; the pool's idle one was %d, in cgroup %s: want that process, born in its VM's cgroup", info.ID, got, idle, idleCgroup)
 	}
 	if r := mustCell(t, c, info.ID, "import os\n(os.getpid() > 1, 6 * 7)", 3*time.Minute); text(r) != "(True, 42)" {
 		t.Errorf("cell in a jailed VMM: %+v", r)
@@ -116,6 +122,38 @@ func TestDaemonJailsVMM(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/cellvm", info.ID)); err == nil {
 		t.Error("the VMM's cgroup is left after delete")
+	}
+}
+
+// idlePooled waits for the idle pooled VMM process of the daemon of state
+// directory state (its stderr in the pool's directory) and returns its pid
+// and its cgroup (cgroup v2's path, /proc/PID/cgroup's "0::" line).
+func idlePooled(t *testing.T, state string) (int, string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range procs {
+			b, _ := os.ReadFile(p)
+			if string(b) != "vmm\x00--pooled\x00" && !strings.HasSuffix(string(b), "\x00vmm\x00--pooled\x00") {
+				continue
+			}
+			var pid int
+			fmt.Sscanf(strings.Split(p, "/")[2], "%d", &pid)
+			if !stdioPath(pid, func(p string) bool { return strings.HasPrefix(p, filepath.Join(state, "vmm-pool")+"/") }) {
+				continue
+			}
+			cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+			for _, line := range strings.Split(string(cg), "\n") {
+				if rest, ok := strings.CutPrefix(line, "0::"); ok {
+					return pid, rest
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon's pool has no idle VMM process after a minute")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

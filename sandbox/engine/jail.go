@@ -69,9 +69,10 @@ func hostVsockPath(dir string) string {
 
 // jailVM turns spec (host paths) into a jailed one (the jail's paths) for
 // sandbox id with vsock CID cid, prepares the jail's root in dir, and makes
-// the VM's cgroup. The cgroup (nil without one) is the caller's to close
-// once the VMM is gone.
-func (o *JailOptions) jailVM(id, dir string, cid uint64, spec *control.Spec) (*jail.Cgroup, error) {
+// the VM's cgroup, or gives born (non-nil: the cgroup a pooled process
+// was born in for this id) the VM's limits. The cgroup (nil without one)
+// is the caller's to close once the VMM is gone; born is closed on error.
+func (o *JailOptions) jailVM(id, dir string, cid uint64, spec *control.Spec, born *jail.Cgroup) (*jail.Cgroup, error) {
 	uid := o.UIDBase + int(cid)
 	j := jail.Spec{
 		Root: filepath.Join(dir, "jail"), UID: uid, GID: uid, Hostname: "cellvm-vmm",
@@ -107,8 +108,15 @@ func (o *JailOptions) jailVM(id, dir string, cid uint64, spec *control.Spec) (*j
 	if spec.Control != "" {
 		spec.Control = filepath.Join(jailRunDir, controlFile)
 	}
-	var cg *jail.Cgroup
-	if o.CgroupParent != "" {
+	cg := born
+	switch {
+	case born != nil:
+		if err := born.SetLimits(vmCgroupLimits(spec)); err != nil {
+			born.Close()
+			return nil, err
+		}
+		j.Cgroup = born.Path
+	case o.CgroupParent != "":
 		var err error
 		cg, err = jail.NewCgroup(o.CgroupParent, id, vmCgroupLimits(spec))
 		if err != nil {

@@ -158,9 +158,7 @@ type VMManager struct {
 	// admit bounds the VMs starting at once (admit.go).
 	admit *admission
 	// pool holds VMM processes started ahead (vmmpool.go); nil: none.
-	// poolCgroup is its cgroup, with the jail's (nil: none).
-	pool       *vmmPool
-	poolCgroup *jail.Cgroup
+	pool *vmmPool
 }
 
 type vmSandbox struct {
@@ -312,16 +310,19 @@ func (m *VMManager) sandboxDir(id string) string {
 
 // reserve checks the caps and claims an id and a CID. An internal
 // sandbox (in non-nil: a template build's, an image build's) counts
-// against the memory cap only.
-func (m *VMManager) reserve(cfg sandbox.Config, in *internalLaunch) (*vmSandbox, error) {
+// against the memory cap only. Where the pool has a process born in a
+// cgroup named after an id of its own, the sandbox takes that id and the
+// process, which is then the caller's to start the VM in or end
+// (vmmpool.go).
+func (m *VMManager) reserve(cfg sandbox.Config, in *internalLaunch) (*vmSandbox, *pooledVMM, error) {
 	internal := in != nil
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil, fmt.Errorf("%w: manager is shutting down", sandbox.ErrBusy)
+		return nil, nil, fmt.Errorf("%w: manager is shutting down", sandbox.ErrBusy)
 	}
 	if n := m.countSandboxes(); !internal && m.opt.MaxSandboxes > 0 && n >= m.opt.MaxSandboxes {
-		return nil, fmt.Errorf("%w: %d sandboxes running, the cap is %d", sandbox.ErrFull, n, m.opt.MaxSandboxes)
+		return nil, nil, fmt.Errorf("%w: %d sandboxes running, the cap is %d", sandbox.ErrFull, n, m.opt.MaxSandboxes)
 	}
 	if m.opt.MaxMemoryMiB > 0 {
 		used := 0
@@ -329,13 +330,13 @@ func (m *VMManager) reserve(cfg sandbox.Config, in *internalLaunch) (*vmSandbox,
 			used += s.heldMemoryMiB()
 		}
 		if used+cfg.MemoryMiB > m.opt.MaxMemoryMiB {
-			return nil, fmt.Errorf("%w: %d MiB of guest memory in use, %d more would pass the cap of %d MiB",
+			return nil, nil, fmt.Errorf("%w: %d MiB of guest memory in use, %d more would pass the cap of %d MiB",
 				sandbox.ErrFull, used, cfg.MemoryMiB, m.opt.MaxMemoryMiB)
 		}
 	}
 	if cfg.Workspace != "" {
 		if s := m.workspaceHolder(cfg.Tenant, cfg.Workspace, nil); s != nil {
-			return nil, fmt.Errorf("%w: workspace %s is mounted by sandbox %s (%s); one sandbox at a time can hold a workspace", sandbox.ErrBusy, cfg.Workspace, s.id, s.State())
+			return nil, nil, fmt.Errorf("%w: workspace %s is mounted by sandbox %s (%s); one sandbox at a time can hold a workspace", sandbox.ErrBusy, cfg.Workspace, s.id, s.State())
 		}
 	}
 	used := map[uint64]bool{}
@@ -348,13 +349,17 @@ func (m *VMManager) reserve(cfg sandbox.Config, in *internalLaunch) (*vmSandbox,
 	cid := m.nextCID
 	m.nextCID++
 	id := newID(m.opt.Node)
+	pooled := m.pool.claimNamed()
+	if pooled != nil {
+		id = pooled.id
+	}
 	// Hold the slot while the VM boots, so concurrent creates count it.
 	s := &vmSandbox{id: id, cfg: cfg, cid: cid, created: time.Now(), dir: m.sandboxDir(id), internal: internal}
 	if internal {
 		s.dir = in.dir(id)
 	}
 	m.sandboxes[id] = s // in phaseStarting, the zero phase
-	return s, nil
+	return s, pooled, nil
 }
 
 // countSandboxes counts the sandboxes callers see (not template builds).
@@ -473,13 +478,16 @@ type restoreSource struct {
 // the cap on sandboxes. A failed launch leaves nothing behind.
 func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egress.Policy, from *restoreSource, in *internalLaunch) (_ *vmSandbox, err error) {
 	internal := in != nil
-	s, err := m.reserve(cfg, in)
+	s, pooled, err := m.reserve(cfg, in)
 	if err != nil {
 		return nil, err
 	}
 	id, cid := s.id, s.cid
 	defer func() {
 		if err != nil {
+			if pooled != nil { // not yet handed to startVMM
+				pooled.end()
+			}
 			m.destroy(s)
 		}
 	}()
@@ -576,7 +584,11 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 		}
 	}
 	if m.opt.Jail != nil {
-		if s.cgroup, err = m.opt.Jail.jailVM(id, s.dir, cid, spec); err != nil {
+		var born *jail.Cgroup // the pooled process's: its VM's now
+		if pooled != nil {
+			born = pooled.takeCgroup()
+		}
+		if s.cgroup, err = m.opt.Jail.jailVM(id, s.dir, cid, spec, born); err != nil {
 			return nil, fmt.Errorf("jail the VMM: %w", err)
 		}
 		st.cgroup = s.cgroup
@@ -599,6 +611,7 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 	defer cancel()
 	start := time.Now()
 	s.startSteps.Prepare = start.Sub(admitted)
+	st.pooled, pooled = pooled, nil // startVMM's now
 	var p *vmProc
 	if p, s.agent, err = m.startVMM(ctx, s.dir, st, "booting"); err != nil {
 		return nil, err
@@ -1289,7 +1302,6 @@ func (m *VMManager) Close() error {
 	m.mu.Unlock()
 	m.admit.close() // starts waiting for a slot end now
 	m.pool.close()  // its idle processes end; claimed ones are their VMs'
-	m.poolCgroup.Close()
 	close(m.stopReap)
 	<-m.reapDone
 	// The template builder ends its build, if any, and removes its VM.

@@ -12,19 +12,32 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/sandbox"
 )
 
 // The VMM pool (issue 28: "a pool of ready VMM processes") keeps a few VMM
 // processes started ahead of the sandboxes that will need them: cloned
-// into the jail's namespaces, in a cgroup of the pool's own, their Go
-// runtime up, each waiting on a socket for its claim (control.PoolFD). A
-// start that finds one ready moves it into its VM's cgroup and hands it
-// the spec and its files (claim, vmmpool_proc.go) instead of cloning and
-// executing a process of its own: it skips the clone with its five
-// namespaces, the exec, and the runtime's start (70-90 ms of a fork's
-// second under the nested rig; docs/benchmarks.md). A start that finds the
-// pool empty starts its process as before; it never waits for the pool.
+// into the jail's namespaces, their Go runtime up, each waiting on a
+// socket for its claim (control.PoolFD). A start that finds one ready
+// hands it the spec and its files (claim, vmmpool_proc.go) instead of
+// cloning and executing a process of its own: it skips the clone with its
+// five namespaces, the exec, and the runtime's start (70-90 ms of a
+// fork's second under the nested rig; docs/benchmarks.md). A start that
+// finds the pool empty starts its process as before; it never waits for
+// the pool.
+//
+// With the jail's cgroups, each process is started for a sandbox id of
+// its own and born in that id's cgroup (CLONE_INTO_CGROUP), idle limits
+// on it. A create takes a ready process when it reserves its sandbox and
+// takes its id with it (claimNamed), so the cgroup the process was born in
+// is its VM's: the VM's limits are written there and the process never
+// moves. Moving a process between cgroups waits for an RCU grace period
+// (15-30 ms in the rig, 5-19 ms on a plain VM) and making a cgroup takes
+// up to 65 ms under the rig's emulation; both now happen before the
+// create. Only a resume, whose sandbox (and cgroup name) exists already,
+// moves the process it claims into its VM's cgroup, and removes the one
+// the process leaves.
 //
 // The pool refills in the background, one process at a time, after each
 // claim. It is counted in the daemon's capacity (/v1/capacity's vmm_pool:
@@ -37,8 +50,9 @@ import (
 //
 // Idle processes hold no VM and no guest memory: each is a few MiB of Go
 // runtime. When the daemon goes, they go too: each reads end of file on
-// its socket and exits, and a later daemon kills whatever is left in the
-// pool's cgroup before it makes its own.
+// its socket and exits, and a later daemon of the same state directory
+// kills and removes the cgroups of those its pool's directory names
+// before it starts its own (sweepPool).
 
 // pooledVMM is one VMM process in the pool: waiting for its claim while it
 // is in the pool's ready list, a sandbox's VMM once claimed.
@@ -56,6 +70,23 @@ type pooledVMM struct {
 	end func()
 	// rss is the memory the process holds, in bytes (0: unknown).
 	rss func() int64
+	// id is the sandbox id the process was started for, and cgroupPath
+	// the cgroup it was born in, named after it: a start that takes
+	// the process by its id (claimNamed) makes that cgroup its VM's, and
+	// the process never moves. Both are "" in a pool without cgroups.
+	id, cgroupPath string
+	// cgroup is that cgroup while the process owns it: end removes it.
+	// A start that takes it for its VM (takeCgroup) owns it from then;
+	// a claim that moves the process out removes it.
+	cgroup *jail.Cgroup
+}
+
+// takeCgroup hands the process's cgroup to the start that claimed it by
+// its id, which owns it from then (nil: none).
+func (v *pooledVMM) takeCgroup() *jail.Cgroup {
+	cg := v.cgroup
+	v.cgroup = nil
+	return cg
 }
 
 // exited reports whether the process has exited.
@@ -85,7 +116,11 @@ type vmmPool struct {
 	// jailed says its processes are in the jail's namespaces
 	// (jail.Cloneflags); only a jailed spec is handed to one, and only
 	// an unjailed spec to one that is not.
-	jailed   bool
+	jailed bool
+	// named says each process is born in a cgroup named after the
+	// sandbox id it was started for (pooledVMM.id), so that a start
+	// can take it by that id (claimNamed).
+	named    bool
 	spawn    func() (*pooledVMM, error)
 	pressure func() (float64, error)
 	log      *slog.Logger
@@ -128,6 +163,24 @@ func (p *vmmPool) start() {
 // claim takes a ready process out of the pool (nil: none ready, or the
 // pool is off) and has the pool start its replacement.
 func (p *vmmPool) claim() *pooledVMM {
+	return p.take(true)
+}
+
+// claimNamed is claim for a start that names its sandbox after the
+// process it takes (pooledVMM.id), whose cgroup becomes its VM's: nil
+// unless the pool's processes are born in cgroups of their own. A miss
+// is not counted: the start claims again by kind when it spawns
+// (claimFor), and counts there.
+func (p *vmmPool) claimNamed() *pooledVMM {
+	if p == nil || !p.named {
+		return nil
+	}
+	return p.take(false)
+}
+
+// take takes a ready process out of the pool, counting a miss when there
+// is none and countMiss says so.
+func (p *vmmPool) take(countMiss bool) *pooledVMM {
 	if p == nil {
 		return nil
 	}
@@ -144,7 +197,7 @@ func (p *vmmPool) claim() *pooledVMM {
 		p.stats.Claimed++
 		return v
 	}
-	if !p.closed {
+	if !p.closed && countMiss {
 		p.stats.Missed++
 	}
 	return nil

@@ -4,12 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cellvm/cellvm/jail"
 	"github.com/cellvm/cellvm/sandbox"
 	"github.com/cellvm/cellvm/vmm/control"
 )
@@ -182,5 +184,75 @@ func TestPoolThatCannotBeMadeIsOff(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(state, "vmm-pool")); !os.IsNotExist(err) {
 		t.Errorf("the pool's directory is left behind: %v", err)
+	}
+}
+
+// TestSweepPool: a daemon's pool sweep removes the cgroups of the pooled
+// processes an earlier daemon's pool directory names (<id>.log) unless a
+// VM of the state directory is named after the id (a claimed one's,
+// recover's), and touches no cgroup the directory does not name. Plain
+// directories stand in for cgroups: removing an empty one is the same
+// rmdir.
+func TestSweepPool(t *testing.T) {
+	dir, parent := t.TempDir(), t.TempDir()
+	for _, name := range []string{"sb-idle.log", "sb-claimed.log", "sb-nocgroup.log", "vmm-3.log"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"sb-idle", "sb-claimed", "sb-other", "vmm-3"} {
+		if err := os.Mkdir(filepath.Join(parent, id), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swept := sweepPool(dir, parent, map[string]bool{"sb-claimed": true})
+	if want := []string{filepath.Join(parent, "sb-idle")}; !slices.Equal(swept, want) {
+		t.Errorf("swept %q, want %q", swept, want)
+	}
+	for id, want := range map[string]bool{"sb-idle": false, "sb-claimed": true, "sb-other": true, "vmm-3": true} {
+		if _, err := os.Stat(filepath.Join(parent, id)); (err == nil) != want {
+			t.Errorf("%s there after the sweep: %v, want %v", id, err == nil, want)
+		}
+	}
+}
+
+// TestClaimOfAProcessBornInItsCgroup: a claim does not move a pooled
+// process born in its VM's cgroup (the moves cost a grace period each),
+// and does move one born elsewhere. Plain directories stand in for the
+// cgroups: a move into one fails (no cgroup.procs), so only a claim that
+// moves nothing succeeds.
+func TestClaimOfAProcessBornInItsCgroup(t *testing.T) {
+	m, _, _ := newRoleManager(t, "agent", func(o *Options) { o.VMMPool = 1 })
+	claim := func(born, vm string) error {
+		t.Helper()
+		waitPoolReady(t, m, 1)
+		v := m.pool.claim()
+		v.cgroupPath = born
+		dir := t.TempDir()
+		var files []*os.File
+		for _, name := range []string{specFile, consoleFile, vmmLogFile} {
+			f, err := os.Create(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			files = append(files, f)
+		}
+		p, err := claimPooled(v, dir, vmStart{cgroup: jail.CgroupAt(vm)}, files[0], files[1], files[2], nil)
+		if err == nil {
+			p.kill()
+			<-p.done
+		}
+		return err
+	}
+	cg := filepath.Join(t.TempDir(), "sb-born")
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := claim(cg, cg); err != nil {
+		t.Errorf("claim of a process born in its VM's cgroup: %v; want no move", err)
+	}
+	if err := claim(filepath.Join(t.TempDir(), "sb-elsewhere"), cg); err == nil || !strings.Contains(err.Error(), "move process") {
+		t.Errorf("claim of a process born elsewhere: %v; want its move tried", err)
 	}
 }

@@ -209,6 +209,41 @@ func TestVMMPoolClaimsOnlyItsKind(t *testing.T) {
 	}
 }
 
+// TestVMMPoolClaimNamed: only a pool whose processes are born in cgroups
+// named after their ids gives one to a start by id; a miss there is not
+// counted (the start's spawn claims again, and counts), a take is.
+func TestVMMPoolClaimNamed(t *testing.T) {
+	p := newFakePool(t, 1)
+	waitPool(t, p.vmmPool, "full", func(i sandbox.VMMPoolInfo) bool { return i.Ready == 1 })
+	if v := p.claimNamed(); v != nil {
+		t.Fatal("a pool without cgroups gave a process by its id")
+	}
+	if i := p.info(); i.Ready != 1 || i.Claimed != 0 || i.Missed != 0 {
+		t.Errorf("after a named claim of a pool without cgroups: %+v; want it untouched", *i)
+	}
+	p.named = true
+	if v := p.claimNamed(); v == nil {
+		t.Fatal("a named pool with a process ready gave none")
+	}
+	p.failing.Store(true) // it stays empty
+	if v := p.claimNamed(); v != nil {
+		t.Fatal("an empty pool gave a process")
+	}
+	if i := p.info(); i.Claimed != 1 || i.Missed != 0 {
+		t.Errorf("after a take and a named miss: %+v; want 1 claimed, 0 missed", *i)
+	}
+	if v := p.claimFor(false); v != nil {
+		t.Fatal("an empty pool gave a process")
+	}
+	if i := p.info(); i.Missed != 1 {
+		t.Errorf("after the spawn's own claim missed too: %+v; want 1 missed", *i)
+	}
+	var nilPool *vmmPool
+	if nilPool.claimNamed() != nil {
+		t.Error("a pool that is off gave a process")
+	}
+}
+
 // TestVMMPoolClose: Close ends every idle process, starts none after, and
 // is idempotent; a nil pool (off) claims nothing and reports nothing.
 func TestVMMPoolClose(t *testing.T) {

@@ -38,6 +38,9 @@ type vmStart struct {
 	// env is added to vmmEnv: Options.ExeEnv, the role variables of a
 	// test binary that runs as cellvm.
 	env []string
+	// pooled is the pooled process the start took with its sandbox's id
+	// (reserve), born in cgroup; nil: none. spawnVMM claims or ends it.
+	pooled *pooledVMM
 }
 
 // vmProc is a running `cellvm vmm` process. It runs in its own session so
@@ -222,6 +225,12 @@ func isClosed(ch <-chan struct{}) bool {
 // (vmmpool.go), else one started here.
 func spawnVMM(exe, dir string, st vmStart, pool *vmmPool) (*vmProc, error) {
 	defer st.files.Close()
+	taken := st.pooled
+	defer func() {
+		if taken != nil { // not claimed: nothing else ends it
+			taken.end()
+		}
+	}()
 	end, err := os.OpenFile(filepath.Join(dir, endFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
@@ -264,7 +273,12 @@ func spawnVMM(exe, dir string, st vmStart, pool *vmmPool) (*vmProc, error) {
 	// A pooled process is in the jail's namespaces exactly when the
 	// daemon jails: one of the other kind is never handed a spec (a
 	// jailed spec's pivot_root in the host's mount namespace).
-	if v := pool.claimFor(st.spec.Jail != nil); v != nil {
+	v := taken
+	taken = nil // claimWith ends it if it fails
+	if v == nil {
+		v = pool.claimFor(st.spec.Jail != nil)
+	}
+	if v != nil {
 		p, err := claimWith(v, dir, cfg, st, console, logf, extra)
 		if err == nil {
 			return p, nil
