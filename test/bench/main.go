@@ -26,7 +26,8 @@ import (
 // front end, against cellvm's own API), snapshots.go (templates, forks, pause and resume,
 // and forks' memory, against a cold boot) and images.go (pull, import and
 // first create of an image users bring, against the default image),
-// starts.go (the numbers users compare) and checkpoints.go (time travel:
+// starts.go (the numbers users compare), bursts.go (8 creates at once
+// through a daemon with default flags) and checkpoints.go (time travel:
 // a checkpoint's pause against its cell, restores and branches). -only
 // picks some of them.
 
@@ -55,7 +56,7 @@ func main() {
 }
 
 // benchParts names the benches -only can pick, in the order they run.
-var benchParts = []string{"boot", "disk", "vsock", "sandbox", "e2b", "snapshots", "images", "starts", "jail", "checkpoints"}
+var benchParts = []string{"boot", "disk", "vsock", "sandbox", "e2b", "snapshots", "images", "starts", "jail", "bursts", "checkpoints"}
 
 // selectParts turns -only's list into the set of benches to run; an empty
 // list is all of them.
@@ -130,6 +131,11 @@ func run(cellvm, build, qemu string, n int, parts map[string]bool) error {
 	if parts["jail"] && !parts["starts"] { // starts measures the jail too
 		if err := benchJailOnly(cellvm, build); err != nil {
 			fmt.Println("bench: jail:", err)
+		}
+	}
+	if parts["bursts"] {
+		if err := benchBursts(cellvm, build); err != nil {
+			fmt.Println("bench: bursts:", err)
 		}
 	}
 	if parts["checkpoints"] {

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cellvm/cellvm/api"
 	"golang.org/x/sys/unix"
 )
 
@@ -219,5 +223,25 @@ func TestPairedRatio(t *testing.T) {
 	}
 	if got := pairedRatio(nil, nil); got != 0 {
 		t.Errorf("pairedRatio of none = %v, want 0", got)
+	}
+}
+
+// TestBurstOutcome: the bursts bench counts a create with no error as
+// created, a 503 (the daemon's queue full, answered at once) as refused,
+// and anything else, a boot past its deadline among them, as failed.
+func TestBurstOutcome(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{nil, "created"},
+		{&api.Error{Status: http.StatusServiceUnavailable, Code: "full", Message: "boot queue full"}, "refused"},
+		{fmt.Errorf("create: %w", &api.Error{Status: http.StatusServiceUnavailable, Code: "full"}), "refused"},
+		{&api.Error{Status: http.StatusInternalServerError, Code: "internal", Message: "guest agent did not answer within 1m0s"}, "failed"},
+		{errors.New("dial unix: connection refused"), "failed"},
+	} {
+		if got := burstOutcome(c.err); got != c.want {
+			t.Errorf("burstOutcome(%v) = %s, want %s", c.err, got, c.want)
+		}
 	}
 }
