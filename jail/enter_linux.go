@@ -81,29 +81,56 @@ func Enter(s Spec) error {
 // VMM's own pid namespace has no /proc of its own yet, and reading the
 // parent's link needs no privilege over the host's pid 1).
 func ownMountNamespace() error {
-	self, err := os.Readlink("/proc/self/ns/mnt")
+	return checkOwnMountNamespace(os.Readlink, func() ([]byte, error) { return os.ReadFile("/proc/self/status") })
+}
+
+// checkOwnMountNamespace is ownMountNamespace with its reads given. The
+// parent's pid is read again after its namespace link: a launcher that
+// died between the two reads could have had its pid reused by a process
+// in another mount namespace, and its link would then say nothing about
+// the launcher's. Had it died, this process would have been reparented
+// and its PPid changed, so the same PPid after the link says the link was
+// the launcher's.
+func checkOwnMountNamespace(readlink func(string) (string, error), readStatus func() ([]byte, error)) error {
+	self, err := readlink("/proc/self/ns/mnt")
 	if err != nil {
 		return fmt.Errorf("jail: read this process's mount namespace: %w", err)
 	}
-	status, err := os.ReadFile("/proc/self/status")
+	ppid, err := readParentPID(readStatus)
 	if err != nil {
-		return fmt.Errorf("jail: read this process's status: %w", err)
-	}
-	ppid, err := parentPID(status)
-	if err != nil {
-		return fmt.Errorf("jail: this process's parent: %w", err)
+		return err
 	}
 	if ppid == 0 {
 		return errors.New("jail: this process's parent is outside the pid namespace of /proc, so whether its mount namespace is its own cannot be told; start it from the daemon with jail.Cloneflags")
 	}
-	parent, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", ppid))
+	parent, err := readlink(fmt.Sprintf("/proc/%d/ns/mnt", ppid))
 	if err != nil {
 		return fmt.Errorf("jail: read the launcher's (pid %d) mount namespace, to check that this process has one of its own: %w", ppid, err)
+	}
+	again, err := readParentPID(readStatus)
+	if err != nil {
+		return err
+	}
+	if again != ppid {
+		return fmt.Errorf("jail: this process's launcher (pid %d) exited while its mount namespace was checked (the parent is now pid %d); start the VMM again", ppid, again)
 	}
 	if self == parent {
 		return fmt.Errorf("jail: this process shares its launcher's (pid %d) mount namespace %s; start it with jail.Cloneflags (CLONE_NEWNS) so that the jail's mounts are its own", ppid, self)
 	}
 	return nil
+}
+
+// readParentPID is the PPid of the status readStatus reads.
+func readParentPID(readStatus func() ([]byte, error)) (int, error) {
+	status, err := readStatus()
+	if err != nil {
+		return 0, fmt.Errorf("jail: read this process's status: %w", err)
+	}
+	ppid, err := parentPID(status)
+	if err != nil {
+		return 0, fmt.Errorf("jail: this process's parent: %w", err)
+	}
+	return ppid, nil
 }
 
 // parentPID is the PPid field of a /proc/PID/status.

@@ -344,3 +344,44 @@ func TestEnterRefusesItsLaunchersMountNamespace(t *testing.T) {
 		t.Errorf("Enter in its launcher's mount namespace: the child said %q, want refused", out)
 	}
 }
+
+// TestOwnMountNamespaceWhenTheLauncherDies: a launcher that exits while
+// its child checks the namespaces may have its pid taken by a process in
+// another mount namespace; the check reads the parent again after its
+// link and refuses when it changed, instead of passing on the stranger's
+// link.
+func TestOwnMountNamespaceWhenTheLauncherDies(t *testing.T) {
+	const shared = "mnt:[4026531841]"
+	links := map[string]string{
+		"/proc/self/ns/mnt": shared,             // the launcher forgot CLONE_NEWNS
+		"/proc/412/ns/mnt":  "mnt:[4026532999]", // pid 412 reused by a stranger
+	}
+	readlink := func(p string) (string, error) {
+		if l, ok := links[p]; ok {
+			return l, nil
+		}
+		return "", os.ErrNotExist
+	}
+	statuses := []string{"PPid:\t412\n", "PPid:\t1\n"} // reparented to pid 1 between the reads
+	reads := 0
+	readStatus := func() ([]byte, error) {
+		s := statuses[min(reads, len(statuses)-1)]
+		reads++
+		return []byte(s), nil
+	}
+	err := checkOwnMountNamespace(readlink, readStatus)
+	if err == nil || !strings.Contains(err.Error(), "exited while") {
+		t.Fatalf("check with the launcher gone and its pid reused: %v, want a refusal", err)
+	}
+
+	// The launcher alive throughout: the same check passes a namespace of
+	// its own and refuses the launcher's.
+	statuses = []string{"PPid:\t412\n"}
+	if err := checkOwnMountNamespace(readlink, readStatus); err != nil {
+		t.Errorf("own namespace, launcher alive: %v", err)
+	}
+	links["/proc/412/ns/mnt"] = shared
+	if err := checkOwnMountNamespace(readlink, readStatus); err == nil || !strings.Contains(err.Error(), "shares its launcher's") {
+		t.Errorf("shared namespace, launcher alive: %v, want a refusal", err)
+	}
+}
