@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cellvm/cellvm/guestmem"
 	"github.com/cellvm/cellvm/kvm"
 	"github.com/cellvm/cellvm/vmm/boot"
@@ -39,18 +37,19 @@ func allocGuestMemory(vm *kvm.VM, size uint64, flags uint32) (*guestmem.Regions,
 		return nil, nil, fmt.Errorf("guest memory of %d MiB is more than this host has (%d MiB)", size>>20, total>>20)
 	}
 	var regs []guestmem.Region
+	var unmaps []func()
 	unmap := func() {
-		for _, r := range regs {
-			unix.Munmap(r.Data)
+		for _, u := range unmaps {
+			u()
 		}
 	}
 	for i, r := range boot.RAMRegions(size) {
-		data, err := unix.Mmap(-1, 0, int(r.Size), unix.PROT_READ|unix.PROT_WRITE,
-			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+		data, unmapRegion, err := mmapGuestRAM(r.Size)
 		if err != nil {
 			unmap()
 			return nil, nil, fmt.Errorf("mmap %d MiB of guest memory: %w", r.Size>>20, err)
 		}
+		unmaps = append(unmaps, unmapRegion)
 		regs = append(regs, guestmem.Region{GuestAddr: r.Addr, Data: data})
 		if err := vm.SetUserMemoryRegion(kvm.UserspaceMemoryRegion{
 			Slot:          uint32(i),

@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -162,7 +163,7 @@ func bootSet(runs []vmmRun, n int, console string) map[string]sample {
 			results[r.name] = append(results[r.name], s)
 		}
 	}
-	fmt.Printf("\nboot to init, %s console, %d boots each (medians), same kernel and initramfs, nested rig %s\n", console, n, time.Now().Format("2006-01-02"))
+	fmt.Printf("\nboot to init, %s console, %d boots each (medians), same kernel and initramfs, nested rig %s, host THP %s\n", console, n, time.Now().Format("2006-01-02"), hostTHP())
 	fmt.Printf("%-34s %12s %12s %12s %12s\n", "vmm", "to-marker", "guest-up", "to-exit", "peak-rss")
 	med := map[string]sample{}
 	for _, r := range runs {
@@ -341,4 +342,20 @@ func lastLines(s string, n int) string {
 		l = l[len(l)-n:]
 	}
 	return strings.Join(l, " | ")
+}
+
+// hostTHP is the host's transparent huge page mode (the bracketed word of
+// /sys/kernel/mm/transparent_hugepage/enabled): both VMMs ask for huge
+// pages for guest RAM, and get them unless it is "never", as the rig's L1
+// boots by default.
+func hostTHP() string {
+	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	if err != nil {
+		return "unknown"
+	}
+	s := string(b)
+	if i, j := strings.IndexByte(s, '['), strings.IndexByte(s, ']'); i >= 0 && j > i {
+		return s[i+1 : j]
+	}
+	return strings.TrimSpace(s)
 }
