@@ -40,7 +40,7 @@ func mmapGuestRAM(size uint64) ([]byte, func(), error) {
 		return nil, nil, err
 	}
 	// The slack before and after goes back; what is left is one mapping.
-	head, tail := hugeSlack(uintptr(raw), uintptr(size))
+	head, tail := hugeSlack(uintptr(raw))
 	if head > 0 {
 		unix.MunmapPtr(raw, head)
 	}
@@ -52,10 +52,10 @@ func mmapGuestRAM(size uint64) ([]byte, func(), error) {
 	return data, func() { unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(data)), uintptr(size)) }, nil
 }
 
-// hugeSlack splits the slack of a mapping of size plus 2 MiB at base:
-// head bytes before the first 2 MiB boundary, where the RAM starts, and
-// tail bytes after the RAM's end.
-func hugeSlack(base, size uintptr) (head, tail uintptr) {
+// hugeSlack splits the 2 MiB of slack of a mapping at base: head bytes
+// before its first 2 MiB boundary, where the RAM starts, and tail bytes
+// after the RAM's end.
+func hugeSlack(base uintptr) (head, tail uintptr) {
 	head = (hugePageSize - base%hugePageSize) % hugePageSize
 	return head, hugePageSize - head
 }

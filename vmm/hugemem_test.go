@@ -18,7 +18,7 @@ func TestHugeSlack(t *testing.T) {
 		{0x7f00001ff000, 0x1000},                // one page before one
 		{0x7f0000100000, 1 << 20},
 	} {
-		head, tail := hugeSlack(c.base, 64<<20)
+		head, tail := hugeSlack(c.base)
 		if head != c.head || head+tail != hugePageSize || (c.base+head)%hugePageSize != 0 {
 			t.Errorf("base %#x: head %#x tail %#x; want head %#x, the two making 2 MiB, and the RAM on a boundary", c.base, head, tail, c.head)
 		}
