@@ -107,7 +107,7 @@ func (a *admission) admit(ctx context.Context, priority bool) (release func(), w
 		a.mu.Unlock()
 		return nil, 0, errAdmissionClosed
 	}
-	if a.running < a.slots && a.aheadLocked(priority) == 0 {
+	if a.freeLocked(priority) {
 		a.running++
 		a.admitted++
 		a.mu.Unlock()
@@ -147,6 +147,29 @@ func (a *admission) admit(ctx context.Context, priority bool) (release func(), w
 	}
 	waited = time.Since(start)
 	return a.releaser(time.Now()), waited, nil
+}
+
+// tryAdmit takes a slot only where admit would grant one at once: a
+// start that would wait is neither lined up nor refused (ok false), and
+// calls admit for its turn. A create tries it while it reserves its
+// sandbox, so that only a start that will run now takes a pooled VMM
+// process with it (reserve): one waiting in the line, or refused, would
+// hold a ready process idle or end it.
+func (a *admission) tryAdmit(priority bool) (release func(), ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed || !a.freeLocked(priority) {
+		return nil, false
+	}
+	a.running++
+	a.admitted++
+	return a.releaser(time.Now()), true
+}
+
+// freeLocked says a start of that priority would be granted a slot at
+// once: one is free and no one it would wait behind is in the line.
+func (a *admission) freeLocked(priority bool) bool {
+	return a.running < a.slots && a.aheadLocked(priority) == 0
 }
 
 // aheadLocked counts the waiters a new start of that priority would wait

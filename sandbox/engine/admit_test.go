@@ -113,6 +113,36 @@ func TestAdmissionSlotsLineAndRefusal(t *testing.T) {
 	}
 }
 
+// TestAdmissionTryAdmit: tryAdmit takes a free slot at once; with none
+// free it takes nothing, lines nothing up and refuses nothing; its
+// release hands the slot to the line like admit's.
+func TestAdmissionTryAdmit(t *testing.T) {
+	ctx := context.Background()
+	a := newAdmission(1, 2)
+	rel, ok := a.tryAdmit(false)
+	if !ok {
+		t.Fatal("try with the slot free took nothing")
+	}
+	if _, ok := a.tryAdmit(false); ok {
+		t.Fatal("try with the slot taken took one")
+	}
+	if st := a.stats(); st != (sandbox.BootQueue{Slots: 1, Starting: 1, MaxWaiting: 2, Admitted: 1}) {
+		t.Errorf("after a try that found no slot: %+v, want nothing lined up or refused", st)
+	}
+	plain := admitAsync(ctx, a, false)
+	waitLine(t, a, 1)
+	rel()
+	rp := mustAdmit(t, "the start that waited", plain)
+	// The slot is the waiter's: the next try finds none.
+	if _, ok := a.tryAdmit(true); ok {
+		t.Fatal("try took a slot the waiter holds")
+	}
+	rp.release()
+	if st := a.stats(); st.Starting != 0 || st.Waiting != 0 || st.Refused != 0 {
+		t.Errorf("all released: %+v", st)
+	}
+}
+
 // TestAdmissionPriority: a template build's start takes the next free
 // slot before the creates waiting, and is not refused for a full line.
 func TestAdmissionPriority(t *testing.T) {
@@ -239,6 +269,20 @@ func holdSlots(t *testing.T, m *VMManager) func() {
 	return release
 }
 
+// createInLine starts a create on m, whose slots are held, and waits until
+// it is in the line; cancel gives it up, and its error arrives on errc.
+func createInLine(t *testing.T, m *VMManager) (cancel context.CancelFunc, errc <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan error, 1)
+	go func() {
+		_, err := m.Create(ctx, sandbox.Config{})
+		ch <- err
+	}()
+	waitLine(t, m.admit, 1)
+	return cancel, ch
+}
+
 // TestCreateWaitsForASlotAndBootsFromItsAdmission: with the only slot
 // held past the boot timeout, a create waits in the line, then boots and
 // succeeds: its deadline counts from its admission. Its answer reports
@@ -281,13 +325,7 @@ func TestCreateWaitsForASlotAndBootsFromItsAdmission(t *testing.T) {
 func TestCreateRefusedAtOnceWhenTheLineIsFull(t *testing.T) {
 	m, state, _ := newRoleManager(t, "agent", func(o *Options) { o.BootConcurrency, o.BootQueue = 1, 1 })
 	holdSlots(t, m)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		_, err := m.Create(ctx, sandbox.Config{})
-		errc <- err
-	}()
-	waitLine(t, m.admit, 1)
+	cancel, errc := createInLine(t, m)
 	_, err := m.Create(context.Background(), sandbox.Config{})
 	if !errors.Is(err, sandbox.ErrQueueFull) || !errors.Is(err, sandbox.ErrFull) {
 		t.Fatalf("create past the line: %v, want ErrQueueFull", err)

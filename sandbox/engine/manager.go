@@ -310,19 +310,26 @@ func (m *VMManager) sandboxDir(id string) string {
 
 // reserve checks the caps and claims an id and a CID. An internal
 // sandbox (in non-nil: a template build's, an image build's) counts
-// against the memory cap only. Where the pool has a process born in a
-// cgroup named after an id of its own, the sandbox takes that id and the
-// process, which is then the caller's to start the VM in or end
-// (vmmpool.go).
-func (m *VMManager) reserve(cfg sandbox.Config, in *internalLaunch) (*vmSandbox, *pooledVMM, error) {
+// against the memory cap only.
+//
+// Where a slot to start the VM in is free at once (admission.tryAdmit),
+// reserve takes it (slot, the caller's to release), and where the pool
+// also has a process born in a cgroup named after an id of its own, the
+// sandbox takes that id and the process, which is then the caller's to
+// start the VM in or end (vmmpool.go). A start that must wait for its
+// slot takes no process here: it would hold a ready one idle while it
+// waits, and end it if it is refused or given up. Once admitted it
+// claims one by kind (startVMM's claimFor), which moves the process
+// into its VM's cgroup, or starts its own.
+func (m *VMManager) reserve(cfg sandbox.Config, in *internalLaunch) (_ *vmSandbox, _ *pooledVMM, slot func(), _ error) {
 	internal := in != nil
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil, nil, fmt.Errorf("%w: manager is shutting down", sandbox.ErrBusy)
+		return nil, nil, nil, fmt.Errorf("%w: manager is shutting down", sandbox.ErrBusy)
 	}
 	if n := m.countSandboxes(); !internal && m.opt.MaxSandboxes > 0 && n >= m.opt.MaxSandboxes {
-		return nil, nil, fmt.Errorf("%w: %d sandboxes running, the cap is %d", sandbox.ErrFull, n, m.opt.MaxSandboxes)
+		return nil, nil, nil, fmt.Errorf("%w: %d sandboxes running, the cap is %d", sandbox.ErrFull, n, m.opt.MaxSandboxes)
 	}
 	if m.opt.MaxMemoryMiB > 0 {
 		used := 0
@@ -330,13 +337,13 @@ func (m *VMManager) reserve(cfg sandbox.Config, in *internalLaunch) (*vmSandbox,
 			used += s.heldMemoryMiB()
 		}
 		if used+cfg.MemoryMiB > m.opt.MaxMemoryMiB {
-			return nil, nil, fmt.Errorf("%w: %d MiB of guest memory in use, %d more would pass the cap of %d MiB",
+			return nil, nil, nil, fmt.Errorf("%w: %d MiB of guest memory in use, %d more would pass the cap of %d MiB",
 				sandbox.ErrFull, used, cfg.MemoryMiB, m.opt.MaxMemoryMiB)
 		}
 	}
 	if cfg.Workspace != "" {
 		if s := m.workspaceHolder(cfg.Tenant, cfg.Workspace, nil); s != nil {
-			return nil, nil, fmt.Errorf("%w: workspace %s is mounted by sandbox %s (%s); one sandbox at a time can hold a workspace", sandbox.ErrBusy, cfg.Workspace, s.id, s.State())
+			return nil, nil, nil, fmt.Errorf("%w: workspace %s is mounted by sandbox %s (%s); one sandbox at a time can hold a workspace", sandbox.ErrBusy, cfg.Workspace, s.id, s.State())
 		}
 	}
 	used := map[uint64]bool{}
@@ -349,17 +356,19 @@ func (m *VMManager) reserve(cfg sandbox.Config, in *internalLaunch) (*vmSandbox,
 	cid := m.nextCID
 	m.nextCID++
 	id := newID(m.opt.Node)
-	pooled := m.pool.claimNamed()
-	if pooled != nil {
-		id = pooled.id
+	var pooled *pooledVMM
+	if slot, _ = m.admit.tryAdmit(internal && in.priority); slot != nil {
+		if pooled = m.pool.claimNamed(); pooled != nil {
+			id = pooled.id
+		}
 	}
-	// Hold the slot while the VM boots, so concurrent creates count it.
+	// Hold its place while the VM boots, so concurrent creates count it.
 	s := &vmSandbox{id: id, cfg: cfg, cid: cid, created: time.Now(), dir: m.sandboxDir(id), internal: internal}
 	if internal {
 		s.dir = in.dir(id)
 	}
 	m.sandboxes[id] = s // in phaseStarting, the zero phase
-	return s, pooled, nil
+	return s, pooled, slot, nil
 }
 
 // countSandboxes counts the sandboxes callers see (not template builds).
@@ -478,7 +487,7 @@ type restoreSource struct {
 // the cap on sandboxes. A failed launch leaves nothing behind.
 func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egress.Policy, from *restoreSource, in *internalLaunch) (_ *vmSandbox, err error) {
 	internal := in != nil
-	s, pooled, err := m.reserve(cfg, in)
+	s, pooled, slot, err := m.reserve(cfg, in)
 	if err != nil {
 		return nil, err
 	}
@@ -498,14 +507,19 @@ func (m *VMManager) launch(ctx context.Context, cfg sandbox.Config, policy egres
 			s.recordWorkingSet.Store(&from.dir)
 		}
 	}
-	// A slot to start the VM in (admit.go) before anything is made: a
-	// start refused or given up while it waits leaves only the
-	// reservation, which destroy drops. The boot's deadline (bootCtx,
-	// startVMM's) is set after this, so it counts from the admission.
-	release, waited, err := m.admit.admit(ctx, in != nil && in.priority)
-	s.queuedMS.Store(waited.Milliseconds())
-	if err != nil {
-		return nil, err
+	// A slot to start the VM in (admit.go) before anything is made,
+	// unless reserve took one free at once: a start refused or given up
+	// while it waits leaves only the reservation, which destroy drops.
+	// The boot's deadline (bootCtx, startVMM's) is set after this, so it
+	// counts from the admission.
+	release := slot
+	if release == nil {
+		var waited time.Duration
+		release, waited, err = m.admit.admit(ctx, in != nil && in.priority)
+		s.queuedMS.Store(waited.Milliseconds())
+		if err != nil {
+			return nil, err
+		}
 	}
 	defer release() // the VM has started (its agent answered) or failed
 	admitted := time.Now()

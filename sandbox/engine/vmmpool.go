@@ -29,15 +29,20 @@ import (
 //
 // With the jail's cgroups, each process is started for a sandbox id of
 // its own and born in that id's cgroup (CLONE_INTO_CGROUP), idle limits
-// on it. A create takes a ready process when it reserves its sandbox and
-// takes its id with it (claimNamed), so the cgroup the process was born in
-// is its VM's: the VM's limits are written there and the process never
-// moves. Moving a process between cgroups waits for an RCU grace period
-// (15-30 ms in the rig, 5-19 ms on a plain VM) and making a cgroup takes
-// up to 65 ms under the rig's emulation; both now happen before the
-// create. Only a resume, whose sandbox (and cgroup name) exists already,
-// moves the process it claims into its VM's cgroup, and removes the one
-// the process leaves.
+// on it. A create whose slot to start in is free at once takes a ready
+// process when it reserves its sandbox and takes its id with it
+// (claimNamed), so the cgroup the process was born in is its VM's: the
+// VM's limits are written there and the process never moves. Moving a
+// process between cgroups waits for an RCU grace period (15-30 ms in the
+// rig, 5-19 ms on a plain VM) and making a cgroup takes up to 65 ms under
+// the rig's emulation; both now happen before the create. A create that
+// must wait for its slot (admit.go) takes no process while it waits: in
+// a burst the line would hold the ready processes idle, and each create
+// refused or given up in it would end one, whose replacement then starts
+// while the burst's VMs boot. Once admitted it claims by kind, as a
+// resume (whose sandbox and cgroup name exist already) does, and moves
+// the process it claims into its VM's cgroup, removing the one the
+// process leaves.
 //
 // The pool refills in the background, one process at a time, after each
 // claim. It is counted in the daemon's capacity (/v1/capacity's vmm_pool:

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -254,5 +255,55 @@ func TestClaimOfAProcessBornInItsCgroup(t *testing.T) {
 	}
 	if err := claim(filepath.Join(t.TempDir(), "sb-elsewhere"), cg); err == nil || !strings.Contains(err.Error(), "move process") {
 		t.Errorf("claim of a process born elsewhere: %v; want its move tried", err)
+	}
+}
+
+// TestOnlyAnAdmittedCreateTakesAPooledVMM: a create that must wait for its
+// slot takes no process from the pool while it waits, and one refused (the
+// line full) or given up in the line leaves the pool's ready process
+// alive in the pool; a create that finds its slot free takes it, by its
+// id. The pool here stands in for one whose processes are born in cgroups
+// named after sandbox ids (the jail's; claimNamed): its ready process is
+// given an id.
+func TestOnlyAnAdmittedCreateTakesAPooledVMM(t *testing.T) {
+	m, _, _ := newRoleManager(t, "agent", func(o *Options) { o.VMMPool, o.BootConcurrency, o.BootQueue = 1, 1, 1 })
+	waitPoolReady(t, m, 1)
+	pooledID := newID("")
+	m.pool.mu.Lock()
+	m.pool.named = true
+	m.pool.ready[0].id = pooledID
+	m.pool.mu.Unlock()
+	ready := readyPIDs(m)
+
+	release := holdSlots(t, m)
+	cancel, errc := createInLine(t, m)
+	if got := readyPIDs(m); !slices.Equal(got, ready) {
+		t.Errorf("pool while a create waits for its slot: ready %v, want %v untouched", got, ready)
+	}
+	if _, err := m.Create(context.Background(), sandbox.Config{}); !errors.Is(err, sandbox.ErrQueueFull) {
+		t.Fatalf("create past the full line: %v, want ErrQueueFull", err)
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("create given up in the line: %v, want context.Canceled", err)
+	}
+	if got := readyPIDs(m); !slices.Equal(got, ready) || !pidAlive(ready[0]) {
+		t.Errorf("pool after a refused and a given-up create: ready %v (pid %d alive %v), want %v", got, ready[0], pidAlive(ready[0]), ready)
+	}
+	if i := poolInfo(t, m); i.Claimed != 0 {
+		t.Errorf("pool counts %d claims with no create admitted", i.Claimed)
+	}
+
+	release()
+	info, err := m.Create(context.Background(), sandbox.Config{})
+	if err != nil {
+		t.Fatalf("create with its slot free: %v", err)
+	}
+	defer m.Delete(context.Background(), info.ID)
+	if info.ID != pooledID {
+		t.Errorf("create with its slot free is %s, want the pooled process's id %s", info.ID, pooledID)
+	}
+	if i := poolInfo(t, m); i.Claimed != 1 {
+		t.Errorf("pool counts %d claims after one admitted create, want 1", i.Claimed)
 	}
 }
