@@ -98,6 +98,12 @@ func benchBursts(cellvm, build string) error {
 			fmt.Printf("create %d %s after %v: %v\n", i+1, kind, dur(o.took), o.err)
 		}
 	}
+	// The pool's counters after the burst: the creates that found their
+	// boot slot free took a ready process with them, those that waited
+	// claimed one once admitted where the pool had refilled.
+	if capa, err := c.Capacity(ctx); err == nil && capa.VMMPool != nil {
+		fmt.Printf("bursts: %s\n", poolLine(capa.VMMPool))
+	}
 	lines := measureLines{bench: "bursts"}
 	goal := "goal: all created: met"
 	if counts["created"] != burstN {

@@ -223,8 +223,12 @@ func (s *startsBench) pool(ctx context.Context) {
 		s.line("VMM pool: none (-starts-pool %d)", *startsPool)
 		return
 	}
-	p := c.VMMPool
-	s.line("VMM pool of %d: %d starts took a ready process, %d found none (%d started, %d failed, %d died idle); %d ready holding %d MiB",
+	s.line("%s", poolLine(c.VMMPool))
+}
+
+// poolLine says how starts found a VMM pool, from its counters.
+func poolLine(p *sandbox.VMMPoolInfo) string {
+	return fmt.Sprintf("VMM pool of %d: %d starts took a ready process, %d found none (%d started, %d failed, %d died idle); %d ready holding %d MiB",
 		p.Size, p.Claimed, p.Missed, p.Spawned, p.SpawnFailures, p.DiedIdle, p.Ready, p.MemoryMiB)
 }
 
