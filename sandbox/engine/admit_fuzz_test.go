@@ -34,13 +34,13 @@ func FuzzAdmission(f *testing.F) {
 			done     <-chan admitted
 		}
 		var (
-			held     []func()
-			waiting  []*pending
-			seq      int
-			granted  = map[bool]int{} // the last seq granted, by kind
-			admitted uint64
-			refused  uint64
-			closed   bool
+			held      []func()
+			waiting   []*pending
+			seq       int
+			granted   = map[bool]int{} // the last seq granted, by kind
+			nAdmitted uint64           // answers that granted a slot
+			nRefused  uint64           // answers that refused for a full line
+			closed    bool
 		)
 		// collect takes in the answers that arrived.
 		collect := func() {
@@ -56,9 +56,9 @@ func FuzzAdmission(f *testing.F) {
 						}
 						granted[p.priority] = p.seq
 						held = append(held, r.release)
-						admitted++
+						nAdmitted++
 					case errors.Is(r.err, sandbox.ErrQueueFull):
-						refused++
+						nRefused++
 					case errors.Is(r.err, context.Canceled), errors.Is(r.err, errAdmissionClosed):
 					default:
 						t.Fatalf("start %d: unexpected %v", p.seq, r.err)
@@ -87,8 +87,8 @@ func FuzzAdmission(f *testing.F) {
 						t.Fatalf("step %d: %d plain starts in a line of %d", step, plain, a.maxLine)
 					}
 					st := a.stats()
-					if st.Admitted != admitted || st.Refused != refused {
-						t.Fatalf("step %d: stats %+v, callers saw %d admitted and %d refused", step, st, admitted, refused)
+					if st.Admitted != nAdmitted || st.Refused != nRefused {
+						t.Fatalf("step %d: stats %+v, callers saw %d admitted and %d refused", step, st, nAdmitted, nRefused)
 					}
 					return
 				}
@@ -112,7 +112,7 @@ func FuzzAdmission(f *testing.F) {
 						t.Fatalf("step %d: try took a slot with %+v (closed %v)", i, st, closed)
 					}
 					held = append(held, rel)
-					admitted++
+					nAdmitted++
 				} else if !closed && st.Starting < st.Slots && st.Waiting == 0 {
 					t.Fatalf("step %d: try found no slot with %+v", i, st)
 				}
